@@ -1,0 +1,1 @@
+## The LD_PRELOAD malloc interposer (libucma-preload.so).

@@ -1,0 +1,250 @@
+/*
+ * init.c - start-up, explicit configuration, and fork handling.
+ *
+ * The library initialises itself on first use (ucma_arena_get()), or when
+ * the program calls ucma_init().  Start-up must tolerate re-entry: libnuma
+ * and liburcu allocate memory, and under LD_PRELOAD those calls come back
+ * into ucma's malloc while the arena is being created.  The initialising
+ * thread is marked; a re-entrant ucma_arena_get() from it returns NULL with
+ * EAGAIN, and malloc.c serves such requests from its bootstrap buffer.
+ * Other threads wait on the init lock.  No allocator lock is held while
+ * libnuma or liburcu are called.
+ *
+ * Fork: one pthread_atfork registration here runs the handlers that other
+ * files registered with ucma_atfork_register(), in lock order, so a child
+ * never inherits a lock held by a thread that does not exist in it.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct ucma_arena *ucma_the_arena;
+
+static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+static __thread bool initializing __attribute__((tls_model("initial-exec")));
+static bool init_done;		/* init_lock: an attempt has finished */
+static int init_errno;		/* init_lock: why it failed, 0 if it did not */
+static bool options_set;	/* init_lock: ucma_init() supplied options */
+
+/* ------------------------------------------------------------------------ */
+/* Fork handlers                                                             */
+/* ------------------------------------------------------------------------ */
+
+#define UCMA_MAX_ATFORK 16
+
+struct atfork_entry {
+	int order;
+	void (*prepare)(void);
+	void (*parent)(void);
+	void (*child)(void);
+};
+
+static struct atfork_entry atfork_table[UCMA_MAX_ATFORK];
+static int atfork_count;
+static pthread_mutex_t atfork_lock = PTHREAD_MUTEX_INITIALIZER;
+
+void ucma_atfork_register(int order, void (*prepare)(void), void (*parent)(void),
+			  void (*child)(void))
+{
+	int i;
+
+	pthread_mutex_lock(&atfork_lock);
+	if (atfork_count == UCMA_MAX_ATFORK)
+		ucma_fatal("internal error: too many fork handlers");
+	/* Keep the table sorted by order (insertion sort: tiny table). */
+	for (i = atfork_count; i > 0 && atfork_table[i - 1].order > order; i--)
+		atfork_table[i] = atfork_table[i - 1];
+	atfork_table[i] = (struct atfork_entry){ order, prepare, parent, child };
+	atfork_count++;
+	pthread_mutex_unlock(&atfork_lock);
+}
+
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&atfork_lock);
+	for (int i = 0; i < atfork_count; i++)
+		if (atfork_table[i].prepare)
+			atfork_table[i].prepare();
+}
+
+static void fork_parent(void)
+{
+	for (int i = atfork_count - 1; i >= 0; i--)
+		if (atfork_table[i].parent)
+			atfork_table[i].parent();
+	pthread_mutex_unlock(&atfork_lock);
+}
+
+static void fork_child(void)
+{
+	for (int i = atfork_count - 1; i >= 0; i--)
+		if (atfork_table[i].child)
+			atfork_table[i].child();
+	pthread_mutex_unlock(&atfork_lock);
+}
+
+/* Zone and area locks: innermost, taken in a fixed order. */
+static void zones_prepare(void)
+{
+	struct ucma_arena *a = ucma_the_arena;
+
+	for (int i = 0; i < a->nr_areas; i++)
+		pthread_mutex_lock(&a->areas[i].lock);
+	for (int z = 0; z < UCMA_ZONE_NR; z++)
+		pthread_mutex_lock(&a->zones[z].lock);
+}
+
+static void zones_release(void)
+{
+	struct ucma_arena *a = ucma_the_arena;
+
+	for (int z = UCMA_ZONE_NR - 1; z >= 0; z--)
+		pthread_mutex_unlock(&a->zones[z].lock);
+	for (int i = a->nr_areas - 1; i >= 0; i--)
+		pthread_mutex_unlock(&a->areas[i].lock);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Start-up                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* Called with init_lock held and `initializing` set. */
+static int init_locked(void)
+{
+	struct ucma_arena *a;
+
+	if (!options_set) {
+		int bad;
+
+		ucma_options_defaults(&ucma_opt);
+		bad = ucma_options_from_env(&ucma_opt);
+		if (bad && ucma_opt.strict) {
+			ucma_log("UCMA_STRICT=1: refusing to start with %d bad setting(s)", bad);
+			return EINVAL;
+		}
+	}
+	if (ucma_arena_create(&ucma_opt, &a) != 0) {
+		int err = errno;
+
+		ucma_log("cannot reserve a %zu MiB arena: %s", ucma_opt.arena_size >> 20,
+			 strerror(err));
+		return err;
+	}
+	ucma_atfork_register(50, zones_prepare, zones_release, zones_release);
+	__atomic_store_n(&ucma_the_arena, a, __ATOMIC_RELEASE);
+	return 0;
+}
+
+static void register_fork_handlers_once(void)
+{
+	static bool registered;
+
+	if (!registered) {
+		registered = true;
+		pthread_atfork(fork_prepare, fork_parent, fork_child);
+	}
+}
+
+struct ucma_arena *ucma_arena_get(void)
+{
+	struct ucma_arena *a = __atomic_load_n(&ucma_the_arena, __ATOMIC_ACQUIRE);
+
+	if (UCMA_LIKELY(a != NULL))
+		return a;
+	if (initializing) {
+		errno = EAGAIN;
+		return NULL;
+	}
+	pthread_mutex_lock(&init_lock);
+	if (!init_done) {
+		initializing = true;
+		init_errno = init_locked();
+		initializing = false;
+		init_done = true;
+		register_fork_handlers_once();
+	}
+	a = ucma_the_arena;
+	if (!a)
+		errno = init_errno;
+	pthread_mutex_unlock(&init_lock);
+	return a;
+}
+
+struct ucma_arena *ucma_arena_peek(void)
+{
+	return __atomic_load_n(&ucma_the_arena, __ATOMIC_ACQUIRE);
+}
+
+/**
+ * ucma_init() - initialise explicitly, from @cfg or (NULL) the environment.
+ */
+int ucma_init(const struct ucma_config *cfg)
+{
+	int err = 0;
+
+	if (initializing) {
+		errno = EBUSY;
+		return -1;
+	}
+	pthread_mutex_lock(&init_lock);
+	if (init_done) {
+		/* Already running: fine if nothing new was asked for. */
+		if (cfg)
+			err = EBUSY;
+		else if (!ucma_the_arena)
+			err = init_errno;
+		goto out;
+	}
+	if (cfg) {
+		int bad;
+
+		ucma_options_defaults(&ucma_opt);
+		/* The environment still tunes what the structure leaves at zero. */
+		bad = ucma_options_from_env(&ucma_opt);
+		bad += ucma_options_from_config(&ucma_opt, cfg);
+		if (bad && (ucma_opt.strict || cfg->strict)) {
+			err = EINVAL;
+			goto out;
+		}
+		options_set = true;
+	}
+	initializing = true;
+	init_errno = init_locked();
+	initializing = false;
+	init_done = true;
+	register_fork_handlers_once();
+	err = init_errno;
+	if (err)
+		options_set = false;
+out:
+	pthread_mutex_unlock(&init_lock);
+	if (err) {
+		errno = err;
+		return -1;
+	}
+	return 0;
+}
+
+#ifdef UCMA_TEST_HOOKS
+/*
+ * Test builds only: tear the arena down so one test program can try
+ * several configurations.  The caller guarantees that nothing allocated
+ * from the arena is used afterwards and no other thread runs.
+ */
+void ucma_test_reset(void)
+{
+	pthread_mutex_lock(&init_lock);
+	if (ucma_the_arena)
+		ucma_arena_destroy(ucma_the_arena);
+	ucma_the_arena = NULL;
+	init_done = false;
+	init_errno = 0;
+	options_set = false;
+	atfork_count = 0;
+	pthread_mutex_unlock(&init_lock);
+}
+#endif

@@ -1,0 +1,466 @@
+/*
+ * internal.h - types and interfaces shared by the files of the library.
+ *
+ * Glossary (see DESIGN.md for the full vocabulary):
+ *   pfn        page frame number *relative to the arena base* (uint32_t).
+ *   page       4 KiB; its metadata is a 16-byte struct ucma_page, out of band.
+ *   pageblock  512 pages (2 MiB), the unit of zone and migratetype assignment.
+ *   block      a buddy block: 2^order pages, aligned to 2^order pages,
+ *              never larger than a pageblock (UCMA_MAX_ORDER == 9).
+ *   run        pages handed out by ucma_pages_alloc(): any count, exact.
+ *              A run longer than a pageblock starts on a pageblock boundary.
+ *
+ * Naming: public symbols are ucma_* and declared in ucma.h; internal symbols
+ * shared between files are ucma_* too but carry UCMA_INTERNAL, which hides
+ * them from the shared object (the version script exports only the public
+ * names).  File-local symbols are static.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef UCMA_INTERNAL_H
+#define UCMA_INTERNAL_H
+
+#include "config.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "ucma.h"
+
+#define UCMA_INTERNAL __attribute__((visibility("hidden")))
+#define UCMA_LIKELY(x)   __builtin_expect(!!(x), 1)
+#define UCMA_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+#ifdef UCMA_DEBUG
+static const bool ucma_config_debug = true;
+#else
+static const bool ucma_config_debug = false;
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Geometry                                                                  */
+/* ------------------------------------------------------------------------ */
+
+#define UCMA_PAGE_SHIFT       12
+#define UCMA_PAGE_SIZE        ((size_t)1 << UCMA_PAGE_SHIFT)
+#define UCMA_PAGEBLOCK_ORDER  9
+#define UCMA_PAGEBLOCK_PAGES  ((uint32_t)1 << UCMA_PAGEBLOCK_ORDER)
+#define UCMA_PAGEBLOCK_SIZE   ((size_t)UCMA_PAGEBLOCK_PAGES << UCMA_PAGE_SHIFT)
+#define UCMA_MAX_ORDER        UCMA_PAGEBLOCK_ORDER
+#define UCMA_NR_ORDERS        (UCMA_MAX_ORDER + 1)
+#define UCMA_PFN_NONE         UINT32_MAX
+#define UCMA_HUGE_1G          ((size_t)1 << 30)
+
+#define UCMA_ALIGN_UP(x, a)   (((x) + ((a) - 1)) & ~((__typeof__(x))(a) - 1))
+#define UCMA_ALIGN_DOWN(x, a) ((x) & ~((__typeof__(x))(a) - 1))
+#define UCMA_ARRAY_SIZE(a)    (sizeof(a) / sizeof((a)[0]))
+
+/* ------------------------------------------------------------------------ */
+/* Page metadata (out of band, 16 bytes per page, touched lazily)            */
+/* ------------------------------------------------------------------------ */
+
+enum ucma_page_kind {
+	UCMA_PK_UNUSED = 0,	/* not a head: inside a free block, or unmanaged */
+	UCMA_PK_FREE,		/* head of a free buddy block of 2^order pages */
+	UCMA_PK_RUN,		/* head of an allocated run of aux pages */
+	UCMA_PK_TAIL,		/* non-head page of an allocated run; aux = head pfn */
+};
+
+/* What an allocated run holds; set by whoever allocated it. */
+enum ucma_run_owner {
+	UCMA_OWN_NONE = 0,	/* raw pages (tests, internal) */
+	UCMA_OWN_SLAB,		/* unmovable slab: owner = struct ucma_slab * */
+	UCMA_OWN_LARGE,		/* unmovable large malloc block */
+	UCMA_OWN_MOVABLE,	/* one movable object: owner = handle index */
+	UCMA_OWN_MSLAB,		/* movable slab: owner = struct ucma_mslab * */
+	UCMA_OWN_CONTIG,	/* ucma_alloc() buffer: owner = struct ucma_cma_area * */
+};
+
+/* page flags */
+#define UCMA_PF_DIRTY    0x0001u	/* free but not returned to the kernel */
+#define UCMA_PF_MOVABLE  0x0002u	/* run was allocated as movable */
+
+/*
+ * struct ucma_page - metadata of one 4 KiB page.
+ *
+ * Only the head page of a free block or of an allocated run carries
+ * meaning, plus the tail pages of allocated runs (kind TAIL, aux = head;
+ * owner_type and owner mirror the head's, see ucma_run_set_owner()).
+ * Tail pages of free blocks may hold stale data: nobody reads them, because
+ * every walk steps from head to head.  Protected by the zone lock of the
+ * zone the page belongs to, except `owner` of allocated runs, which belongs
+ * to the run's allocator.
+ */
+struct ucma_page {
+	uint8_t kind;		/* enum ucma_page_kind */
+	uint8_t order;		/* FREE: buddy order */
+	uint8_t owner_type;	/* RUN: enum ucma_run_owner */
+	uint8_t flags;		/* UCMA_PF_* */
+	uint32_t aux;		/* FREE: purge epoch; RUN: npages; TAIL: head pfn */
+	union {
+		struct {
+			uint32_t next;	/* FREE: free-list links (pfns) */
+			uint32_t prev;
+		} link;
+		uint64_t owner;		/* RUN: see enum ucma_run_owner */
+	};
+};
+_Static_assert(sizeof(struct ucma_page) == 16, "page metadata is 16 bytes");
+
+/* ------------------------------------------------------------------------ */
+/* Pageblocks, migratetypes, zones                                           */
+/* ------------------------------------------------------------------------ */
+
+enum ucma_migratetype {
+	UCMA_MT_UNMOVABLE = 0,
+	UCMA_MT_MOVABLE,
+	UCMA_MT_CMA,		/* movable-only and sticky: CMA zone only */
+	UCMA_MT_ISOLATE,	/* being emptied: nothing is allocated from it */
+	UCMA_MT_NR
+};
+
+#define UCMA_PB_SKIP      0x01u	/* compaction skip hint */
+
+struct ucma_pageblock {
+	uint8_t mt;		/* enum ucma_migratetype */
+	uint8_t saved_mt;	/* migratetype before isolation */
+	uint8_t zone;		/* enum ucma_zone_id */
+	uint8_t flags;		/* UCMA_PB_* */
+	uint16_t isolate_count;	/* nested isolations */
+	uint16_t nr_free;	/* free pages in this pageblock (zone lock) */
+};
+
+enum ucma_zone_id { UCMA_ZONE_NORMAL = 0, UCMA_ZONE_CMA, UCMA_ZONE_NR };
+
+struct ucma_free_area {
+	uint32_t head[UCMA_MT_NR];	/* first free block per migratetype */
+	uint64_t nr_free[UCMA_MT_NR];	/* blocks per migratetype */
+};
+
+/*
+ * struct ucma_zone - one zone of an arena: a pfn range, its buddy free
+ * lists per order and migratetype, and its counters.
+ *
+ * Locking: @lock protects free_area, free_pages, the metadata of every free
+ * page in the zone, and the migratetype of its pageblocks.  Never take two
+ * zone locks at once except in ascending zone id order.
+ */
+struct ucma_zone {
+	pthread_mutex_t lock;
+	struct ucma_arena *arena;
+	int id;				/* enum ucma_zone_id */
+	const char *name;		/* "normal" or "cma" */
+	uint32_t start_pfn;		/* pageblock aligned */
+	uint32_t end_pfn;		/* exclusive, pageblock aligned */
+	int backing;			/* enum ucma_backing in effect */
+	struct ucma_free_area free_area[UCMA_NR_ORDERS];
+	uint64_t free_pages;		/* on any free list, ISOLATE included */
+	uint64_t isolated_free_pages;	/* on ISOLATE lists */
+	uint64_t managed_pages;		/* end_pfn - start_pfn */
+	uint32_t purge_epoch;		/* decay: epoch of the last purge */
+
+	/* compaction state (compact.c); protected by compact_lock */
+	pthread_mutex_t compact_lock;
+	uint32_t compact_cached_migrate_pfn;
+	uint32_t compact_cached_free_pfn;
+	unsigned compact_considered;
+	unsigned compact_defer_shift;
+	int compact_order_failed;
+};
+
+/* ------------------------------------------------------------------------ */
+/* CMA areas                                                                 */
+/* ------------------------------------------------------------------------ */
+
+#define UCMA_MAX_CMA_AREAS 16
+#define UCMA_AREA_NAME_MAX 32
+
+/*
+ * struct ucma_cma_area - a named range of the CMA zone with a bitmap of the
+ * pages claimed by ucma_alloc() (the kernel's struct cma).  A set bit means
+ * the page belongs to a contiguous allocation or is being claimed for one.
+ * @lock protects the bitmap and the counters; it nests outside zone locks.
+ */
+struct ucma_cma_area {
+	char name[UCMA_AREA_NAME_MAX];
+	uint32_t base_pfn;		/* pageblock aligned */
+	uint32_t npages;
+	pthread_mutex_t lock;
+	unsigned long *bitmap;		/* npages bits */
+	uint64_t nr_allocated_pages;
+	uint64_t nr_allocs;		/* live allocations */
+	uint64_t alloc_success;
+	uint64_t alloc_fail;
+};
+
+/* ------------------------------------------------------------------------ */
+/* Arena                                                                     */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * struct ucma_arena - the one reservation: [NORMAL zone][CMA zone].
+ * The CMA zone is the concatenation of the CMA areas.  Geometry never
+ * changes after ucma_arena_create().
+ */
+struct ucma_arena {
+	uintptr_t base;			/* aligned to the largest backing page */
+	size_t size;			/* bytes, a multiple of a pageblock */
+	uint32_t npages;
+	uint32_t nr_pageblocks;
+	struct ucma_page *pages;	/* npages entries, out of band */
+	struct ucma_pageblock *blocks;	/* nr_pageblocks entries, out of band */
+	void *reservation;		/* what mmap returned (with alignment slack) */
+	size_t reservation_size;
+	struct ucma_zone zones[UCMA_ZONE_NR];
+	struct ucma_cma_area areas[UCMA_MAX_CMA_AREAS];
+	int nr_areas;
+	int node;			/* placement in effect */
+};
+
+/* The arena of this process, or NULL before initialisation. */
+UCMA_INTERNAL extern struct ucma_arena *ucma_the_arena;
+
+static inline void *ucma_pfn_to_addr(const struct ucma_arena *a, uint32_t pfn)
+{
+	return (void *)(a->base + ((uintptr_t)pfn << UCMA_PAGE_SHIFT));
+}
+
+static inline bool ucma_addr_in_arena(const struct ucma_arena *a, const void *p)
+{
+	return a && (uintptr_t)p - a->base < a->size;
+}
+
+static inline uint32_t ucma_addr_to_pfn(const struct ucma_arena *a, const void *p)
+{
+	return (uint32_t)(((uintptr_t)p - a->base) >> UCMA_PAGE_SHIFT);
+}
+
+static inline struct ucma_page *ucma_pfn_page(const struct ucma_arena *a, uint32_t pfn)
+{
+	return &a->pages[pfn];
+}
+
+static inline struct ucma_pageblock *ucma_pfn_block(const struct ucma_arena *a, uint32_t pfn)
+{
+	return &a->blocks[pfn >> UCMA_PAGEBLOCK_ORDER];
+}
+
+static inline struct ucma_zone *ucma_pfn_zone(struct ucma_arena *a, uint32_t pfn)
+{
+	return pfn >= a->zones[UCMA_ZONE_CMA].start_pfn &&
+	       pfn < a->zones[UCMA_ZONE_CMA].end_pfn ?
+		       &a->zones[UCMA_ZONE_CMA] : &a->zones[UCMA_ZONE_NORMAL];
+}
+
+/* arena.c */
+struct ucma_options;
+UCMA_INTERNAL int ucma_arena_create(const struct ucma_options *o, struct ucma_arena **out);
+UCMA_INTERNAL void ucma_arena_destroy(struct ucma_arena *a);
+UCMA_INTERNAL const char *ucma_backing_str(int backing);
+UCMA_INTERNAL struct ucma_cma_area *ucma_area_find(struct ucma_arena *a, const char *name);
+UCMA_INTERNAL struct ucma_cma_area *ucma_area_of_pfn(struct ucma_arena *a, uint32_t pfn);
+
+/* ------------------------------------------------------------------------ */
+/* Buddy allocator and zone rules (buddy.c, zone.c)                          */
+/* ------------------------------------------------------------------------ */
+
+/* Allocation request kinds (the "gfp" of ucma). */
+#define UCMA_GFP_UNMOVABLE   0x00u	/* NORMAL only, may steal MOVABLE pageblocks */
+#define UCMA_GFP_MOVABLE     0x01u	/* zonelist CMA, NORMAL */
+#define UCMA_GFP_NO_CMA      0x02u	/* with MOVABLE: skip the CMA zone */
+#define UCMA_GFP_ZERO        0x04u	/* zero the run */
+#define UCMA_GFP_NO_COMPACT  0x08u	/* do not run direct compaction */
+
+/* buddy.c: primitives; the caller holds z->lock. */
+UCMA_INTERNAL void ucma_buddy_init_zone(struct ucma_zone *z);
+UCMA_INTERNAL uint32_t ucma_buddy_take(struct ucma_zone *z, unsigned order, int mt);
+UCMA_INTERNAL uint32_t ucma_buddy_take_dirty(struct ucma_zone *z, unsigned order, int mt,
+					     bool *was_dirty);
+UCMA_INTERNAL void ucma_buddy_free_clean_range(struct ucma_zone *z, uint32_t pfn, uint32_t npages,
+					       bool dirty);
+UCMA_INTERNAL void ucma_buddy_free_block(struct ucma_zone *z, uint32_t pfn, unsigned order);
+UCMA_INTERNAL void ucma_buddy_free_range(struct ucma_zone *z, uint32_t pfn, uint32_t npages);
+UCMA_INTERNAL bool ucma_buddy_take_range(struct ucma_zone *z, uint32_t start, uint32_t end);
+UCMA_INTERNAL void ucma_buddy_move_block_mt(struct ucma_zone *z, uint32_t pb_index, int new_mt);
+UCMA_INTERNAL bool ucma_page_is_free_head(const struct ucma_arena *a, uint32_t pfn);
+
+/* zone.c: runs of pages with the zone rules; takes the zone locks itself. */
+UCMA_INTERNAL uint32_t ucma_pages_alloc(struct ucma_arena *a, uint32_t npages, unsigned gfp);
+UCMA_INTERNAL uint32_t ucma_pages_alloc_zone(struct ucma_zone *z, uint32_t npages, unsigned gfp);
+UCMA_INTERNAL void ucma_pages_free(struct ucma_arena *a, uint32_t pfn);
+UCMA_INTERNAL uint32_t ucma_run_head(const struct ucma_arena *a, uint32_t pfn);
+/* Record who owns an allocated run: written into the head and every tail
+ * page, so that any pointer into the run finds its owner with one load. */
+UCMA_INTERNAL void ucma_run_set_owner(struct ucma_arena *a, uint32_t pfn, int owner_type,
+				      uint64_t owner);
+UCMA_INTERNAL int ucma_isolate_range(struct ucma_arena *a, uint32_t start, uint32_t end);
+UCMA_INTERNAL void ucma_undo_isolate_range(struct ucma_arena *a, uint32_t start, uint32_t end);
+UCMA_INTERNAL bool ucma_range_free(struct ucma_arena *a, uint32_t start, uint32_t end);
+UCMA_INTERNAL int ucma_claim_free_range(struct ucma_arena *a, uint32_t start, uint32_t end,
+					int owner_type, uint64_t owner);
+UCMA_INTERNAL void ucma_zone_free_counts(struct ucma_zone *z, uint64_t counts[UCMA_NR_ORDERS]);
+UCMA_INTERNAL void ucma_zone_pageblock_counts(struct ucma_arena *a, int zone,
+					      uint64_t counts[UCMA_MT_NR]);
+UCMA_INTERNAL int ucma_zone_check(struct ucma_zone *z, char *why, size_t whylen);
+UCMA_INTERNAL void ucma_zone_purge(struct ucma_zone *z, bool all);
+
+/* ------------------------------------------------------------------------ */
+/* Operating system interface (os.c).  Every mmap/madvise/mlock/mbind/      */
+/* thread creation goes through ucma_os so tests can inject faults.         */
+/* ------------------------------------------------------------------------ */
+
+struct ucma_os_ops {
+	void *(*mmap)(void *addr, size_t len, int prot, int flags, int fd, off_t off);
+	int (*munmap)(void *addr, size_t len);
+	int (*madvise)(void *addr, size_t len, int advice);
+	int (*mlock)(const void *addr, size_t len);
+	int (*munlock)(const void *addr, size_t len);
+	long (*mbind)(void *addr, unsigned long len, int mode, const unsigned long *nodemask,
+		      unsigned long maxnode, unsigned flags);
+	int (*thread_create)(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *),
+			     void *arg);
+	/* free hugetlb pages of the given size in the pool; -1 if unknown */
+	long (*hugetlb_free_pages)(size_t page_size);
+};
+
+UCMA_INTERNAL extern struct ucma_os_ops ucma_os;
+UCMA_INTERNAL void ucma_os_reset(void);
+UCMA_INTERNAL long ucma_os_hugetlb_free_pages(size_t page_size);
+UCMA_INTERNAL bool ucma_os_thp_available(void);
+UCMA_INTERNAL int ucma_os_pagemap(const void *addr, uint64_t *phys);
+UCMA_INTERNAL uint64_t ucma_os_now_ns(void);
+
+/* ------------------------------------------------------------------------ */
+/* Options (config.c)                                                        */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * struct ucma_options - every tunable, parsed once.  Filled from defaults,
+ * then the UCMA_* variables, then UCMA_CONF (later keys win), or from a
+ * struct ucma_config passed to ucma_init().
+ */
+struct ucma_area_spec {
+	char name[UCMA_AREA_NAME_MAX];
+	size_t size;
+};
+
+struct ucma_options {
+	size_t arena_size;
+	size_t cma_size;
+	struct ucma_area_spec areas[UCMA_MAX_CMA_AREAS];
+	int nr_areas;			/* 0: one area "default" of cma_size */
+	int hugepages;			/* enum ucma_backing, CMA areas */
+	int hugepages_normal;		/* enum ucma_backing, NORMAL */
+	int node;			/* >= 0 or UCMA_NODE_* */
+	bool populate;
+	bool strict;
+	bool cma_dontfork;
+	int cma_policy;			/* enum ucma_cma_policy */
+	bool compact;			/* background compaction thread */
+	bool compact_direct;		/* direct compaction on failure */
+	unsigned compact_interval_ms;
+	unsigned compact_proactiveness;	/* 0..100 */
+	unsigned decay_ms;		/* NORMAL free pages go back after this */
+	bool stats;			/* print the report at exit */
+	char stats_file[256];		/* "" = stderr; %p = pid */
+	size_t preload_contig_min;	/* 0 = off */
+	bool verbose;
+};
+
+UCMA_INTERNAL extern struct ucma_options ucma_opt;
+UCMA_INTERNAL void ucma_options_defaults(struct ucma_options *o);
+/* Parse the environment into @o.  Returns the number of bad values. */
+UCMA_INTERNAL int ucma_options_from_env(struct ucma_options *o);
+/* Apply an explicit struct ucma_config; returns the number of bad values. */
+UCMA_INTERNAL int ucma_options_from_config(struct ucma_options *o, const struct ucma_config *cfg);
+/* Parse "1G", "512M", "4096" ... into bytes; -1 with errno on error. */
+UCMA_INTERNAL int ucma_parse_size(const char *s, size_t *out);
+/* The environment, trusted only outside set-user-ID programs. */
+UCMA_INTERNAL const char *ucma_getenv(const char *name);
+
+/* ------------------------------------------------------------------------ */
+/* Start-up and messages (init.c, util.c)                                    */
+/* ------------------------------------------------------------------------ */
+
+/* Initialise from the environment if nobody did; returns the arena or NULL
+ * with errno.  Cheap after the first call. */
+UCMA_INTERNAL struct ucma_arena *ucma_arena_get(void);
+UCMA_INTERNAL void ucma_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Has initialisation finished (successfully or not)?  Never initialises. */
+UCMA_INTERNAL struct ucma_arena *ucma_arena_peek(void);
+
+/*
+ * Fork handling: every file that holds locks registers its handlers once
+ * (from its own lazy initialisation).  Prepare handlers run in ascending
+ * @order, parent and child handlers in descending order, so a lower order
+ * means an outer lock.  Orders used: 10 compaction thread, 20 malloc,
+ * 30 handles and RCU, 40 CMA areas, 50 zones.
+ */
+UCMA_INTERNAL void ucma_atfork_register(int order, void (*prepare)(void), void (*parent)(void),
+					void (*child)(void));
+UCMA_INTERNAL void ucma_fatal(const char *fmt, ...)
+	__attribute__((format(printf, 1, 2), noreturn));
+
+#ifdef UCMA_TEST_HOOKS
+/* init.c, test builds only: forget the arena so a test can start again. */
+UCMA_INTERNAL void ucma_test_reset(void);
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Statistics (stats.c)                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* Global event counters, named as in /proc/vmstat where one exists.
+ * Keep in step with the name table in stats.c. */
+enum ucma_vmstat_item {
+	UCMA_STAT_COMPACT_STALL,
+	UCMA_STAT_COMPACT_SUCCESS,
+	UCMA_STAT_COMPACT_FAIL,
+	UCMA_STAT_COMPACT_MIGRATE_SCANNED,
+	UCMA_STAT_COMPACT_FREE_SCANNED,
+	UCMA_STAT_COMPACT_ISOLATED,
+	UCMA_STAT_COMPACT_DAEMON_WAKE,
+	UCMA_STAT_PGMIGRATE_SUCCESS,
+	UCMA_STAT_PGMIGRATE_FAIL,
+	UCMA_STAT_CMA_ALLOC_SUCCESS,
+	UCMA_STAT_CMA_ALLOC_FAIL,
+	UCMA_STAT_CMA_RELEASE,
+	UCMA_STAT_PIN_LONGTERM_MIGRATED,
+	UCMA_STAT_HALLOC,
+	UCMA_STAT_HFREE,
+	UCMA_STAT_HALLOC_FAIL,
+	UCMA_STAT_PAGE_ALLOC,
+	UCMA_STAT_PAGE_FREE,
+	UCMA_STAT_PAGE_ALLOC_FAIL,
+	UCMA_STAT_PAGEBLOCK_STEAL,
+	UCMA_STAT_PURGED_PAGES,
+	UCMA_STAT_OVERFLOW_ALLOC,
+	UCMA_STAT_OVERFLOW_FREE,
+	UCMA_STAT_NR
+};
+
+UCMA_INTERNAL extern _Atomic uint64_t ucma_vmstat[UCMA_STAT_NR];
+UCMA_INTERNAL extern const char *const ucma_vmstat_names[UCMA_STAT_NR];
+
+static inline void ucma_count(enum ucma_vmstat_item i, uint64_t n)
+{
+	atomic_fetch_add_explicit(&ucma_vmstat[i], n, memory_order_relaxed);
+}
+
+/* malloc.c: counters kept per thread and summed when read. */
+struct ucma_malloc_counters {
+	uint64_t nmalloc;		/* calls that returned memory */
+	uint64_t nfree;
+	uint64_t allocated_bytes;	/* usable bytes currently allocated */
+	uint64_t active_bytes;		/* bytes of arena pages held by malloc */
+	uint64_t large_allocs;		/* live page-run allocations */
+	uint64_t overflow_bytes;	/* bytes mapped outside the arena */
+	uint64_t tcache_bytes;		/* bytes parked in thread caches */
+};
+UCMA_INTERNAL void ucma_malloc_counters_read(struct ucma_malloc_counters *out);
+
+#endif /* UCMA_INTERNAL_H */

@@ -1,0 +1,182 @@
+/*
+ * os.c - the one interface between ucma and the kernel's memory calls.
+ *
+ * Every mmap, munmap, madvise, mlock, mbind and thread creation of the
+ * library goes through the function table `ucma_os`.  The installed library
+ * keeps it pointing at the real calls; the test build (UCMA_TEST_HOOKS)
+ * lets tests replace entries to inject faults (mmap failing, hugepages
+ * unavailable, thread creation refused) and restore them with
+ * ucma_os_reset().  Nothing else in src/ calls these system calls directly.
+ *
+ * Also here: facts about the machine that backing decisions need (free
+ * hugetlb pages per size, whether transparent huge pages are usable), and
+ * physical address look-ups through /proc/self/pagemap.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+static void *os_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	return mmap(addr, len, prot, flags, fd, off);
+}
+
+static int os_munmap(void *addr, size_t len)
+{
+	return munmap(addr, len);
+}
+
+static int os_madvise(void *addr, size_t len, int advice)
+{
+	return madvise(addr, len, advice);
+}
+
+static int os_mlock(const void *addr, size_t len)
+{
+	return mlock(addr, len);
+}
+
+static int os_munlock(const void *addr, size_t len)
+{
+	return munlock(addr, len);
+}
+
+/* The raw system call: libnuma's wrapper would pull its own state in. */
+static long os_mbind(void *addr, unsigned long len, int mode, const unsigned long *nodemask,
+		     unsigned long maxnode, unsigned flags)
+{
+	return syscall(SYS_mbind, addr, len, mode, nodemask, maxnode, flags);
+}
+
+static int os_thread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *),
+			    void *arg)
+{
+	return pthread_create(t, attr, fn, arg);
+}
+
+/*
+ * Free pages in the hugetlb pool of one page size.  Read without stdio:
+ * this may run during start-up inside malloc.
+ */
+static long os_hugetlb_free_pages(size_t page_size)
+{
+	char path[96], buf[32];
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/sys/kernel/mm/hugepages/hugepages-%zukB/free_hugepages",
+		 page_size >> 10);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	return strtol(buf, NULL, 10);
+}
+
+struct ucma_os_ops ucma_os = {
+	.mmap = os_mmap,
+	.munmap = os_munmap,
+	.madvise = os_madvise,
+	.mlock = os_mlock,
+	.munlock = os_munlock,
+	.mbind = os_mbind,
+	.thread_create = os_thread_create,
+	.hugetlb_free_pages = os_hugetlb_free_pages,
+};
+
+void ucma_os_reset(void)
+{
+	ucma_os.mmap = os_mmap;
+	ucma_os.munmap = os_munmap;
+	ucma_os.madvise = os_madvise;
+	ucma_os.mlock = os_mlock;
+	ucma_os.munlock = os_munlock;
+	ucma_os.mbind = os_mbind;
+	ucma_os.thread_create = os_thread_create;
+	ucma_os.hugetlb_free_pages = os_hugetlb_free_pages;
+}
+
+long ucma_os_hugetlb_free_pages(size_t page_size)
+{
+	return ucma_os.hugetlb_free_pages(page_size);
+}
+
+/* THP is usable unless the administrator set it to "never". */
+bool ucma_os_thp_available(void)
+{
+	char buf[128];
+	ssize_t n;
+	int fd;
+
+	fd = open("/sys/kernel/mm/transparent_hugepage/enabled", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	return strstr(buf, "[never]") == NULL;
+}
+
+/*
+ * ucma_os_pagemap() - physical address of the byte at @addr, read from
+ * /proc/self/pagemap at the time of the call (the kernel may move ordinary
+ * pages at any time, even locked ones).  Returns 0, or -1 with errno:
+ * EINVAL when the page is not present, EPERM when the kernel hides frame
+ * numbers from this process (a zero PFN is "unknown", never address 0),
+ * ENOTSUP when there is no pagemap.
+ */
+int ucma_os_pagemap(const void *addr, uint64_t *phys)
+{
+	long psize = sysconf(_SC_PAGESIZE);
+	uint64_t entry, pfn;
+	off_t off;
+	int fd;
+
+	fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		errno = ENOTSUP;
+		return -1;
+	}
+	off = (off_t)((uintptr_t)addr / (uintptr_t)psize) * (off_t)sizeof(entry);
+	if (pread(fd, &entry, sizeof(entry), off) != (ssize_t)sizeof(entry)) {
+		close(fd);
+		errno = ENOTSUP;
+		return -1;
+	}
+	close(fd);
+	if (!(entry & (1ull << 63))) {	/* not present */
+		errno = EINVAL;
+		return -1;
+	}
+	pfn = entry & ((1ull << 55) - 1);
+	if (pfn == 0) {
+		errno = EPERM;
+		return -1;
+	}
+	*phys = pfn * (uint64_t)psize + ((uintptr_t)addr % (uintptr_t)psize);
+	return 0;
+}
+
+uint64_t ucma_os_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}

@@ -1,0 +1,31 @@
+## The library.  The same sources are built twice: libucma.la, installed,
+## with only the public ucma_* names exported; libucma_test.la, for the test
+## programs, with the fault-injection hooks compiled in (UCMA_TEST_HOOKS).
+UCMA_SOURCES = \
+	src/internal.h \
+	src/util.c \
+	src/os.c \
+	src/config.c \
+	src/arena.c \
+	src/buddy.c \
+	src/zone.c \
+	src/stats.c \
+	src/init.c
+
+UCMA_LIBADD = $(NUMA_LIBS) $(URCU_LIBS) -lpthread
+
+lib_LTLIBRARIES += libucma.la
+libucma_la_SOURCES = $(UCMA_SOURCES)
+libucma_la_CFLAGS = $(AM_CFLAGS) $(NUMA_CFLAGS) $(URCU_CFLAGS) -fvisibility=hidden \
+	-ftls-model=initial-exec
+libucma_la_LIBADD = $(UCMA_LIBADD)
+libucma_la_LDFLAGS = $(AM_LDFLAGS) -version-info $(UCMA_LT_VERSION) \
+	-Wl,--version-script=$(top_srcdir)/src/libucma.map -Wl,-z,nodelete
+EXTRA_libucma_la_DEPENDENCIES = src/libucma.map
+EXTRA_DIST += src/libucma.map
+
+noinst_LTLIBRARIES += libucma_test.la
+libucma_test_la_SOURCES = $(UCMA_SOURCES)
+libucma_test_la_CFLAGS = $(AM_CFLAGS) $(NUMA_CFLAGS) $(URCU_CFLAGS) -DUCMA_TEST_HOOKS=1 \
+	-ftls-model=initial-exec
+libucma_test_la_LIBADD = $(UCMA_LIBADD)

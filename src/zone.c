@@ -1,0 +1,578 @@
+/*
+ * zone.c - runs of pages under the zone rules, isolation, and decay.
+ *
+ * The rules (DESIGN.md, lessons 1 and 2):
+ *  - Unmovable requests are served from NORMAL only.  They take UNMOVABLE
+ *    pageblocks first; when none has room they steal a MOVABLE pageblock
+ *    of NORMAL, largest free block first, and claim the whole pageblock
+ *    (all its free pages move to the UNMOVABLE lists), so unmovable pages
+ *    cluster instead of sprinkling every pageblock.  A CMA pageblock is
+ *    never stolen: a CMA area can always be emptied.
+ *  - Movable requests walk the zonelist CMA, NORMAL: CMA pageblocks first
+ *    (unless the policy is "reserved" or the caller asks UCMA_GFP_NO_CMA),
+ *    then MOVABLE pageblocks of NORMAL, then free space in UNMOVABLE ones.
+ *  - Nothing is allocated from an ISOLATE pageblock.
+ *
+ * Runs: a request for n pages takes a block of order ceil(log2 n) and gives
+ * the tail back at once, so a 3 MiB request does not consume 4 MiB.  A run
+ * longer than a pageblock takes whole, consecutive, free pageblocks and
+ * gives back the tail of the last one.  The head page of a run has kind
+ * RUN with aux = n; every other page has kind TAIL with aux = head pfn.
+ *
+ * Decay: freed pages are dirty; once per decay interval the zone's purge
+ * epoch advances and dirty free blocks of an older epoch are returned to the
+ * kernel with MADV_DONTNEED (order >= UCMA_PURGE_MIN_ORDER, so the cost of
+ * the system call is amortised).  Zones on hugetlb pages are not purged:
+ * hugetlb memory is reserved and cannot be given back in pieces.
+ *
+ * Locking: each zone's lock protects its free lists and the metadata of its
+ * free pages and pageblocks (see struct ucma_zone).  Functions here take the
+ * lock themselves; none holds two zone locks at once.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define UCMA_PURGE_MIN_ORDER 4	/* 64 KiB */
+
+static unsigned order_for(uint32_t npages)
+{
+	return npages <= 1 ? 0 : 32u - (unsigned)__builtin_clz(npages - 1);
+}
+
+static bool zone_is_hugetlb(const struct ucma_zone *z)
+{
+	return z->backing == UCMA_BACKING_HUGETLB_1G || z->backing == UCMA_BACKING_HUGETLB_2M;
+}
+
+/* Mark [pfn, pfn + npages) as an allocated run (caller holds the lock). */
+static void set_run(struct ucma_arena *a, uint32_t pfn, uint32_t npages, bool movable)
+{
+	struct ucma_page *head = &a->pages[pfn];
+
+	head->kind = UCMA_PK_RUN;
+	head->order = 0;
+	head->owner_type = UCMA_OWN_NONE;
+	head->flags = movable ? UCMA_PF_MOVABLE : 0;
+	head->aux = npages;
+	head->owner = 0;
+	for (uint32_t i = 1; i < npages; i++) {
+		struct ucma_page *t = &a->pages[pfn + i];
+
+		t->kind = UCMA_PK_TAIL;
+		t->order = 0;
+		t->owner_type = UCMA_OWN_NONE;
+		t->flags = head->flags;
+		t->aux = pfn;
+		t->owner = 0;
+	}
+}
+
+/*
+ * Steal for an unmovable or movable request that found nothing of its own
+ * type in NORMAL: the largest free block of a @from pageblock; claim the
+ * pageblock for @to when the whole pageblock (or at least half of it) is
+ * free, as the kernel's steal_suitable_fallback() does.  Returns true when
+ * the lists of @to gained a block of at least @order.
+ */
+static bool steal_fallback(struct ucma_zone *z, unsigned order, int from, int to, bool always)
+{
+	for (int o = UCMA_MAX_ORDER; o >= (int)order; o--) {
+		uint32_t pfn = z->free_area[o].head[from];
+		struct ucma_pageblock *pb;
+		uint32_t pb_index;
+
+		if (pfn == UCMA_PFN_NONE)
+			continue;
+		pb_index = pfn >> UCMA_PAGEBLOCK_ORDER;
+		pb = &z->arena->blocks[pb_index];
+		if (pb->isolate_count)
+			continue;
+		if (always || pb->nr_free >= UCMA_PAGEBLOCK_PAGES / 2) {
+			ucma_buddy_move_block_mt(z, pb_index, to);
+			ucma_count(UCMA_STAT_PAGEBLOCK_STEAL, 1);
+			return true;
+		}
+		return false;
+	}
+	return false;
+}
+
+/* One block of 2^order pages from zone @z for a request of kind @gfp. */
+static uint32_t rmqueue(struct ucma_zone *z, unsigned order, unsigned gfp, bool *dirty)
+{
+	uint32_t pfn;
+
+	if (z->id == UCMA_ZONE_CMA)
+		return ucma_buddy_take_dirty(z, order, UCMA_MT_CMA, dirty);
+
+	if (!(gfp & UCMA_GFP_MOVABLE)) {
+		pfn = ucma_buddy_take_dirty(z, order, UCMA_MT_UNMOVABLE, dirty);
+		if (pfn != UCMA_PFN_NONE)
+			return pfn;
+		if (steal_fallback(z, order, UCMA_MT_MOVABLE, UCMA_MT_UNMOVABLE, true))
+			return ucma_buddy_take_dirty(z, order, UCMA_MT_UNMOVABLE, dirty);
+		return UCMA_PFN_NONE;
+	}
+	pfn = ucma_buddy_take_dirty(z, order, UCMA_MT_MOVABLE, dirty);
+	if (pfn != UCMA_PFN_NONE)
+		return pfn;
+	/* A wholly free UNMOVABLE pageblock goes back to MOVABLE. */
+	if (z->free_area[UCMA_MAX_ORDER].head[UCMA_MT_UNMOVABLE] != UCMA_PFN_NONE &&
+	    steal_fallback(z, UCMA_MAX_ORDER, UCMA_MT_UNMOVABLE, UCMA_MT_MOVABLE, false))
+		return ucma_buddy_take_dirty(z, order, UCMA_MT_MOVABLE, dirty);
+	/* Last resort, as the kernel's fallback: movable pages in an
+	 * unmovable pageblock, without claiming it. */
+	return ucma_buddy_take_dirty(z, order, UCMA_MT_UNMOVABLE, dirty);
+}
+
+/*
+ * A run of more than one pageblock: whole free pageblocks of a type the
+ * request may use, consecutive, not isolated.  Linear in pageblocks, which
+ * is fine for requests this large.
+ */
+static uint32_t alloc_pageblocks(struct ucma_zone *z, uint32_t npages, unsigned gfp, bool *dirty)
+{
+	struct ucma_arena *a = z->arena;
+	uint32_t need = (npages + UCMA_PAGEBLOCK_PAGES - 1) >> UCMA_PAGEBLOCK_ORDER;
+	uint32_t first = z->start_pfn >> UCMA_PAGEBLOCK_ORDER;
+	uint32_t last = z->end_pfn >> UCMA_PAGEBLOCK_ORDER;
+	uint32_t run = 0;
+	int to;
+
+	for (uint32_t b = first; b < last; b++) {
+		struct ucma_pageblock *pb = &a->blocks[b];
+		bool ok = pb->nr_free == UCMA_PAGEBLOCK_PAGES && !pb->isolate_count;
+
+		if (ok && z->id == UCMA_ZONE_CMA)
+			ok = pb->mt == UCMA_MT_CMA;
+		else if (ok)
+			ok = pb->mt == UCMA_MT_MOVABLE || pb->mt == UCMA_MT_UNMOVABLE;
+		run = ok ? run + 1 : 0;
+		if (run < need)
+			continue;
+
+		uint32_t start = (b + 1 - need) << UCMA_PAGEBLOCK_ORDER;
+
+		to = z->id == UCMA_ZONE_CMA ? UCMA_MT_CMA :
+		     (gfp & UCMA_GFP_MOVABLE) ? UCMA_MT_MOVABLE : UCMA_MT_UNMOVABLE;
+		*dirty = false;
+		for (uint32_t i = 0; i < need; i++) {
+			uint32_t pbi = (start >> UCMA_PAGEBLOCK_ORDER) + i;
+
+			*dirty |= a->pages[pbi << UCMA_PAGEBLOCK_ORDER].flags & UCMA_PF_DIRTY;
+			ucma_buddy_move_block_mt(z, pbi, to);
+		}
+		if (!ucma_buddy_take_range(z, start, start + need * UCMA_PAGEBLOCK_PAGES))
+			ucma_fatal("internal error: free pageblocks %u+%u not free", start, need);
+		return start;
+	}
+	return UCMA_PFN_NONE;
+}
+
+static void maybe_purge(struct ucma_zone *z);
+
+uint32_t ucma_pages_alloc_zone(struct ucma_zone *z, uint32_t npages, unsigned gfp)
+{
+	struct ucma_arena *a = z->arena;
+	bool dirty = true;
+	uint32_t pfn;
+
+	if (npages == 0 || npages > z->managed_pages)
+		return UCMA_PFN_NONE;
+	if (z->id == UCMA_ZONE_CMA && !(gfp & UCMA_GFP_MOVABLE))
+		return UCMA_PFN_NONE;	/* lesson 1: never unmovable in CMA */
+
+	pthread_mutex_lock(&z->lock);
+	if (npages > UCMA_PAGEBLOCK_PAGES) {
+		pfn = alloc_pageblocks(z, npages, gfp, &dirty);
+		if (pfn != UCMA_PFN_NONE) {
+			uint32_t span = UCMA_ALIGN_UP(npages, UCMA_PAGEBLOCK_PAGES);
+
+			if (span > npages)
+				ucma_buddy_free_clean_range(z, pfn + npages, span - npages, dirty);
+		}
+	} else {
+		unsigned order = order_for(npages);
+
+		pfn = rmqueue(z, order, gfp, &dirty);
+		if (pfn != UCMA_PFN_NONE && (1u << order) > npages)
+			ucma_buddy_free_clean_range(z, pfn + npages, (1u << order) - npages, dirty);
+	}
+	if (pfn != UCMA_PFN_NONE)
+		set_run(a, pfn, npages, gfp & UCMA_GFP_MOVABLE);
+	pthread_mutex_unlock(&z->lock);
+
+	if (pfn == UCMA_PFN_NONE)
+		return pfn;
+	ucma_count(UCMA_STAT_PAGE_ALLOC, 1);
+	if ((gfp & UCMA_GFP_ZERO) && dirty)
+		memset(ucma_pfn_to_addr(a, pfn), 0, (size_t)npages << UCMA_PAGE_SHIFT);
+	return pfn;
+}
+
+uint32_t ucma_pages_alloc(struct ucma_arena *a, uint32_t npages, unsigned gfp)
+{
+	uint32_t pfn = UCMA_PFN_NONE;
+
+	if (!a || npages == 0) {
+		errno = EINVAL;
+		return UCMA_PFN_NONE;
+	}
+	if ((gfp & UCMA_GFP_MOVABLE) && !(gfp & UCMA_GFP_NO_CMA) &&
+	    ucma_opt.cma_policy == UCMA_CMA_LEND)
+		pfn = ucma_pages_alloc_zone(&a->zones[UCMA_ZONE_CMA], npages, gfp);
+	if (pfn == UCMA_PFN_NONE)
+		pfn = ucma_pages_alloc_zone(&a->zones[UCMA_ZONE_NORMAL], npages, gfp);
+	if (pfn == UCMA_PFN_NONE) {
+		ucma_count(UCMA_STAT_PAGE_ALLOC_FAIL, 1);
+		errno = ENOMEM;
+	}
+	return pfn;
+}
+
+void ucma_pages_free(struct ucma_arena *a, uint32_t pfn)
+{
+	struct ucma_zone *z = ucma_pfn_zone(a, pfn);
+	struct ucma_page *head = &a->pages[pfn];
+	uint32_t npages;
+
+	pthread_mutex_lock(&z->lock);
+	if (head->kind != UCMA_PK_RUN)
+		ucma_fatal("internal error: freeing page %u which is no run head", pfn);
+	npages = head->aux;
+	/* Forget the run first, so a stale pointer into it finds nothing. */
+	for (uint32_t i = 0; i < npages; i++) {
+		a->pages[pfn + i].kind = UCMA_PK_UNUSED;
+		a->pages[pfn + i].owner_type = UCMA_OWN_NONE;
+		a->pages[pfn + i].owner = 0;
+	}
+	ucma_buddy_free_range(z, pfn, npages);
+	pthread_mutex_unlock(&z->lock);
+	ucma_count(UCMA_STAT_PAGE_FREE, 1);
+	maybe_purge(z);
+}
+
+uint32_t ucma_run_head(const struct ucma_arena *a, uint32_t pfn)
+{
+	const struct ucma_page *p = &a->pages[pfn];
+
+	if (p->kind == UCMA_PK_RUN)
+		return pfn;
+	if (p->kind == UCMA_PK_TAIL)
+		return p->aux;
+	return UCMA_PFN_NONE;
+}
+
+void ucma_run_set_owner(struct ucma_arena *a, uint32_t pfn, int owner_type, uint64_t owner)
+{
+	struct ucma_page *head = &a->pages[pfn];
+	uint32_t npages = head->aux;
+
+	for (uint32_t i = 0; i < npages; i++) {
+		a->pages[pfn + i].owner = owner;
+		__atomic_store_n(&a->pages[pfn + i].owner_type, (uint8_t)owner_type,
+				 __ATOMIC_RELEASE);
+	}
+}
+
+/* ------------------------------------------------------------------------ */
+/* Isolation                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * ucma_isolate_range() - isolate the pageblocks of [start, end) (pageblock
+ * aligned, inside one zone): their free pages leave the usable free lists
+ * and nothing new is placed there until ucma_undo_isolate_range().
+ * Isolation nests.  Returns 0, or -1 with EINVAL for a bad range.
+ */
+int ucma_isolate_range(struct ucma_arena *a, uint32_t start, uint32_t end)
+{
+	struct ucma_zone *z;
+
+	if (start >= end || end > a->npages || (start | end) & (UCMA_PAGEBLOCK_PAGES - 1)) {
+		errno = EINVAL;
+		return -1;
+	}
+	z = ucma_pfn_zone(a, start);
+	if (ucma_pfn_zone(a, end - 1) != z) {
+		errno = EINVAL;
+		return -1;
+	}
+	pthread_mutex_lock(&z->lock);
+	for (uint32_t b = start >> UCMA_PAGEBLOCK_ORDER; b < end >> UCMA_PAGEBLOCK_ORDER; b++) {
+		struct ucma_pageblock *pb = &a->blocks[b];
+
+		if (pb->isolate_count++ == 0) {
+			pb->saved_mt = pb->mt;
+			ucma_buddy_move_block_mt(z, b, UCMA_MT_ISOLATE);
+		}
+	}
+	pthread_mutex_unlock(&z->lock);
+	return 0;
+}
+
+void ucma_undo_isolate_range(struct ucma_arena *a, uint32_t start, uint32_t end)
+{
+	struct ucma_zone *z = ucma_pfn_zone(a, start);
+
+	pthread_mutex_lock(&z->lock);
+	for (uint32_t b = start >> UCMA_PAGEBLOCK_ORDER; b < end >> UCMA_PAGEBLOCK_ORDER; b++) {
+		struct ucma_pageblock *pb = &a->blocks[b];
+
+		if (pb->isolate_count == 0)
+			ucma_fatal("internal error: pageblock %u is not isolated", b);
+		if (--pb->isolate_count == 0)
+			ucma_buddy_move_block_mt(z, b, pb->saved_mt);
+	}
+	pthread_mutex_unlock(&z->lock);
+}
+
+/* Returns true if every page of [start, end) is free (any free list). */
+bool ucma_range_free(struct ucma_arena *a, uint32_t start, uint32_t end)
+{
+	struct ucma_zone *z = ucma_pfn_zone(a, start);
+	bool is_free = true;
+
+	pthread_mutex_lock(&z->lock);
+	for (uint32_t pfn = start; pfn < end && is_free;) {
+		uint32_t h = UCMA_PFN_NONE;
+
+		for (unsigned o = 0; o < UCMA_NR_ORDERS; o++) {
+			uint32_t c = pfn & ~((1u << o) - 1);
+
+			if (c < z->start_pfn)
+				break;
+			if (a->pages[c].kind == UCMA_PK_FREE && a->pages[c].order >= o) {
+				h = c;
+				break;
+			}
+		}
+		if (h == UCMA_PFN_NONE)
+			is_free = false;
+		else
+			pfn = h + (1u << a->pages[h].order);
+	}
+	pthread_mutex_unlock(&z->lock);
+	return is_free;
+}
+
+/*
+ * ucma_claim_free_range() - make the free pages [start, end) one allocated
+ * run owned by (@owner_type, @owner).  Returns 0, or -1 with EBUSY when a
+ * page of the range is not free.
+ */
+int ucma_claim_free_range(struct ucma_arena *a, uint32_t start, uint32_t end, int owner_type,
+			  uint64_t owner)
+{
+	struct ucma_zone *z = ucma_pfn_zone(a, start);
+
+	if (start >= end || end > z->end_pfn || start < z->start_pfn) {
+		errno = EINVAL;
+		return -1;
+	}
+	pthread_mutex_lock(&z->lock);
+	if (!ucma_buddy_take_range(z, start, end)) {
+		pthread_mutex_unlock(&z->lock);
+		errno = EBUSY;
+		return -1;
+	}
+	set_run(a, start, end - start, false);
+	pthread_mutex_unlock(&z->lock);
+	ucma_run_set_owner(a, start, owner_type, owner);
+	return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Reports and checks                                                        */
+/* ------------------------------------------------------------------------ */
+
+void ucma_zone_free_counts(struct ucma_zone *z, uint64_t counts[UCMA_NR_ORDERS])
+{
+	pthread_mutex_lock(&z->lock);
+	for (unsigned o = 0; o < UCMA_NR_ORDERS; o++) {
+		counts[o] = 0;
+		for (int mt = 0; mt < UCMA_MT_NR; mt++)
+			counts[o] += z->free_area[o].nr_free[mt];
+	}
+	pthread_mutex_unlock(&z->lock);
+}
+
+void ucma_zone_pageblock_counts(struct ucma_arena *a, int zone, uint64_t counts[UCMA_MT_NR])
+{
+	struct ucma_zone *z = &a->zones[zone];
+
+	for (int mt = 0; mt < UCMA_MT_NR; mt++)
+		counts[mt] = 0;
+	pthread_mutex_lock(&z->lock);
+	for (uint32_t b = z->start_pfn >> UCMA_PAGEBLOCK_ORDER; b < z->end_pfn >> UCMA_PAGEBLOCK_ORDER;
+	     b++)
+		counts[a->blocks[b].mt]++;
+	pthread_mutex_unlock(&z->lock);
+}
+
+#define CHECK(cond, ...)                                      \
+	do {                                                  \
+		if (!(cond)) {                                \
+			snprintf(why, whylen, __VA_ARGS__);   \
+			goto bad;                             \
+		}                                             \
+	} while (0)
+
+/*
+ * ucma_zone_check() - verify every invariant of the zone's buddy state.
+ * Returns 0, or -1 with a description of the first violation in @why.
+ * Takes the zone lock; O(pages).  For tests and debug builds.
+ */
+int ucma_zone_check(struct ucma_zone *z, char *why, size_t whylen)
+{
+	struct ucma_arena *a = z->arena;
+	uint64_t listed = 0, walked = 0;
+
+	pthread_mutex_lock(&z->lock);
+	for (unsigned o = 0; o < UCMA_NR_ORDERS; o++) {
+		for (int mt = 0; mt < UCMA_MT_NR; mt++) {
+			uint64_t n = 0;
+			uint32_t prev = UCMA_PFN_NONE;
+
+			for (uint32_t pfn = z->free_area[o].head[mt]; pfn != UCMA_PFN_NONE;
+			     pfn = a->pages[pfn].link.next) {
+				struct ucma_page *p = &a->pages[pfn];
+
+				CHECK(pfn >= z->start_pfn && pfn < z->end_pfn,
+				      "order %u mt %d: pfn %u outside zone", o, mt, pfn);
+				CHECK(p->kind == UCMA_PK_FREE && p->order == o,
+				      "order %u mt %d: pfn %u kind %u order %u", o, mt, pfn,
+				      p->kind, p->order);
+				CHECK((pfn & ((1u << o) - 1)) == 0, "pfn %u misaligned for order %u",
+				      pfn, o);
+				CHECK(a->blocks[pfn >> UCMA_PAGEBLOCK_ORDER].mt == mt,
+				      "pfn %u on list %d but pageblock is %d", pfn, mt,
+				      a->blocks[pfn >> UCMA_PAGEBLOCK_ORDER].mt);
+				CHECK(p->link.prev == prev, "pfn %u: broken prev link", pfn);
+				if (o < UCMA_MAX_ORDER) {
+					struct ucma_page *b = &a->pages[pfn ^ (1u << o)];
+
+					CHECK(!(b->kind == UCMA_PK_FREE && b->order == o),
+					      "free buddies %u and %u of order %u not merged", pfn,
+					      pfn ^ (1u << o), o);
+				}
+				prev = pfn;
+				n++;
+				listed += 1u << o;
+				CHECK(n <= z->managed_pages, "order %u mt %d: list loops", o, mt);
+			}
+			CHECK(n == z->free_area[o].nr_free[mt], "order %u mt %d: count %llu != %llu",
+			      o, mt, (unsigned long long)n,
+			      (unsigned long long)z->free_area[o].nr_free[mt]);
+		}
+	}
+	CHECK(listed == z->free_pages, "listed free pages %llu != free_pages %llu",
+	      (unsigned long long)listed, (unsigned long long)z->free_pages);
+	for (uint32_t b = z->start_pfn >> UCMA_PAGEBLOCK_ORDER; b < z->end_pfn >> UCMA_PAGEBLOCK_ORDER;
+	     b++) {
+		uint32_t start = b << UCMA_PAGEBLOCK_ORDER, end = start + UCMA_PAGEBLOCK_PAGES;
+		uint32_t nfree = 0;
+
+		CHECK(z->id != UCMA_ZONE_CMA || a->blocks[b].mt == UCMA_MT_CMA ||
+			      a->blocks[b].mt == UCMA_MT_ISOLATE,
+		      "CMA pageblock %u has migratetype %d", b, a->blocks[b].mt);
+		CHECK(z->id == UCMA_ZONE_CMA || a->blocks[b].mt != UCMA_MT_CMA,
+		      "NORMAL pageblock %u has migratetype CMA", b);
+		for (uint32_t pfn = start; pfn < end;) {
+			struct ucma_page *p = &a->pages[pfn];
+
+			if (p->kind == UCMA_PK_FREE) {
+				nfree += 1u << p->order;
+				pfn += 1u << p->order;
+			} else if (p->kind == UCMA_PK_RUN) {
+				CHECK(p->aux > 0, "run at %u has no pages", pfn);
+				if (pfn + p->aux > end)
+					CHECK(pfn == start, "run at %u crosses a pageblock", pfn);
+				pfn += p->aux;
+			} else if (p->kind == UCMA_PK_TAIL) {
+				CHECK(pfn == start && a->pages[p->aux].kind == UCMA_PK_RUN &&
+					      p->aux + a->pages[p->aux].aux > pfn,
+				      "stray tail page %u", pfn);
+				pfn = p->aux + a->pages[p->aux].aux;
+			} else {
+				CHECK(0, "page %u is neither free nor allocated", pfn);
+			}
+		}
+		CHECK(nfree == a->blocks[b].nr_free, "pageblock %u: %u free pages, counted %u", b,
+		      nfree, a->blocks[b].nr_free);
+		walked += nfree;
+	}
+	CHECK(walked == z->free_pages, "walked free pages %llu != %llu",
+	      (unsigned long long)walked, (unsigned long long)z->free_pages);
+	pthread_mutex_unlock(&z->lock);
+	return 0;
+bad:
+	pthread_mutex_unlock(&z->lock);
+	return -1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Decay                                                                     */
+/* ------------------------------------------------------------------------ */
+
+static _Atomic uint64_t next_purge_ns[UCMA_ZONE_NR];
+
+/*
+ * ucma_zone_purge() - return dirty free blocks to the kernel.  With @all,
+ * every dirty block of any order (malloc_trim); otherwise blocks of at
+ * least UCMA_PURGE_MIN_ORDER freed before the current epoch.  The zone
+ * lock is held across madvise: the blocks must stay free meanwhile.
+ */
+void ucma_zone_purge(struct ucma_zone *z, bool all)
+{
+	struct ucma_arena *a = z->arena;
+	uint64_t purged = 0;
+	uint32_t epoch;
+
+	if (zone_is_hugetlb(z))
+		return;
+	pthread_mutex_lock(&z->lock);
+	epoch = z->purge_epoch++;
+	for (unsigned o = all ? 0 : UCMA_PURGE_MIN_ORDER; o < UCMA_NR_ORDERS; o++) {
+		for (int mt = 0; mt < UCMA_MT_NR; mt++) {
+			for (uint32_t pfn = z->free_area[o].head[mt]; pfn != UCMA_PFN_NONE;
+			     pfn = a->pages[pfn].link.next) {
+				struct ucma_page *p = &a->pages[pfn];
+
+				if (!(p->flags & UCMA_PF_DIRTY) || (!all && p->aux >= epoch))
+					continue;
+				if (ucma_os.madvise(ucma_pfn_to_addr(a, pfn),
+						    (size_t)1 << (o + UCMA_PAGE_SHIFT),
+						    MADV_DONTNEED) == 0) {
+					p->flags &= (uint8_t)~UCMA_PF_DIRTY;
+					purged += 1u << o;
+				}
+			}
+		}
+	}
+	pthread_mutex_unlock(&z->lock);
+	if (purged)
+		ucma_count(UCMA_STAT_PURGED_PAGES, purged);
+}
+
+static void maybe_purge(struct ucma_zone *z)
+{
+	uint64_t now, next;
+
+	if (ucma_opt.decay_ms == 0 || zone_is_hugetlb(z))
+		return;
+	now = ucma_os_now_ns();
+	next = atomic_load_explicit(&next_purge_ns[z->id], memory_order_relaxed);
+	if (now < next)
+		return;
+	if (!atomic_compare_exchange_strong(&next_purge_ns[z->id], &next,
+					    now + (uint64_t)ucma_opt.decay_ms * 500000ull))
+		return;	/* another thread purges */
+	if (next != 0)
+		ucma_zone_purge(z, false);
+}

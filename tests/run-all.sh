@@ -1,0 +1,84 @@
+#!/bin/sh
+# run-all.sh - the whole test suite, from a clean checkout, on Debian 12 as
+# root: installs the build dependencies, builds the library in the normal
+# configuration with warnings as errors and runs `make check`, then
+# `make distcheck`, then the sanitizer builds (AddressSanitizer with
+# UBSan, ThreadSanitizer for the concurrency tests).  Ends with one line
+# "N passed, N failed, N skipped" counted over every run.
+set -u
+top=$(cd "$(dirname "$0")/.." && pwd)
+jobs=${UCMA_JOBS:-2}
+out=${UCMA_BUILD_ROOT:-$top/build-ci}
+
+deps="build-essential autoconf automake libtool pkg-config libnuma-dev liburcu-dev \
+liburing-dev libjemalloc-dev libjemalloc2 libmimalloc-dev libgoogle-perftools-dev \
+clang libclang-rt-14-dev groff-base man-db python3 git gcc g++ numactl"
+
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+	missing=""
+	for p in $deps; do
+		dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
+	done
+	if [ -n "$missing" ]; then
+		echo "== installing:$missing"
+		export DEBIAN_FRONTEND=noninteractive
+		apt-get update -qq >/dev/null && apt-get install -y -qq $missing >/dev/null ||
+			{ echo "apt-get install failed"; exit 1; }
+	fi
+fi
+
+pass=0 fail=0 skip=0
+failed_runs=""
+
+# count_trs DIR: add the results of every .trs file under DIR.
+count_trs() {
+	p=$(find "$1" -name '*.trs' -exec grep -h '^:test-result: PASS' {} + | wc -l)
+	x=$(find "$1" -name '*.trs' -exec grep -h '^:test-result: XFAIL' {} + | wc -l)
+	f=$(find "$1" -name '*.trs' -exec grep -hE '^:test-result: (FAIL|ERROR|XPASS)' {} + | wc -l)
+	s=$(find "$1" -name '*.trs' -exec grep -h '^:test-result: SKIP' {} + | wc -l)
+	pass=$((pass + p + x)); fail=$((fail + f)); skip=$((skip + s))
+}
+
+# step NAME COMMAND...: run a build step; a failure counts as one failed test.
+step() {
+	name=$1; shift
+	echo "== $name"
+	if ! "$@" > "$out/$name.log" 2>&1; then
+		echo "!! $name failed; last lines of $out/$name.log:"
+		tail -40 "$out/$name.log"
+		fail=$((fail + 1)); failed_runs="$failed_runs $name"
+		return 1
+	fi
+	return 0
+}
+
+rm -rf "$out"; mkdir -p "$out"
+cd "$top" && step autoreconf autoreconf -fi || { echo "$pass passed, $fail failed, $skip skipped"; exit 1; }
+
+# build VARIANT CONFIGURE-ARGS...: configure, build and `make check` one variant.
+build() {
+	v=$1; shift
+	mkdir -p "$out/$v"
+	cd "$out/$v" || return
+	if step "$v-configure" "$top/configure" --enable-werror "$@" &&
+	   step "$v-make" make -j"$jobs"; then
+		step "$v-check" make -j"$jobs" check ${UCMA_CHECK_ARGS:-}
+		count_trs "$out/$v"
+	fi
+	cd "$top" || exit 1
+}
+
+build normal
+if [ -z "${UCMA_QUICK:-}" ]; then
+	cd "$out/normal" && step distcheck make -j"$jobs" distcheck && pass=$((pass + 1))
+	cd "$top"
+	build asan --enable-asan --enable-debug
+	build tsan --enable-tsan --enable-debug
+fi
+
+echo "== summary"
+[ -n "$failed_runs" ] && echo "failed steps:$failed_runs"
+find "$out" -name '*.trs' -exec grep -lE '^:test-result: (FAIL|ERROR|XPASS)' {} + 2>/dev/null |
+	sed 's/\.trs$/.log/; s/^/failed: /'
+echo "$pass passed, $fail failed, $skip skipped"
+[ "$fail" -eq 0 ]

@@ -1,0 +1,22 @@
+## Tests: TAP programs under Automake's parallel harness.  Each part of the
+## tree keeps its own list in tests/<topic>.mk, included here.
+LOG_DRIVER = env AM_TAP_AWK='$(AWK)' $(SHELL) $(top_srcdir)/build-aux/tap-driver.sh
+TEST_EXTENSIONS = .sh
+SH_LOG_DRIVER = $(LOG_DRIVER)
+AM_TESTS_ENVIRONMENT = \
+	top_srcdir='$(top_srcdir)'; export top_srcdir; \
+	top_builddir='$(top_builddir)'; export top_builddir; \
+	UCMA_TEST_LIBDIR='$(abs_top_builddir)/.libs'; export UCMA_TEST_LIBDIR; \
+	LSAN_OPTIONS="suppressions=$(abs_top_srcdir)/tests/lsan.supp:print_suppressions=0"; export LSAN_OPTIONS; \
+	TSAN_OPTIONS="suppressions=$(abs_top_srcdir)/tests/tsan.supp:halt_on_error=1:second_deadlock_stack=1"; export TSAN_OPTIONS; \
+	UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"; export UBSAN_OPTIONS;
+EXTRA_DIST += tests/tap.h tests/testutil.h tests/lsan.supp tests/tsan.supp
+
+include tests/unit/unit.mk
+EXTRA_DIST += tests/run-all.sh
+if ENABLE_ASAN
+AM_TESTS_ENVIRONMENT += UCMA_TEST_SANITIZER=asan; export UCMA_TEST_SANITIZER;
+endif
+if ENABLE_TSAN
+AM_TESTS_ENVIRONMENT += UCMA_TEST_SANITIZER=tsan; export UCMA_TEST_SANITIZER;
+endif

@@ -1,0 +1,177 @@
+/*
+ * testutil.h - helpers shared by ucma's tests: hugepage pool reservation
+ * (serialised across parallel tests by a lock file and restored at exit),
+ * data stamps with checksums, and timing.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef UCMA_TESTUTIL_H
+#define UCMA_TESTUTIL_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <time.h>
+#include <unistd.h>
+
+#define TU_HUGEPAGES_LOCK "/tmp/ucma-test-hugepages.lock"
+
+static char tu_hp_path[128];
+static long tu_hp_old = -1;
+static int tu_hp_lockfd = -1;
+
+static inline long tu_read_long(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	long v = -1;
+
+	if (!f)
+		return -1;
+	if (fscanf(f, "%ld", &v) != 1)
+		v = -1;
+	fclose(f);
+	return v;
+}
+
+static inline int tu_write_long(const char *path, long v)
+{
+	FILE *f = fopen(path, "w");
+	int rc;
+
+	if (!f)
+		return -1;
+	rc = fprintf(f, "%ld\n", v) < 0 ? -1 : 0;
+	if (fclose(f) != 0)
+		rc = -1;
+	return rc;
+}
+
+static void tu_hugepages_restore(void)
+{
+	if (tu_hp_old >= 0)
+		tu_write_long(tu_hp_path, tu_hp_old);
+	tu_hp_old = -1;
+	if (tu_hp_lockfd >= 0)
+		close(tu_hp_lockfd);	/* drops the flock */
+	tu_hp_lockfd = -1;
+}
+
+/*
+ * tu_hugepages_reserve() - make @count free hugetlb pages of @kb KiB
+ * available to this test, as root.  Holds an exclusive lock file for the
+ * life of the process so parallel tests do not race on the pool, and
+ * restores the old pool size at exit.  Returns 0, or -1 with a reason
+ * (not root, kernel refused, not enough memory) in @why.
+ */
+static inline int tu_hugepages_reserve(long kb, long count, char *why, size_t whylen)
+{
+	long total, freep, want;
+	char freepath[128];
+
+	if (geteuid() != 0) {
+		snprintf(why, whylen, "reserving hugepages needs root");
+		return -1;
+	}
+	snprintf(tu_hp_path, sizeof(tu_hp_path),
+		 "/sys/kernel/mm/hugepages/hugepages-%ldkB/nr_hugepages", kb);
+	snprintf(freepath, sizeof(freepath),
+		 "/sys/kernel/mm/hugepages/hugepages-%ldkB/free_hugepages", kb);
+	if (access(tu_hp_path, W_OK) != 0) {
+		snprintf(why, whylen, "no %ld KiB hugepage pool on this kernel", kb);
+		return -1;
+	}
+	tu_hp_lockfd = open(TU_HUGEPAGES_LOCK, O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+	if (tu_hp_lockfd < 0 || flock(tu_hp_lockfd, LOCK_EX) != 0) {
+		snprintf(why, whylen, "cannot lock %s: %s", TU_HUGEPAGES_LOCK, strerror(errno));
+		return -1;
+	}
+	total = tu_read_long(tu_hp_path);
+	freep = tu_read_long(freepath);
+	if (total < 0 || freep < 0) {
+		snprintf(why, whylen, "cannot read the hugepage pool");
+		tu_hugepages_restore();
+		return -1;
+	}
+	tu_hp_old = total;
+	atexit(tu_hugepages_restore);
+	if (freep >= count)
+		return 0;
+	want = total + (count - freep);
+	if (tu_write_long(tu_hp_path, want) != 0 ||
+	    tu_read_long(freepath) < count) {
+		snprintf(why, whylen, "the kernel gave fewer than %ld free %ld KiB hugepages",
+			 count, kb);
+		tu_hugepages_restore();
+		return -1;
+	}
+	return 0;
+}
+
+/* A 64-bit FNV-1a checksum; good enough to detect any corrupted byte. */
+static inline uint64_t tu_checksum(const void *p, size_t n)
+{
+	const unsigned char *c = p;
+	uint64_t h = 1469598103934665603ull;
+
+	for (size_t i = 0; i < n; i++) {
+		h ^= c[i];
+		h *= 1099511628211ull;
+	}
+	return h;
+}
+
+/* Fill @n bytes with a pattern derived from @seed. */
+static inline void tu_fill(void *p, size_t n, uint64_t seed)
+{
+	unsigned char *c = p;
+	uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+
+	for (size_t i = 0; i < n; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		c[i] = (unsigned char)x;
+	}
+}
+
+/* Does the buffer hold exactly the pattern of tu_fill(seed)? */
+static inline int tu_check(const void *p, size_t n, uint64_t seed)
+{
+	const unsigned char *c = p;
+	uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
+
+	for (size_t i = 0; i < n; i++) {
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		if (c[i] != (unsigned char)x)
+			return 0;
+	}
+	return 1;
+}
+
+static inline uint64_t tu_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* xorshift64* for reproducible test randomness */
+static inline uint64_t tu_rand(uint64_t *s)
+{
+	uint64_t x = *s;
+
+	x ^= x >> 12;
+	x ^= x << 25;
+	x ^= x >> 27;
+	*s = x;
+	return x * 2685821657736338717ull;
+}
+
+#endif /* UCMA_TESTUTIL_H */

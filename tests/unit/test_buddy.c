@@ -1,0 +1,306 @@
+/*
+ * test_buddy.c - the buddy allocator and the zone rules against a model.
+ *
+ * Randomised runs of page allocations and frees are checked against a
+ * bitmap of the arena (no page handed out twice, every free page accounted
+ * for), the zone invariants are verified with ucma_zone_check(), and after
+ * everything is freed the zones must have merged back to whole pageblocks.
+ * Then the rules: unmovable memory never in CMA, movable memory in CMA
+ * first, isolation keeps allocations out, exact splitting, policy reserved.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "internal.h"
+#include "tap.h"
+#include "testutil.h"
+
+#include <errno.h>
+#include <string.h>
+
+#define ARENA (64u << 20)
+#define CMA   (16u << 20)
+
+struct run {
+	uint32_t pfn, npages;
+	bool movable;
+};
+
+static struct ucma_arena *a;
+static unsigned char *owned;	/* model: 1 if the page is allocated */
+
+static struct ucma_zone *normal(void) { return &a->zones[UCMA_ZONE_NORMAL]; }
+static struct ucma_zone *cma(void) { return &a->zones[UCMA_ZONE_CMA]; }
+
+static bool check_zones(const char *when)
+{
+	char why[256];
+
+	for (int z = 0; z < UCMA_ZONE_NR; z++) {
+		if (ucma_zone_check(&a->zones[z], why, sizeof(why)) != 0) {
+			diag("%s: zone %s: %s", when, a->zones[z].name, why);
+			return false;
+		}
+	}
+	return true;
+}
+
+static bool mark(struct run *r, unsigned char v)
+{
+	for (uint32_t i = 0; i < r->npages; i++) {
+		if (owned[r->pfn + i] == v)
+			return false;	/* handed out twice, or freed twice */
+		owned[r->pfn + i] = v;
+	}
+	return true;
+}
+
+static uint64_t model_free_pages(void)
+{
+	uint64_t n = 0;
+
+	for (uint32_t i = 0; i < a->npages; i++)
+		n += !owned[i];
+	return n;
+}
+
+static void test_random(void)
+{
+	enum { MAXRUNS = 4000, STEPS = 20000 };
+	static struct run runs[MAXRUNS];
+	uint64_t seed = 0x5eed;
+	int nruns = 0, overlaps = 0, rule_breaks = 0, checks_ok = 1;
+	uint64_t fails = 0;
+
+	for (int step = 0; step < STEPS; step++) {
+		uint64_t r = tu_rand(&seed);
+
+		if (nruns < MAXRUNS && (r % 100 < 55 || nruns == 0)) {
+			struct run *x = &runs[nruns];
+			uint64_t sz = tu_rand(&seed);
+
+			/* Mostly small runs, some large, a few multi-pageblock. */
+			if (sz % 100 < 80)
+				x->npages = 1 + (uint32_t)(sz >> 8) % 16;
+			else if (sz % 100 < 97)
+				x->npages = 1 + (uint32_t)(sz >> 8) % 512;
+			else
+				x->npages = 513 + (uint32_t)(sz >> 8) % 1200;
+			x->movable = (r >> 32) & 1;
+			x->pfn = ucma_pages_alloc(a, x->npages,
+						  x->movable ? UCMA_GFP_MOVABLE : UCMA_GFP_UNMOVABLE);
+			if (x->pfn == UCMA_PFN_NONE) {
+				fails++;
+				continue;
+			}
+			if (!mark(x, 1))
+				overlaps++;
+			if (!x->movable && ucma_pfn_zone(a, x->pfn)->id != UCMA_ZONE_NORMAL)
+				rule_breaks++;
+			if (a->pages[x->pfn].kind != UCMA_PK_RUN || a->pages[x->pfn].aux != x->npages)
+				rule_breaks++;
+			nruns++;
+		} else {
+			int i = (int)((r >> 16) % (uint64_t)nruns);
+
+			if (!mark(&runs[i], 0))
+				overlaps++;
+			ucma_pages_free(a, runs[i].pfn);
+			runs[i] = runs[--nruns];
+		}
+		if (step % 2000 == 0) {
+			checks_ok &= check_zones("random step");
+			checks_ok &= model_free_pages() ==
+				     normal()->free_pages + cma()->free_pages;
+		}
+	}
+	ok(overlaps == 0, "no page handed out twice in %d steps", STEPS);
+	ok(rule_breaks == 0, "unmovable runs only in NORMAL, run heads exact");
+	ok(checks_ok, "zone invariants and model free count hold during the run");
+	diag("allocation failures (arena full): %llu", (unsigned long long)fails);
+	while (nruns > 0) {
+		mark(&runs[nruns - 1], 0);
+		ucma_pages_free(a, runs[--nruns].pfn);
+	}
+	ok(check_zones("after freeing all"), "invariants hold after freeing everything");
+	ok(normal()->free_pages == normal()->managed_pages &&
+		   cma()->free_pages == cma()->managed_pages,
+	   "every page is free again");
+	{
+		uint64_t counts[UCMA_NR_ORDERS];
+		uint64_t blocks = 0;
+
+		ucma_zone_free_counts(normal(), counts);
+		blocks += counts[UCMA_MAX_ORDER];
+		ucma_zone_free_counts(cma(), counts);
+		blocks += counts[UCMA_MAX_ORDER];
+		ok(blocks == a->nr_pageblocks, "merged back to %llu whole pageblocks of %u",
+		   (unsigned long long)blocks, a->nr_pageblocks);
+	}
+}
+
+static void test_exact_split(void)
+{
+	uint64_t before = normal()->free_pages;
+	uint32_t pfn = ucma_pages_alloc(a, 768, UCMA_GFP_UNMOVABLE);	/* 3 MiB */
+	uint32_t p5;
+
+	ok(pfn != UCMA_PFN_NONE, "3 MiB unmovable run allocated");
+	ok(before - normal()->free_pages == 768, "3 MiB consumed exactly 768 pages (took %llu)",
+	   (unsigned long long)(before - normal()->free_pages));
+	ok(pfn % UCMA_PAGEBLOCK_PAGES == 0, "a run longer than a pageblock starts on one");
+	ok(ucma_run_head(a, pfn + 700) == pfn && ucma_run_head(a, pfn) == pfn,
+	   "tail pages lead to the head");
+	before = normal()->free_pages;
+	p5 = ucma_pages_alloc(a, 5, UCMA_GFP_UNMOVABLE);
+	ok(p5 != UCMA_PFN_NONE && before - normal()->free_pages == 5,
+	   "5 pages consume exactly 5 pages");
+	ucma_pages_free(a, p5);
+	ucma_pages_free(a, pfn);
+	ok(check_zones("exact split"), "invariants hold after exact splits");
+}
+
+static void test_zone_rules(void)
+{
+	uint32_t pfn, *list;
+	size_t n = 0, cap = a->npages;
+	bool in_cma = true, all_normal = true;
+	uint64_t cma_free;
+
+	list = calloc(cap, sizeof(*list));
+	pfn = ucma_pages_alloc(a, 1, UCMA_GFP_MOVABLE);
+	ok(pfn != UCMA_PFN_NONE && ucma_pfn_zone(a, pfn)->id == UCMA_ZONE_CMA,
+	   "a movable page goes to the CMA zone first");
+	ucma_pages_free(a, pfn);
+
+	/* Fill CMA with movable pages: the next movable page goes to NORMAL. */
+	for (;;) {
+		pfn = ucma_pages_alloc(a, 64, UCMA_GFP_MOVABLE);
+		if (pfn == UCMA_PFN_NONE || ucma_pfn_zone(a, pfn)->id != UCMA_ZONE_CMA)
+			break;
+		list[n++] = pfn;
+	}
+	ok(pfn != UCMA_PFN_NONE && ucma_pfn_zone(a, pfn)->id == UCMA_ZONE_NORMAL &&
+		   cma()->free_pages == 0,
+	   "movable pages overflow to NORMAL once CMA is full");
+	if (pfn != UCMA_PFN_NONE)
+		ucma_pages_free(a, pfn);
+	while (n)
+		ucma_pages_free(a, list[--n]);
+
+	/* Fill NORMAL with unmovable pages: they never spill into CMA. */
+	cma_free = cma()->free_pages;
+	for (;;) {
+		pfn = ucma_pages_alloc(a, 37, UCMA_GFP_UNMOVABLE);
+		if (pfn == UCMA_PFN_NONE)
+			break;
+		if (ucma_pfn_zone(a, pfn)->id != UCMA_ZONE_NORMAL)
+			in_cma = false;
+		list[n++] = pfn;
+	}
+	ok(in_cma && errno == ENOMEM, "unmovable allocation fails with ENOMEM when NORMAL is full");
+	ok(cma()->free_pages == cma_free, "no unmovable page ever landed in the CMA zone");
+	{
+		uint64_t counts[UCMA_MT_NR];
+
+		ucma_zone_pageblock_counts(a, UCMA_ZONE_NORMAL, counts);
+		ok(counts[UCMA_MT_UNMOVABLE] > 0 && counts[UCMA_MT_CMA] == 0,
+		   "unmovable requests stole NORMAL pageblocks (%llu UNMOVABLE)",
+		   (unsigned long long)counts[UCMA_MT_UNMOVABLE]);
+	}
+	while (n)
+		ucma_pages_free(a, list[--n]);
+
+	/* Reserved policy: movable memory stays out of CMA. */
+	ucma_opt.cma_policy = UCMA_CMA_RESERVED;
+	for (int i = 0; i < 100; i++) {
+		pfn = ucma_pages_alloc(a, 8, UCMA_GFP_MOVABLE);
+		if (pfn == UCMA_PFN_NONE || ucma_pfn_zone(a, pfn)->id != UCMA_ZONE_NORMAL)
+			all_normal = false;
+		if (pfn != UCMA_PFN_NONE)
+			list[n++] = pfn;
+	}
+	ok(all_normal, "with the reserved policy movable pages stay in NORMAL");
+	ucma_opt.cma_policy = UCMA_CMA_LEND;
+	while (n)
+		ucma_pages_free(a, list[--n]);
+	ok(check_zones("zone rules"), "invariants hold after the zone-rule tests");
+	free(list);
+}
+
+static void test_isolation(void)
+{
+	uint32_t start = cma()->start_pfn, end = start + 2 * UCMA_PAGEBLOCK_PAGES;
+	uint32_t pfn, *list = calloc(a->npages, sizeof(*list));
+	size_t n = 0;
+	bool outside = true;
+	uint64_t free_before = cma()->free_pages;
+
+	ok(ucma_isolate_range(a, start, end) == 0, "isolate two CMA pageblocks");
+	ok(cma()->isolated_free_pages == 2 * UCMA_PAGEBLOCK_PAGES,
+	   "their free pages moved to the isolate lists");
+	for (;;) {
+		pfn = ucma_pages_alloc(a, 16, UCMA_GFP_MOVABLE);
+		if (pfn == UCMA_PFN_NONE || ucma_pfn_zone(a, pfn)->id != UCMA_ZONE_CMA)
+			break;
+		if (pfn >= start && pfn < end)
+			outside = false;
+		list[n++] = pfn;
+	}
+	if (pfn != UCMA_PFN_NONE)
+		ucma_pages_free(a, pfn);
+	ok(outside, "no allocation landed in isolated pageblocks (%zu runs)", n);
+	ok(ucma_range_free(a, start, end), "the isolated range is still entirely free");
+	ok(ucma_isolate_range(a, start + 1, end) == -1 && errno == EINVAL,
+	   "an unaligned isolation range is refused with EINVAL");
+	ucma_undo_isolate_range(a, start, end);
+	ok(a->blocks[start >> UCMA_PAGEBLOCK_ORDER].mt == UCMA_MT_CMA &&
+		   cma()->isolated_free_pages == 0,
+	   "undoing isolation restores the CMA migratetype");
+	pfn = ucma_pages_alloc(a, 16, UCMA_GFP_MOVABLE);
+	ok(pfn >= start && pfn < end, "after undo the range serves movable pages again");
+	ucma_pages_free(a, pfn);
+	while (n)
+		ucma_pages_free(a, list[--n]);
+	ok(cma()->free_pages == free_before, "CMA free pages back to %llu",
+	   (unsigned long long)free_before);
+
+	/* Claiming a free range splits blocks exactly at both ends. */
+	ok(ucma_claim_free_range(a, start + 3, start + 700, UCMA_OWN_CONTIG, 1) == 0,
+	   "claim an unaligned free range [3, 700)");
+	ok(cma()->free_pages == free_before - 697, "exactly 697 pages were taken");
+	ok(ucma_claim_free_range(a, start + 600, start + 800, UCMA_OWN_CONTIG, 1) == -1 &&
+		   errno == EBUSY,
+	   "claiming a range that is not free fails with EBUSY");
+	ok(cma()->free_pages == free_before - 697, "and takes nothing");
+	ok(a->pages[start + 3].owner_type == UCMA_OWN_CONTIG &&
+		   a->pages[start + 650].owner_type == UCMA_OWN_CONTIG,
+	   "the owner is recorded on head and tail pages");
+	ucma_pages_free(a, start + 3);
+	ok(check_zones("isolation"), "invariants hold after isolation and claims");
+	free(list);
+}
+
+int main(void)
+{
+	struct ucma_config cfg = {
+		.arena_size = ARENA,
+		.cma_size = CMA,
+		.hugepages = UCMA_BACKING_NONE,
+		.hugepages_normal = UCMA_BACKING_NONE,
+	};
+
+	plan_no_plan();
+	if (ucma_init(&cfg) != 0)
+		bail_out("ucma_init: %s", strerror(errno));
+	a = ucma_arena_get();
+	owned = calloc(a->npages, 1);
+	ok(a && a->size == ARENA && cma()->managed_pages == CMA >> UCMA_PAGE_SHIFT,
+	   "arena of 64 MiB with a 16 MiB CMA zone");
+	ok(a->base % UCMA_PAGEBLOCK_SIZE == 0, "arena is 2 MiB aligned");
+	ok(check_zones("start"), "invariants hold at start");
+	test_exact_split();
+	test_random();
+	test_zone_rules();
+	test_isolation();
+	return done();
+}
