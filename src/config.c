@@ -47,6 +47,8 @@ extern char **environ;
 
 /* Print the options in effect, one "ucma: UCMA_X=value" line each. */
 UCMA_INTERNAL void ucma_options_print(int fd, const struct ucma_options *o);
+/* Print the table itself: name, key, default, limits, form, description. */
+UCMA_INTERNAL void ucma_options_describe(int fd);
 
 struct ucma_options ucma_opt;
 
@@ -169,17 +171,16 @@ static const struct opt_def opt_table[O_NR] = {
 	[O_ARENA] = {
 		"arena", "UCMA_ARENA_SIZE", T_SIZE, F_ROUND_2M, "1G", MiB(8), TiB(1), NULL,
 		OFF(arena_size), 0, SIZE_FORM,
-		"size of the arena, NORMAL zone and CMA areas together; rounded up to 2M" },
+		"size of the arena, NORMAL zone and CMA areas together" },
 	[O_CMA] = {
 		"cma", "UCMA_CMA_SIZE", T_SIZE, F_ROUND_2M | F_CMA, "256M", MiB(2), TiB(1), NULL,
 		OFF(cma_size), 0, SIZE_FORM,
-		"size of the CMA zone, one area named default; rounded up to 2M; at least 4M of "
-		"the arena stay NORMAL; when not given, a quarter of the arena, at most 256M" },
+		"size of the CMA zone, one area named default; at least 4M of the arena stay "
+		"NORMAL; when not given, a quarter of the arena, at most 256M" },
 	[O_CMA_AREAS] = {
 		"cma_areas", "UCMA_CMA_AREAS", T_AREAS, F_ROUND_2M | F_CMA, "", MiB(2), TiB(1),
 		NULL, OFF(areas), 0, AREAS_FORM,
-		"named CMA areas instead of the default one; sizes rounded up to 2M; the CMA "
-		"zone is their sum" },
+		"named CMA areas instead of the default one; the CMA zone is their sum" },
 	[O_HUGEPAGES] = {
 		"hugepages", "UCMA_HUGEPAGES", T_ENUM, 0, "auto", 0, 0, backing_words,
 		OFF(hugepages), 0, BACKING_FORM,
@@ -220,7 +221,7 @@ static const struct opt_def opt_table[O_NR] = {
 		"period of the background compaction thread, in milliseconds" },
 	[O_COMPACT_PROACTIVENESS] = {
 		"compact_proactiveness", "UCMA_COMPACT_PROACTIVENESS", T_UINT, 0, "20", 0, 100,
-		NULL, OFF(compact_proactiveness), 0, "a whole number from 0 to 100",
+		NULL, OFF(compact_proactiveness), 0, "a whole number",
 		"how much free memory background compaction keeps in whole 2M blocks: 0 "
 		"compacts on demand only, 100 as much as it can" },
 	[O_DECAY_MS] = {
@@ -302,6 +303,13 @@ static void write_all(int fd, const char *buf, size_t len)
 	}
 }
 
+/* Write what snprintf() put in @buf of @size bytes, @n as it returned. */
+static void write_formatted(int fd, const char *buf, size_t size, int n)
+{
+	if (n > 0)
+		write_all(fd, buf, (size_t)n < size ? (size_t)n : size - 1);
+}
+
 /*
  * Copy at most OPT_QUOTE_MAX bytes of @s for a message.  Control characters
  * become '?' so that one bad value is always exactly one line.
@@ -315,7 +323,7 @@ static void quote(char *dst, size_t dlen, const char *s, size_t len)
 
 		dst[n++] = ch < 0x20 || ch == 0x7f ? '?' : (char)ch;
 	}
-	if (i < len && n + 4 < dlen) {
+	if (i < len && n + 4 <= dlen) {
 		memcpy(dst + n, "...", 3);
 		n += 3;
 	}
@@ -560,8 +568,8 @@ static int parse_areas(const char *s, struct opt_value *v, struct opt_err *e)
 		size_t nlen = strcspn(s, ":,;"), slen;
 		const char *sz;
 		struct ucma_area_spec *a;
-		size_t size;
-		int rc;
+		size_t size = 0;
+		int err = 0;
 
 		quote(q, sizeof(q), s, nlen);
 		if (nlen == 0) {
@@ -604,16 +612,16 @@ static int parse_areas(const char *s, struct opt_value *v, struct opt_err *e)
 		sz = s + nlen + 1;
 		slen = strcspn(sz, ",;");
 		if (slen >= sizeof(num)) {
-			errno = EINVAL;
-			rc = -1;
+			err = EINVAL;
 		} else {
 			memcpy(num, sz, slen);
 			num[slen] = '\0';
-			rc = ucma_parse_size(num, &size);
+			if (ucma_parse_size(num, &size) != 0)
+				err = errno;
 		}
 		quote(num, sizeof(num), sz, slen);
-		if (rc != 0) {
-			snprintf(e->problem, sizeof(e->problem), errno == ERANGE ?
+		if (err) {
+			snprintf(e->problem, sizeof(e->problem), err == ERANGE ?
 				 "size '%s' of area '%s' too large" : "bad size '%s' for area '%s'",
 				 num, a->name);
 			return -1;
@@ -637,6 +645,13 @@ static int parse_areas(const char *s, struct opt_value *v, struct opt_err *e)
 	return 0;
 }
 
+/* A malformed number is told its range as well as its form. */
+static void uint_accepted(const struct opt_def *d, struct opt_err *e)
+{
+	snprintf(e->accepted, sizeof(e->accepted), "%s, %llu to %llu", d->accepted,
+		 (unsigned long long)d->min, (unsigned long long)d->max);
+}
+
 /* Syntax: turn @s into @v.  Limits are opt_check()'s business. */
 static int opt_parse(const struct opt_def *d, const char *s, struct opt_value *v,
 		     struct opt_err *e)
@@ -648,6 +663,8 @@ static int opt_parse(const struct opt_def *d, const char *s, struct opt_value *v
 	e->problem[0] = e->accepted[0] = '\0';
 	if (*s == '\0' && d->type != T_STRING && d->type != T_AREAS) {
 		snprintf(e->problem, sizeof(e->problem), "empty value");
+		if (d->type == T_UINT)
+			uint_accepted(d, e);
 		return -1;
 	}
 	switch (d->type) {
@@ -659,6 +676,7 @@ static int opt_parse(const struct opt_def *d, const char *s, struct opt_value *v
 	case T_UINT:
 		if (*s == '-') {
 			snprintf(e->problem, sizeof(e->problem), "negative number");
+			uint_accepted(d, e);
 			return -1;
 		}
 		if ((parse_u64(s, &end, &v->num) != 0 && errno != ERANGE) || *end != '\0')
@@ -704,6 +722,7 @@ bad_value:
 	return -1;
 bad_number:
 	snprintf(e->problem, sizeof(e->problem), "bad number");
+	uint_accepted(d, e);
 	return -1;
 }
 
@@ -892,8 +911,8 @@ static void cma_cross_check(struct parse_ctx *c)
 	struct ucma_options *o = c->o;
 	size_t fit = o->arena_size > OPT_NORMAL_MIN ? o->arena_size - OPT_NORMAL_MIN : 0;
 	size_t def = default_cma(o->arena_size);
-	char accepted[128], outcome[64], fits[32], defs[32], cmas[32], why[96];
-	const char *subject, *problem = "CMA larger than the arena";
+	char accepted[128], outcome[64], why[96], fits[32], defs[32];
+	const char *subject;
 
 	if (c->cma_default) {
 		o->cma_size = def;
@@ -908,17 +927,19 @@ static void cma_cross_check(struct parse_ctx *c)
 	snprintf(accepted, sizeof(accepted), "at most the arena size less 4M, here %s", fits);
 	if (c->cma_subject[0]) {
 		subject = c->cma_subject;
+		snprintf(why, sizeof(why), "CMA larger than the arena");
 		snprintf(outcome, sizeof(outcome), "using %s%s",
 			 o->nr_areas ? "default:" : "", defs);
 	} else {
+		char cmas[32];
+
 		/* the CMA zone came from an earlier call; the arena changed */
 		format_size(cmas, sizeof(cmas), o->cma_size);
 		subject = c->arena_subject[0] ? c->arena_subject : "arena_size";
 		snprintf(why, sizeof(why), "CMA of %s larger than the arena", cmas);
-		problem = why;
 		snprintf(outcome, sizeof(outcome), "using CMA %s", defs);
 	}
-	report(c, subject, problem, accepted, outcome);
+	report(c, subject, why, accepted, outcome);
 	o->cma_size = def;
 	o->nr_areas = 0;
 }
@@ -1092,7 +1113,7 @@ static void conf_item(struct parse_ctx *c, const char *s, size_t len, enum conf_
 	quote(qk, sizeof(qk), key, klen);
 	snprintf(name, sizeof(name), "UCMA_CONF key '%s'", qk);
 	if (!eq) {
-		report(c, name, "no '=' and value", "key=value[,key=value...]", "ignored");
+		report(c, name, "missing '=value'", "key=value[,key=value...]", "ignored");
 		return;
 	}
 	val = eq + 1;
@@ -1264,7 +1285,6 @@ static pthread_mutex_t env_areas_lock = PTHREAD_MUTEX_INITIALIZER;
 int ucma_config_from_env(struct ucma_config *cfg)
 {
 	struct ucma_options o;
-	char areas[sizeof(env_areas)];
 	int bad;
 
 	if (!cfg) {
@@ -1278,6 +1298,8 @@ int ucma_config_from_env(struct ucma_config *cfg)
 	cfg->arena_size = o.arena_size;
 	cfg->cma_size = o.cma_size;
 	if (o.nr_areas) {
+		char areas[sizeof(env_areas)];
+
 		format_areas(areas, sizeof(areas), &o);
 		pthread_mutex_lock(&env_areas_lock);
 		if (strcmp(env_areas, areas) != 0)
@@ -1308,7 +1330,41 @@ void ucma_options_print(int fd, const struct ucma_options *o)
 
 		opt_format(&opt_table[i], o, val, sizeof(val));
 		n = snprintf(line, sizeof(line), "ucma: %s=%s\n", opt_table[i].env, val);
-		if (n > 0)
-			write_all(fd, line, (size_t)n < sizeof(line) ? (size_t)n : sizeof(line) - 1);
+		write_formatted(fd, line, sizeof(line), n);
+	}
+}
+
+/*
+ * The reference of every option, from the table, for the manual page and
+ * for anyone asking the library itself:
+ *
+ *   UCMA_ARENA_SIZE, UCMA_CONF key arena, default 1G, 8M to 1T
+ *       size of the arena, ...
+ *       accepted: a number of bytes ...
+ */
+void ucma_options_describe(int fd)
+{
+	for (int i = 0; i < O_NR; i++) {
+		const struct opt_def *d = &opt_table[i];
+		char range[96] = "", text[1024];
+		int n;
+
+		if (d->type == T_SIZE || d->type == T_AREAS) {
+			char lo[32], hi[32];
+
+			format_size(lo, sizeof(lo), d->min);
+			format_size(hi, sizeof(hi), d->max);
+			snprintf(range, sizeof(range), ", %s to %s%s", lo, hi,
+				 d->flags & F_ROUND_2M ? ", rounded up to 2M" : "");
+		} else if (d->type == T_UINT || d->type == T_NODE) {
+			snprintf(range, sizeof(range), ", %llu to %llu",
+				 (unsigned long long)d->min, (unsigned long long)d->max);
+		}
+		n = snprintf(text, sizeof(text),
+			     "%s, UCMA_CONF key %s, default %s%s\n    %s\n    accepted: %s\n",
+			     d->env, d->key,
+			     d->def[0] ? d->def : d->type == T_STRING ? "empty" : "none",
+			     range, d->desc, d->accepted);
+		write_formatted(fd, text, sizeof(text), n);
 	}
 }

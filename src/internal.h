@@ -379,6 +379,10 @@ UCMA_INTERNAL int ucma_options_from_env(struct ucma_options *o);
 UCMA_INTERNAL int ucma_options_from_config(struct ucma_options *o, const struct ucma_config *cfg);
 /* Parse "1G", "512M", "4096" ... into bytes; -1 with errno on error. */
 UCMA_INTERNAL int ucma_parse_size(const char *s, size_t *out);
+/* Print the options in effect, one "ucma: UCMA_X=value" line each. */
+UCMA_INTERNAL void ucma_options_print(int fd, const struct ucma_options *o);
+/* Print the option table: variable, key, default, limits, form, description. */
+UCMA_INTERNAL void ucma_options_describe(int fd);
 /* The environment, trusted only outside set-user-ID programs. */
 UCMA_INTERNAL const char *ucma_getenv(const char *name);
 
@@ -450,6 +454,129 @@ static inline void ucma_count(enum ucma_vmstat_item i, uint64_t n)
 {
 	atomic_fetch_add_explicit(&ucma_vmstat[i], n, memory_order_relaxed);
 }
+
+/* stats.c: the report at exit (init.c registers it with atexit), the
+ * fragmentation formulas (also for compaction), and the walk over every
+ * statistic that the live statistics segment publishes. */
+UCMA_INTERNAL void ucma_stats_at_exit(void);
+UCMA_INTERNAL int ucma_extfrag_index(const uint64_t counts[UCMA_NR_ORDERS], unsigned order);
+UCMA_INTERNAL unsigned ucma_extfrag_score(const uint64_t counts[UCMA_NR_ORDERS], unsigned order);
+UCMA_INTERNAL uint32_t ucma_bitmap_max_zero_run(const unsigned long *bm, uint32_t nbits);
+
+#define UCMA_STAT_NAME_MAX  52		/* longest statistic name, NUL included */
+#define UCMA_STAT_F_EVENT   0x1u	/* counts events: only grows */
+#define UCMA_STAT_F_SIGNED  0x2u	/* value is an int64_t */
+typedef void (*ucma_stat_visit_fn)(void *ctx, const char *name, uint64_t value, unsigned flags);
+UCMA_INTERNAL unsigned ucma_stats_foreach(struct ucma_arena *a, bool values,
+					  ucma_stat_visit_fn fn, void *ctx);
+
+/* shm.c: the live statistics segment /dev/shm/ucma.<pid> read by ucmastat.
+ * publish: create it once the arena exists (init.c, after creating the
+ * arena; later calls are cheap).  update: refresh it (compaction thread on
+ * each wake-up, ucma_stats_print); never starts a thread.  unpublish:
+ * remove it (teardown; also registered with atexit).  Call all three
+ * without holding any ucma lock. */
+UCMA_INTERNAL void ucma_shm_publish(void);
+UCMA_INTERNAL void ucma_shm_update(void);
+UCMA_INTERNAL void ucma_shm_unpublish(void);
+
+/* ------------------------------------------------------------------------ */
+/* Internal metadata memory (meta.c): never from malloc, never in the arena  */
+/* ------------------------------------------------------------------------ */
+
+/* Zeroed memory for allocator metadata, in power-of-two classes up to
+ * 64 KiB (larger requests get their own mapping).  NULL with ENOMEM. */
+UCMA_INTERNAL void *ucma_meta_alloc(size_t size);
+UCMA_INTERNAL void ucma_meta_free(void *p, size_t size);
+
+/* ------------------------------------------------------------------------ */
+/* Handles, movable slabs, migration (handle.c, mslab.c, migrate.c)          */
+/* ------------------------------------------------------------------------ */
+
+/* Entry state word: pin count in the low bits plus flags. */
+#define UCMA_HS_MIGRATING 0x80000000u	/* being moved, freed or resized */
+#define UCMA_HS_WAITERS   0x40000000u	/* a pinner sleeps on the futex */
+#define UCMA_HS_PINS      0x3fffffffu
+
+/*
+ * struct ucma_hentry - one entry of the handle table.
+ *
+ * @gen is odd while the entry is live and even while it is free; a handle
+ * carries the odd generation it was created with, so a stale handle never
+ * matches.  @addr is published with rcu_assign_pointer() and read with
+ * rcu_dereference().  @state is changed only by compare-and-swap: pinners
+ * add one while MIGRATING is clear; the mover sets MIGRATING only from 0.
+ */
+struct ucma_hentry {
+	void *addr;			/* RCU-protected object address */
+	_Atomic uint32_t state;		/* UCMA_HS_* */
+	_Atomic uint32_t gen;		/* odd = live */
+	size_t size;			/* requested size */
+	uint32_t next_free;		/* free-list link (table lock) */
+	uint32_t pad;
+};
+
+UCMA_INTERNAL struct ucma_hentry *ucma_handle_entry(uint32_t index);
+/* Is the calling thread inside ucma_read_lock()? */
+UCMA_INTERNAL bool ucma_in_read_section(void);
+UCMA_INTERNAL void ucma_handle_counters(uint64_t *live, uint64_t *bytes);
+
+/* Movable slabs: small movable objects share pages of one size class. */
+#define UCMA_MSLAB_MAX_SIZE 4096u
+
+struct ucma_mslab;
+/* Allocate a slot of the class fitting @size for handle @index; returns its
+ * address.  Never in an isolated pageblock, nor in [avoid_start, avoid_end).
+ * @no_cma keeps it out of the CMA zone. */
+UCMA_INTERNAL void *ucma_mslab_alloc(size_t size, uint32_t index, bool no_cma,
+				     uint32_t avoid_start, uint32_t avoid_end);
+/* Free the slot at @addr now (the caller waited for readers). */
+UCMA_INTERNAL void ucma_mslab_free(void *addr);
+UCMA_INTERNAL size_t ucma_mslab_class_size(size_t size);
+/* The handle index stored for the slot at @addr, or 0 if the slot is free. */
+UCMA_INTERNAL uint32_t ucma_mslab_slot_handle(struct ucma_mslab *s, void *addr);
+/* Call @fn for every live slot of slab @s (class lock held during each
+ * call is NOT held; the callback must tolerate the slot being freed). */
+UCMA_INTERNAL int ucma_mslab_for_each(struct ucma_mslab *s,
+				      int (*fn)(uint32_t index, void *addr, void *arg), void *arg);
+
+/* Where a migrated object may go. */
+struct ucma_migrate_target {
+	uint32_t avoid_start, avoid_end;	/* pfn range to stay out of */
+	bool no_cma;				/* long-term pin: NORMAL only */
+	bool wait_pins;				/* wait briefly for pins to drop */
+};
+
+enum ucma_migrate_result {
+	UCMA_MIGRATE_OK = 0,
+	UCMA_MIGRATE_PINNED,	/* pinned or busy: not moved */
+	UCMA_MIGRATE_NOMEM,	/* no room for the new copy */
+	UCMA_MIGRATE_GONE,	/* freed meanwhile: nothing to move */
+};
+
+/* Move the object of handle @index (if it still lives at @old_addr). */
+UCMA_INTERNAL int ucma_migrate_object(uint32_t index, void *old_addr,
+				      const struct ucma_migrate_target *t);
+/* Move every movable object out of the allocated run at @head. */
+UCMA_INTERNAL int ucma_migrate_run(struct ucma_arena *a, uint32_t head,
+				   const struct ucma_migrate_target *t, unsigned *pinned);
+/* Storage of a movable object, freed after an RCU grace period. */
+UCMA_INTERNAL void ucma_defer_free(void *addr);
+/* Metadata (meta.c) freed after an RCU grace period. */
+UCMA_INTERNAL void ucma_defer_meta_free(void *p, size_t size);
+/* Wait for a grace period and free what was deferred before the call.
+ * Returns 0, or -1 with EDEADLK inside ucma_read_lock(). */
+UCMA_INTERNAL int ucma_defer_drain(void);
+UCMA_INTERNAL void ucma_movable_storage_free(void *addr);
+/* Clear an entry's state after moving/freeing and wake sleeping pinners. */
+UCMA_INTERNAL void ucma_handle_state_release(struct ucma_hentry *e);
+UCMA_INTERNAL void ucma_migrate_init_once(void);
+/* Allocate storage for a movable object of @size for handle @index. */
+UCMA_INTERNAL void *ucma_movable_storage_alloc(size_t size, uint32_t index,
+					       const struct ucma_migrate_target *t);
+
+/* stats.c: latency of one ucma_alloc(), for the histograms. */
+UCMA_INTERNAL void ucma_stats_alloc_latency(uint64_t ns, bool migrated);
 
 /* malloc.c: counters kept per thread and summed when read. */
 struct ucma_malloc_counters {

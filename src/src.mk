@@ -9,6 +9,11 @@ UCMA_SOURCES = \
 	src/arena.c \
 	src/buddy.c \
 	src/zone.c \
+	src/meta.c \
+	src/handle.c \
+	src/mslab.c \
+	src/migrate.c \
+	src/cma.c \
 	src/stats.c \
 	src/init.c
 

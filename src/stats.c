@@ -66,3 +66,9 @@ void ucma_stats_print(FILE *f)
 			(unsigned long long)atomic_load_explicit(&ucma_vmstat[i],
 								 memory_order_relaxed));
 }
+
+void ucma_stats_alloc_latency(uint64_t ns, bool migrated)
+{
+	(void)ns;
+	(void)migrated;
+}

@@ -203,8 +203,12 @@ uint32_t ucma_pages_alloc_zone(struct ucma_zone *z, uint32_t npages, unsigned gf
 		if (pfn != UCMA_PFN_NONE && (1u << order) > npages)
 			ucma_buddy_free_clean_range(z, pfn + npages, (1u << order) - npages, dirty);
 	}
-	if (pfn != UCMA_PFN_NONE)
+	if (pfn != UCMA_PFN_NONE) {
+		if (pfn < z->start_pfn || pfn + npages > z->end_pfn)
+			ucma_fatal("internal error: zone %s handed out pfn %u+%u outside it",
+				   z->name, pfn, npages);
 		set_run(a, pfn, npages, gfp & UCMA_GFP_MOVABLE);
+	}
 	pthread_mutex_unlock(&z->lock);
 
 	if (pfn == UCMA_PFN_NONE)

@@ -20,3 +20,7 @@ endif
 if ENABLE_TSAN
 AM_TESTS_ENVIRONMENT += UCMA_TEST_SANITIZER=tsan; export UCMA_TEST_SANITIZER;
 endif
+
+# TEST_LDADD comes from configure, so Automake cannot see that the test
+# programs depend on the test build of the library: say it here.
+$(check_PROGRAMS): libucma_test.la

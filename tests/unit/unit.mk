@@ -4,3 +4,15 @@ check_PROGRAMS += tests/unit/test_buddy
 TESTS += tests/unit/test_buddy
 tests_unit_test_buddy_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_buddy_LDADD = $(TEST_LDADD)
+
+check_PROGRAMS += tests/unit/test_config
+TESTS += tests/unit/test_config
+tests_unit_test_config_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_config_LDADD = $(TEST_LDADD)
+
+check_PROGRAMS += tests/unit/test_handles tests/unit/test_cma
+TESTS += tests/unit/test_handles tests/unit/test_cma
+tests_unit_test_handles_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_handles_LDADD = $(TEST_LDADD)
+tests_unit_test_cma_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_cma_LDADD = $(TEST_LDADD)

@@ -1,0 +1,451 @@
+/*
+ * cma.c - contiguous allocations from the CMA areas: ucma_alloc(),
+ * ucma_alloc_area(), ucma_release(), ucma_alloc_size(), ucma_virt2phys().
+ *
+ * ucma_alloc() follows the kernel's cma_alloc() and alloc_contig_range():
+ *   1. find a free aligned run in the area's bitmap and claim it there;
+ *   2. isolate the pageblocks covering the run: their free pages leave the
+ *      free lists and nothing new is placed there;
+ *   3. migrate every movable object and movable slab in the run to memory
+ *      outside it, then wait for a grace period so the old copies are
+ *      really freed; a pinned object is retried briefly, then the run is
+ *      abandoned and the next candidate is tried (EBUSY only when no
+ *      candidate could be emptied);
+ *   4. take the now-free pages as one run, undo the isolation of the rest,
+ *      and optionally zero, populate and mlock it.
+ * While no device buffer needs them, the CMA areas serve movable objects
+ * (zone.c's zonelist): that is the lending of ZONE_CMA.
+ *
+ * Locking: the area lock protects the bitmap and counters only; it is not
+ * held while migrating (as the kernel drops cma->lock around
+ * alloc_contig_range), so releases and other allocations go on meanwhile.
+ * The bits claimed in step 1 keep other ucma_alloc() calls off the run.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
+#define CMA_ALLOWED_FLAGS (UCMA_ALLOC_ZERO | UCMA_ALLOC_POPULATE | UCMA_ALLOC_MLOCK | \
+			   UCMA_ALLOC_PHYS_CONTIG | UCMA_ALLOC_NOWAIT)
+#define CMA_MIGRATE_ROUNDS 6	/* rounds of migration before a run is abandoned */
+#define UCMA_PF_MLOCKED 0x04u	/* contiguous run head: mlocked by us */
+
+static bool bit_test(const unsigned long *map, uint32_t i)
+{
+	return map[i / (8 * sizeof(long))] & (1ul << (i % (8 * sizeof(long))));
+}
+
+static void bits_set(unsigned long *map, uint32_t start, uint32_t n, bool on)
+{
+	for (uint32_t i = start; i < start + n; i++) {
+		unsigned long m = 1ul << (i % (8 * sizeof(long)));
+
+		if (on)
+			map[i / (8 * sizeof(long))] |= m;
+		else
+			map[i / (8 * sizeof(long))] &= ~m;
+	}
+}
+
+/*
+ * The first offset >= @from in the area where @n clear bits start, with
+ * base_pfn + offset a multiple of @align pages; UINT32_MAX if none (the
+ * kernel's bitmap_find_next_zero_area_off()).
+ */
+static uint32_t find_zero_area(const struct ucma_cma_area *area, uint32_t from, uint32_t n,
+			       uint32_t align)
+{
+	uint32_t off = from;
+
+	for (;;) {
+		uint32_t abs = area->base_pfn + off;
+		uint32_t i;
+
+		if (abs % align)
+			off += align - abs % align;
+		if (off > area->npages || area->npages - off < n)
+			return UINT32_MAX;
+		for (i = 0; i < n; i++)
+			if (bit_test(area->bitmap, off + i))
+				break;
+		if (i == n)
+			return off;
+		off += i + 1;
+	}
+}
+
+/* Longest run of clear bits (the kernel's debugfs maxchunk), in pages. */
+UCMA_INTERNAL uint32_t ucma_cma_maxchunk(struct ucma_cma_area *area);
+uint32_t ucma_cma_maxchunk(struct ucma_cma_area *area)
+{
+	uint32_t best = 0, cur = 0;
+
+	pthread_mutex_lock(&area->lock);
+	for (uint32_t i = 0; i < area->npages; i++) {
+		cur = bit_test(area->bitmap, i) ? 0 : cur + 1;
+		if (cur > best)
+			best = cur;
+	}
+	pthread_mutex_unlock(&area->lock);
+	return best;
+}
+
+/*
+ * Empty [start, end) of every movable object.  Returns 0 when the range is
+ * free, else -1 with errno EBUSY (pinned or unmovable content), ENOMEM (no
+ * room for the copies) or EDEADLK (inside a read-side section).
+ */
+static int empty_range(struct ucma_arena *a, uint32_t start, uint32_t end, bool *migrated,
+		       uint32_t *busy_end)
+{
+	struct ucma_zone *z = ucma_pfn_zone(a, start);
+	/* No long waits on one pin: the rounds below are the brief retry. */
+	struct ucma_migrate_target t = { start, end, false, false };
+	uint32_t pb_start = UCMA_ALIGN_DOWN(start, UCMA_PAGEBLOCK_PAGES);
+
+	for (int round = 0; round < CMA_MIGRATE_ROUNDS; round++) {
+		unsigned pinned = 0;
+		bool nomem = false, busy = false;
+
+		if (ucma_range_free(a, start, end))
+			return 0;
+		if (ucma_in_read_section()) {
+			errno = EDEADLK;
+			return -1;
+		}
+		/*
+		 * Walk head to head from the pageblock start (nothing crosses
+		 * a pageblock boundary but whole-pageblock runs, which begin
+		 * on one).  The lock is dropped to migrate: the walk then
+		 * resumes from the next head, re-read under the lock.
+		 */
+		for (uint32_t pfn = pb_start; pfn < end;) {
+			struct ucma_page *p;
+			uint32_t head = UCMA_PFN_NONE, next;
+
+			pthread_mutex_lock(&z->lock);
+			p = &a->pages[pfn];
+			if (p->kind == UCMA_PK_FREE) {
+				next = pfn + (1u << p->order);
+			} else if (p->kind == UCMA_PK_RUN) {
+				head = pfn;
+				next = pfn + p->aux;
+			} else if (p->kind == UCMA_PK_TAIL) {
+				head = p->aux;
+				next = p->aux + a->pages[p->aux].aux;
+			} else {
+				next = pfn + 1;	/* raced with a free: re-read */
+			}
+			pthread_mutex_unlock(&z->lock);
+			if (head != UCMA_PFN_NONE && next > start) {
+				int r = ucma_migrate_run(a, head, &t, &pinned);
+
+				*migrated = true;
+				if (r == UCMA_MIGRATE_NOMEM) {
+					nomem = true;
+				} else if (r == UCMA_MIGRATE_PINNED) {
+					busy = true;
+					if (next > *busy_end)
+						*busy_end = next;
+				}
+			}
+			pfn = next > pfn ? next : pfn + 1;
+		}
+		/* The old copies are free only after readers have left. */
+		if (ucma_defer_drain() != 0)
+			return -1;
+		if (ucma_range_free(a, start, end))
+			return 0;
+		if (nomem) {
+			errno = ENOMEM;
+			return -1;
+		}
+		if (busy || pinned) {
+			struct timespec ts = { 0, 1000000 };	/* let pins drop */
+
+			nanosleep(&ts, NULL);
+		}
+	}
+	errno = EBUSY;
+	return -1;
+}
+
+/* Are the physical frames of [p, p + len) contiguous?  -1: unknown. */
+static int phys_contiguous(void *p, size_t len)
+{
+	uint64_t first, cur;
+
+	if (ucma_os_pagemap(p, &first) != 0)
+		return -1;
+	for (size_t off = UCMA_PAGE_SIZE; off < len; off += UCMA_PAGE_SIZE) {
+		if (ucma_os_pagemap((char *)p + off, &cur) != 0)
+			return -1;
+		if (cur != first + off)
+			return 0;
+	}
+	return 1;
+}
+
+static void *alloc_area(struct ucma_arena *a, struct ucma_cma_area *area, size_t size,
+			size_t align, unsigned flags)
+{
+	uint64_t t0 = ucma_os_now_ns();
+	uint32_t npages, align_pages, from = 0;
+	int err = ENOMEM;
+	bool migrated = false, saw_busy = false;
+
+	if (size > (size_t)area->npages << UCMA_PAGE_SHIFT) {
+		errno = ENOMEM;
+		goto fail;
+	}
+	npages = (uint32_t)((size + UCMA_PAGE_SIZE - 1) >> UCMA_PAGE_SHIFT);
+	align_pages = align > UCMA_PAGE_SIZE ? (uint32_t)(align >> UCMA_PAGE_SHIFT) : 1;
+
+	for (;;) {
+		uint32_t off, start, end, iso_start, iso_end, busy_end = 0;
+		int rc;
+
+		pthread_mutex_lock(&area->lock);
+		off = find_zero_area(area, from, npages, align_pages);
+		if (off == UINT32_MAX) {
+			pthread_mutex_unlock(&area->lock);
+			break;
+		}
+		bits_set(area->bitmap, off, npages, true);
+		pthread_mutex_unlock(&area->lock);
+
+		start = area->base_pfn + off;
+		end = start + npages;
+		iso_start = UCMA_ALIGN_DOWN(start, UCMA_PAGEBLOCK_PAGES);
+		iso_end = UCMA_ALIGN_UP(end, UCMA_PAGEBLOCK_PAGES);
+		if (ucma_isolate_range(a, iso_start, iso_end) != 0)
+			ucma_fatal("internal error: cannot isolate CMA pfns %u-%u", iso_start,
+				   iso_end);
+		if (flags & UCMA_ALLOC_NOWAIT)
+			rc = ucma_range_free(a, start, end) ? 0 : (errno = EBUSY, -1);
+		else
+			rc = empty_range(a, start, end, &migrated, &busy_end);
+		if (rc == 0)
+			rc = ucma_claim_free_range(a, start, end, UCMA_OWN_CONTIG,
+						   (uint64_t)(uintptr_t)area);
+		ucma_undo_isolate_range(a, iso_start, iso_end);
+		if (rc == 0) {
+			void *p = ucma_pfn_to_addr(a, start);
+			size_t len = (size_t)npages << UCMA_PAGE_SHIFT;
+
+			if (flags & UCMA_ALLOC_ZERO)
+				memset(p, 0, len);
+			if (flags & (UCMA_ALLOC_POPULATE | UCMA_ALLOC_PHYS_CONTIG))
+				ucma_os.madvise(p, len, MADV_POPULATE_WRITE);
+			if (flags & UCMA_ALLOC_PHYS_CONTIG) {
+				int c = phys_contiguous(p, len);
+
+				if (c != 1) {
+					ucma_release(p);
+					err = c < 0 ? ENOTSUP : ENOMEM;
+					if (c < 0)
+						break;
+					from = off + 1;
+					continue;
+				}
+			}
+			if ((flags & UCMA_ALLOC_MLOCK)) {
+				if (ucma_os.mlock(p, len) != 0) {
+					err = errno;
+					ucma_release(p);
+					errno = err;
+					goto fail;
+				}
+				a->pages[start].flags |= UCMA_PF_MLOCKED;
+			}
+			pthread_mutex_lock(&area->lock);
+			area->nr_allocated_pages += npages;
+			area->nr_allocs++;
+			area->alloc_success++;
+			pthread_mutex_unlock(&area->lock);
+			ucma_count(UCMA_STAT_CMA_ALLOC_SUCCESS, 1);
+			ucma_stats_alloc_latency(ucma_os_now_ns() - t0, migrated);
+			return p;
+		}
+		err = errno;
+		saw_busy |= err == EBUSY;
+		pthread_mutex_lock(&area->lock);
+		bits_set(area->bitmap, off, npages, false);
+		pthread_mutex_unlock(&area->lock);
+		if (err == EDEADLK)
+			break;
+		/*
+		 * Try the next candidate, as cma_alloc() does, but past the
+		 * object that blocked this one: every run overlapping it would
+		 * fail the same way.
+		 */
+		from = off + 1;
+		if (busy_end > start && busy_end - area->base_pfn > from)
+			from = busy_end - area->base_pfn;
+	}
+	/* Every candidate failed: say why in the most useful terms. */
+	errno = err == EDEADLK || err == ENOTSUP ? err : saw_busy ? EBUSY : err;
+fail:
+	pthread_mutex_lock(&area->lock);
+	area->alloc_fail++;
+	pthread_mutex_unlock(&area->lock);
+	ucma_count(UCMA_STAT_CMA_ALLOC_FAIL, 1);
+	return NULL;
+}
+
+static bool valid_align(size_t align)
+{
+	return align == 0 || (align & (align - 1)) == 0;
+}
+
+/**
+ * ucma_alloc_area() - allocate a contiguous buffer from the named area.
+ */
+void *ucma_alloc_area(const char *name, size_t size, size_t align, unsigned flags)
+{
+	struct ucma_arena *a;
+	struct ucma_cma_area *area;
+	int err;
+
+	if (!name || size == 0 || !valid_align(align) || (flags & ~CMA_ALLOWED_FLAGS)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	a = ucma_arena_get();
+	if (!a)
+		return NULL;
+	area = ucma_area_find(a, name);
+	if (!area) {
+		errno = ENOENT;
+		return NULL;
+	}
+	if (align > ((size_t)area->npages << UCMA_PAGE_SHIFT)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	{
+		void *p = alloc_area(a, area, size, align, flags);
+
+		if (p)
+			return p;
+		err = errno;
+	}
+	errno = err;
+	return NULL;
+}
+
+/**
+ * ucma_alloc() - allocate a contiguous buffer from the area "default" (or
+ * the first area when none has that name).
+ */
+void *ucma_alloc(size_t size, size_t align, unsigned flags)
+{
+	struct ucma_arena *a;
+
+	if (size == 0 || !valid_align(align) || (flags & ~CMA_ALLOWED_FLAGS)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	a = ucma_arena_get();
+	if (!a)
+		return NULL;
+	if (a->nr_areas == 0) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	return ucma_alloc_area(ucma_area_find(a, "default") ? "default" : a->areas[0].name, size,
+			       align, flags);
+}
+
+/* The area owning the contiguous buffer that starts at @ptr, or NULL. */
+static struct ucma_cma_area *contig_owner(struct ucma_arena *a, const void *ptr, uint32_t *pfn)
+{
+	struct ucma_page *p;
+
+	if (!a || !ucma_addr_in_arena(a, ptr) || ((uintptr_t)ptr & (UCMA_PAGE_SIZE - 1)))
+		return NULL;
+	*pfn = ucma_addr_to_pfn(a, ptr);
+	p = &a->pages[*pfn];
+	if (p->kind != UCMA_PK_RUN || p->owner_type != UCMA_OWN_CONTIG)
+		return NULL;
+	return (struct ucma_cma_area *)(uintptr_t)p->owner;
+}
+
+/**
+ * ucma_release() - give a buffer from ucma_alloc() back to its area, where
+ * it is lent to movable objects again.
+ * Return: 0, or -1 with errno EINVAL for anything that is not such a
+ * buffer (including a buffer already released).
+ */
+int ucma_release(void *ptr)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+	struct ucma_cma_area *area;
+	uint32_t pfn, npages;
+	struct ucma_zone *z;
+
+	if (!a) {
+		errno = EINVAL;
+		return -1;
+	}
+	z = &a->zones[UCMA_ZONE_CMA];
+	/* Check and unmark under the zone lock, so a double release racing
+	 * with itself is caught once. */
+	pthread_mutex_lock(&z->lock);
+	area = contig_owner(a, ptr, &pfn);
+	if (!area) {
+		pthread_mutex_unlock(&z->lock);
+		errno = EINVAL;
+		return -1;
+	}
+	npages = a->pages[pfn].aux;
+	a->pages[pfn].owner_type = UCMA_OWN_NONE;
+	pthread_mutex_unlock(&z->lock);
+
+	if (a->pages[pfn].flags & UCMA_PF_MLOCKED) {
+		ucma_os.munlock(ptr, (size_t)npages << UCMA_PAGE_SHIFT);
+		a->pages[pfn].flags &= (uint8_t)~UCMA_PF_MLOCKED;
+	}
+	ucma_pages_free(a, pfn);
+	pthread_mutex_lock(&area->lock);
+	bits_set(area->bitmap, pfn - area->base_pfn, npages, false);
+	area->nr_allocated_pages -= npages;
+	area->nr_allocs--;
+	pthread_mutex_unlock(&area->lock);
+	ucma_count(UCMA_STAT_CMA_RELEASE, 1);
+	return 0;
+}
+
+/** ucma_alloc_size() - size of the ucma_alloc() buffer at @ptr, or 0/EINVAL. */
+size_t ucma_alloc_size(const void *ptr)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+	uint32_t pfn;
+
+	if (!contig_owner(a, ptr, &pfn)) {
+		errno = EINVAL;
+		return 0;
+	}
+	return (size_t)a->pages[pfn].aux << UCMA_PAGE_SHIFT;
+}
+
+/**
+ * ucma_virt2phys() - physical address of @ptr, read from the kernel now.
+ */
+int ucma_virt2phys(const void *ptr, uint64_t *phys)
+{
+	if (!ptr || !phys) {
+		errno = EINVAL;
+		return -1;
+	}
+	return ucma_os_pagemap(ptr, phys);
+}

@@ -1,0 +1,113 @@
+/*
+ * meta.c - memory for the allocator's own metadata (slab descriptors,
+ * handle-table chunks, deferred-free records).
+ *
+ * Metadata never comes from malloc (under LD_PRELOAD that is ourselves)
+ * and never from the arena (a user's overflow must not reach it).  Sizes
+ * are rounded to a power of two from 64 bytes to 64 KiB; each class keeps
+ * a free list threaded through the freed blocks and carves new blocks from
+ * 2 MiB chunks mapped on demand.  Larger requests get their own mapping.
+ * One lock: metadata is allocated on slow paths only.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define META_MIN_SHIFT 6
+#define META_MAX_SHIFT 16
+#define META_NR_CLASSES (META_MAX_SHIFT - META_MIN_SHIFT + 1)
+#define META_CHUNK (2u << 20)
+
+struct meta_free {
+	struct meta_free *next;
+};
+
+static pthread_mutex_t meta_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct meta_free *meta_free_list[META_NR_CLASSES];
+static char *meta_cur, *meta_end;
+
+static unsigned meta_class(size_t size)
+{
+	unsigned shift = META_MIN_SHIFT;
+
+	while (((size_t)1 << shift) < size)
+		shift++;
+	return shift - META_MIN_SHIFT;
+}
+
+static void *map_meta(size_t len)
+{
+	void *p = ucma_os.mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+			       0);
+
+	return p == MAP_FAILED ? NULL : p;
+}
+
+void *ucma_meta_alloc(size_t size)
+{
+	unsigned c;
+	size_t csize;
+	void *p;
+
+	if (size > ((size_t)1 << META_MAX_SHIFT)) {
+		p = map_meta(UCMA_ALIGN_UP(size, UCMA_PAGE_SIZE));
+		if (!p)
+			errno = ENOMEM;
+		return p;
+	}
+	c = meta_class(size);
+	csize = (size_t)1 << (c + META_MIN_SHIFT);
+	pthread_mutex_lock(&meta_lock);
+	if (meta_free_list[c]) {
+		p = meta_free_list[c];
+		meta_free_list[c] = meta_free_list[c]->next;
+		pthread_mutex_unlock(&meta_lock);
+		memset(p, 0, csize);
+		return p;
+	}
+	if (!meta_cur || (size_t)(meta_end - meta_cur) < csize) {
+		/* The rest of the old chunk is too small for this class; hand
+		 * it out as smaller blocks later is not worth the code. */
+		char *chunk = map_meta(META_CHUNK);
+
+		if (!chunk) {
+			pthread_mutex_unlock(&meta_lock);
+			errno = ENOMEM;
+			return NULL;
+		}
+		meta_cur = chunk;
+		meta_end = chunk + META_CHUNK;
+	}
+	/* Blocks are naturally aligned to their size within a chunk. */
+	meta_cur = (char *)UCMA_ALIGN_UP((uintptr_t)meta_cur, csize);
+	if ((size_t)(meta_end - meta_cur) < csize) {
+		pthread_mutex_unlock(&meta_lock);
+		return ucma_meta_alloc(size);	/* next chunk */
+	}
+	p = meta_cur;
+	meta_cur += csize;
+	pthread_mutex_unlock(&meta_lock);
+	return p;	/* fresh anonymous memory is zero */
+}
+
+void ucma_meta_free(void *p, size_t size)
+{
+	struct meta_free *f = p;
+	unsigned c;
+
+	if (!p)
+		return;
+	if (size > ((size_t)1 << META_MAX_SHIFT)) {
+		ucma_os.munmap(p, UCMA_ALIGN_UP(size, UCMA_PAGE_SIZE));
+		return;
+	}
+	c = meta_class(size);
+	pthread_mutex_lock(&meta_lock);
+	f->next = meta_free_list[c];
+	meta_free_list[c] = f;
+	pthread_mutex_unlock(&meta_lock);
+}

@@ -1,0 +1,327 @@
+/*
+ * migrate.c - moving movable objects, and freeing their old copies only
+ * after every reader has left.
+ *
+ * Migration of one object (DESIGN.md, "Handles and migration"):
+ *   1. compare-and-swap the entry state from 0 to MIGRATING; a pinned (or
+ *      otherwise busy) object is not moved: pgmigrate_fail;
+ *   2. allocate the new copy where the caller allows (struct
+ *      ucma_migrate_target), copy;
+ *   3. publish the new address with rcu_assign_pointer();
+ *   4. clear the state and wake pinners that sleep on it;
+ *   5. queue the old copy; it is freed after an RCU grace period, so a
+ *      reader inside ucma_read_lock() that loaded the old address keeps
+ *      reading valid (and unchanged: writers need a pin) memory.
+ *
+ * Deferred frees: ucma_defer_free() queues; ucma_defer_drain() waits for a
+ * grace period and frees what was queued before it started.  Drains are
+ * serialised so that a caller whose result depends on the space (emptying
+ * a run, compaction, a long-term pin) finds it free when the drain returns.
+ * A drain from inside a read-side section would wait for itself: EDEADLK.
+ *
+ * Locking: queue_lock protects the queue; drain_lock serialises drains and
+ * is held across synchronize_rcu (readers never take it).  Neither is held
+ * while migrating.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include <urcu-bp.h>
+
+#define DEFER_AUTO_DRAIN 1024	/* queue length that triggers a drain on free */
+#define PIN_WAIT_NS (20ull * 1000 * 1000)
+
+struct deferred {
+	struct deferred *next;
+	void *ptr;
+	size_t meta_size;	/* 0: object storage in the arena; else metadata */
+};
+
+static pthread_mutex_t queue_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t drain_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct deferred *queue;
+static unsigned long queue_len;
+
+static void defer_push(void *ptr, size_t meta_size)
+{
+	struct deferred *d = ucma_meta_alloc(sizeof(*d));
+	unsigned long len;
+
+	if (!d) {
+		/*
+		 * No memory to remember it: waiting for readers here is the
+		 * only safe choice; from inside a read-side section, leak it
+		 * rather than free memory a reader may hold.
+		 */
+		if (!ucma_in_read_section()) {
+			urcu_bp_synchronize_rcu();
+			if (meta_size)
+				ucma_meta_free(ptr, meta_size);
+			else
+				ucma_movable_storage_free(ptr);
+		}
+		return;
+	}
+	d->ptr = ptr;
+	d->meta_size = meta_size;
+	pthread_mutex_lock(&queue_lock);
+	d->next = queue;
+	queue = d;
+	len = ++queue_len;
+	pthread_mutex_unlock(&queue_lock);
+	if (len >= DEFER_AUTO_DRAIN && !ucma_in_read_section() &&
+	    pthread_mutex_trylock(&drain_lock) == 0) {
+		pthread_mutex_unlock(&drain_lock);
+		ucma_defer_drain();
+	}
+}
+
+void ucma_defer_free(void *addr)
+{
+	defer_push(addr, 0);
+}
+
+void ucma_defer_meta_free(void *p, size_t size)
+{
+	defer_push(p, size);
+}
+
+int ucma_defer_drain(void)
+{
+	struct deferred *list, *next;
+
+	if (ucma_in_read_section()) {
+		errno = EDEADLK;
+		return -1;
+	}
+	pthread_mutex_lock(&drain_lock);
+	pthread_mutex_lock(&queue_lock);
+	list = queue;
+	queue = NULL;
+	queue_len = 0;
+	pthread_mutex_unlock(&queue_lock);
+	if (list) {
+		urcu_bp_synchronize_rcu();
+		for (; list; list = next) {
+			next = list->next;
+			if (list->meta_size)
+				ucma_meta_free(list->ptr, list->meta_size);
+			else
+				ucma_movable_storage_free(list->ptr);
+			ucma_meta_free(list, sizeof(*list));
+		}
+	}
+	pthread_mutex_unlock(&drain_lock);
+	return 0;
+}
+
+static void defer_prepare(void)
+{
+	pthread_mutex_lock(&drain_lock);
+	pthread_mutex_lock(&queue_lock);
+}
+
+static void defer_release(void)
+{
+	pthread_mutex_unlock(&queue_lock);
+	pthread_mutex_unlock(&drain_lock);
+}
+
+void ucma_migrate_init_once(void)
+{
+	ucma_atfork_register(32, defer_prepare, defer_release, defer_release);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Storage of movable objects                                                */
+/* ------------------------------------------------------------------------ */
+
+void *ucma_movable_storage_alloc(size_t size, uint32_t index, const struct ucma_migrate_target *t)
+{
+	static const struct ucma_migrate_target anywhere = { 0, 0, false, false };
+	struct ucma_arena *a = ucma_arena_get();
+	uint32_t npages, pfn;
+
+	if (!a)
+		return NULL;
+	if (!t)
+		t = &anywhere;
+	if (size <= UCMA_MSLAB_MAX_SIZE)
+		return ucma_mslab_alloc(size, index, t->no_cma, t->avoid_start, t->avoid_end);
+	npages = (uint32_t)((size + UCMA_PAGE_SIZE - 1) >> UCMA_PAGE_SHIFT);
+	pfn = ucma_pages_alloc(a, npages, UCMA_GFP_MOVABLE | (t->no_cma ? UCMA_GFP_NO_CMA : 0));
+	if (pfn == UCMA_PFN_NONE)
+		return NULL;
+	if (pfn < t->avoid_end && pfn + npages > t->avoid_start) {
+		ucma_pages_free(a, pfn);
+		errno = ENOMEM;
+		return NULL;
+	}
+	ucma_run_set_owner(a, pfn, UCMA_OWN_MOVABLE, index);
+	return ucma_pfn_to_addr(a, pfn);
+}
+
+void ucma_movable_storage_free(void *addr)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+	uint32_t pfn = ucma_addr_to_pfn(a, addr);
+
+	switch (a->pages[pfn].owner_type) {
+	case UCMA_OWN_MSLAB:
+		ucma_mslab_free(addr);
+		break;
+	case UCMA_OWN_MOVABLE:
+		ucma_pages_free(a, ucma_run_head(a, pfn));
+		break;
+	default:
+		ucma_fatal("internal error: %p is no movable storage (owner %u)", addr,
+			   a->pages[pfn].owner_type);
+	}
+}
+
+/* ------------------------------------------------------------------------ */
+/* Migration                                                                 */
+/* ------------------------------------------------------------------------ */
+
+void ucma_handle_state_release(struct ucma_hentry *e)
+{
+	uint32_t old = atomic_exchange_explicit(&e->state, 0, memory_order_release);
+
+	if (old & UCMA_HS_WAITERS)
+		syscall(SYS_futex, &e->state, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Take the object for moving: state 0 -> MIGRATING, waiting for pins if
+ * asked.  Returns true on success. */
+static bool grab(struct ucma_hentry *e, bool wait_pins)
+{
+	uint64_t deadline = 0;
+
+	for (;;) {
+		uint32_t expect = 0;
+
+		if (atomic_compare_exchange_strong_explicit(&e->state, &expect, UCMA_HS_MIGRATING,
+							    memory_order_acquire,
+							    memory_order_relaxed))
+			return true;
+		if (!wait_pins)
+			return false;
+		if (!deadline)
+			deadline = ucma_os_now_ns() + PIN_WAIT_NS;
+		else if (ucma_os_now_ns() > deadline)
+			return false;
+		{
+			struct timespec ts = { 0, 100000 };	/* 100 us */
+
+			nanosleep(&ts, NULL);
+		}
+	}
+}
+
+int ucma_migrate_object(uint32_t index, void *old_addr, const struct ucma_migrate_target *t)
+{
+	struct ucma_hentry *e = ucma_handle_entry(index);
+	uint32_t gen;
+	void *new_addr;
+
+	if (!e)
+		return UCMA_MIGRATE_GONE;
+	gen = atomic_load_explicit(&e->gen, memory_order_acquire);
+	if (!(gen & 1) || __atomic_load_n(&e->addr, __ATOMIC_ACQUIRE) != old_addr)
+		return UCMA_MIGRATE_GONE;
+	if (!grab(e, t->wait_pins)) {
+		ucma_count(UCMA_STAT_PGMIGRATE_FAIL, 1);
+		return UCMA_MIGRATE_PINNED;
+	}
+	/* Freed, reused or moved between the first look and the grab? */
+	if (atomic_load_explicit(&e->gen, memory_order_acquire) != gen ||
+	    __atomic_load_n(&e->addr, __ATOMIC_ACQUIRE) != old_addr) {
+		ucma_handle_state_release(e);
+		return UCMA_MIGRATE_GONE;
+	}
+	new_addr = ucma_movable_storage_alloc(e->size, index, t);
+	if (!new_addr) {
+		ucma_handle_state_release(e);
+		ucma_count(UCMA_STAT_PGMIGRATE_FAIL, 1);
+		return UCMA_MIGRATE_NOMEM;
+	}
+	memcpy(new_addr, old_addr, e->size);
+	rcu_assign_pointer(e->addr, new_addr);
+	ucma_handle_state_release(e);
+	ucma_defer_free(old_addr);
+	ucma_count(UCMA_STAT_PGMIGRATE_SUCCESS, 1);
+	return UCMA_MIGRATE_OK;
+}
+
+struct run_ctx {
+	const struct ucma_migrate_target *t;
+	unsigned pinned;
+	int worst;
+};
+
+static int migrate_slot(uint32_t index, void *addr, void *arg)
+{
+	struct run_ctx *rc = arg;
+	int r = ucma_migrate_object(index, addr, rc->t);
+
+	if (r == UCMA_MIGRATE_PINNED)
+		rc->pinned++;
+	if (r == UCMA_MIGRATE_NOMEM)
+		return r;	/* no room anywhere: stop early */
+	if (r > rc->worst && r != UCMA_MIGRATE_GONE)
+		rc->worst = r;
+	return 0;
+}
+
+/*
+ * ucma_migrate_run() - move every movable object out of the allocated run
+ * whose head is @head: one object, or every live object of a movable slab.
+ * Returns UCMA_MIGRATE_OK when nothing movable is left in it (apart from
+ * what waits for a grace period), else the reason; *@pinned counts objects
+ * that were pinned.  Runs that are not movable are UCMA_MIGRATE_PINNED.
+ */
+int ucma_migrate_run(struct ucma_arena *a, uint32_t head, const struct ucma_migrate_target *t,
+		     unsigned *pinned)
+{
+	struct run_ctx rc = { t, 0, UCMA_MIGRATE_OK };
+	struct ucma_page *p = &a->pages[head];
+	uint8_t type;
+	uint64_t owner;
+	int r;
+
+	urcu_bp_read_lock();
+	type = __atomic_load_n(&p->owner_type, __ATOMIC_ACQUIRE);
+	owner = p->owner;
+	if (p->kind != UCMA_PK_RUN) {
+		urcu_bp_read_unlock();
+		return UCMA_MIGRATE_GONE;
+	}
+	switch (type) {
+	case UCMA_OWN_MOVABLE:
+		urcu_bp_read_unlock();
+		r = ucma_migrate_object((uint32_t)owner, ucma_pfn_to_addr(a, head), t);
+		if (r == UCMA_MIGRATE_PINNED)
+			rc.pinned++;
+		if (pinned)
+			*pinned += rc.pinned;
+		return r == UCMA_MIGRATE_GONE ? UCMA_MIGRATE_OK : r;
+	case UCMA_OWN_MSLAB:
+		r = ucma_mslab_for_each((struct ucma_mslab *)(uintptr_t)owner, migrate_slot, &rc);
+		urcu_bp_read_unlock();
+		if (pinned)
+			*pinned += rc.pinned;
+		return r ? r : rc.worst;
+	default:
+		urcu_bp_read_unlock();
+		return UCMA_MIGRATE_PINNED;	/* unmovable: cannot be emptied */
+	}
+}

@@ -1,0 +1,329 @@
+/*
+ * mslab.c - movable slabs: small movable objects share runs of pages of
+ * one size class, so that a run can be emptied by migrating its objects.
+ *
+ * A slab is a run of UCMA_MSLAB_PAGES pages allocated as movable (CMA zone
+ * first).  Its descriptor lives out of band (meta.c) and holds the slot
+ * bitmap and, per slot, the index of the handle that owns it: that is the
+ * reverse map compaction and alloc-contig-range use to find, from a page,
+ * the objects on it.  Every page of the run records the descriptor as its
+ * owner (UCMA_OWN_MSLAB), so any address finds its slab with one load.
+ *
+ * No per-thread caches: a slot is handed out under the class lock, after
+ * checking that the slab's pageblock is not isolated and not in the range a
+ * caller wants to empty.  A free slot is reused only after the caller has
+ * waited for an RCU grace period (migrate.c's deferred frees), because
+ * readers may still be looking at the old object.
+ *
+ * Locking: one mutex per size class protects its lists and the bitmaps and
+ * handle arrays of its slabs.  It nests outside zone locks (a new slab is
+ * allocated with the class lock dropped).
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <string.h>
+
+#define UCMA_MSLAB_PAGES 16u
+#define MSLAB_MAX_OBJS ((UCMA_MSLAB_PAGES * 4096u) / 16u)
+
+static const uint32_t class_sizes[] = {
+	16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512,
+	640, 768, 896, 1024, 1280, 1536, 1792, 2048, 2560, 3072, 3584, 4096,
+};
+#define NR_CLASSES UCMA_ARRAY_SIZE(class_sizes)
+
+struct ucma_mslab {
+	struct ucma_mslab *next, *prev;	/* class list (partial or full) */
+	uint32_t pfn;			/* first page of the run */
+	uint16_t cls;			/* index into class_sizes */
+	uint16_t nr_objs;
+	uint16_t nr_free;
+	uint8_t on_partial;
+	uint8_t dead;			/* destroyed; descriptor freed after a grace period */
+	uint32_t obj_size;
+	uint32_t alloc_size;		/* bytes of this descriptor */
+	uint64_t *bitmap;		/* nr_objs bits, 1 = allocated */
+	uint32_t *handles;		/* nr_objs handle indices */
+};
+
+struct mslab_class {
+	pthread_mutex_t lock;
+	struct ucma_mslab *partial;	/* slabs with free slots */
+	struct ucma_mslab *full;
+	unsigned nr_empty;		/* empty slabs kept on the partial list */
+};
+
+static struct mslab_class classes[NR_CLASSES];
+static pthread_once_t classes_once = PTHREAD_ONCE_INIT;
+
+static void mslab_prepare(void)
+{
+	for (size_t i = 0; i < NR_CLASSES; i++)
+		pthread_mutex_lock(&classes[i].lock);
+}
+
+static void mslab_release(void)
+{
+	for (size_t i = NR_CLASSES; i-- > 0;)
+		pthread_mutex_unlock(&classes[i].lock);
+}
+
+static void classes_init(void)
+{
+	for (size_t i = 0; i < NR_CLASSES; i++)
+		pthread_mutex_init(&classes[i].lock, NULL);
+	ucma_atfork_register(35, mslab_prepare, mslab_release, mslab_release);
+}
+
+static int class_of(size_t size)
+{
+	for (size_t i = 0; i < NR_CLASSES; i++)
+		if (size <= class_sizes[i])
+			return (int)i;
+	return -1;
+}
+
+size_t ucma_mslab_class_size(size_t size)
+{
+	int c = class_of(size ? size : 1);
+
+	return c < 0 ? 0 : class_sizes[c];
+}
+
+static void list_del(struct ucma_mslab **head, struct ucma_mslab *s)
+{
+	if (s->prev)
+		s->prev->next = s->next;
+	else
+		*head = s->next;
+	if (s->next)
+		s->next->prev = s->prev;
+	s->next = s->prev = NULL;
+}
+
+static void list_add(struct ucma_mslab **head, struct ucma_mslab *s)
+{
+	s->prev = NULL;
+	s->next = *head;
+	if (*head)
+		(*head)->prev = s;
+	*head = s;
+}
+
+/* Can a new object go into slab @s?  (class lock held) */
+static bool slab_usable(const struct ucma_arena *a, const struct ucma_mslab *s, bool no_cma,
+			uint32_t avoid_start, uint32_t avoid_end)
+{
+	const struct ucma_pageblock *pb = &a->blocks[s->pfn >> UCMA_PAGEBLOCK_ORDER];
+
+	if (__atomic_load_n(&pb->isolate_count, __ATOMIC_ACQUIRE))
+		return false;
+	if (s->pfn < avoid_end && s->pfn + UCMA_MSLAB_PAGES > avoid_start)
+		return false;
+	if (no_cma && s->pfn >= a->zones[UCMA_ZONE_CMA].start_pfn)
+		return false;
+	return true;
+}
+
+static void *slot_take(struct ucma_arena *a, struct mslab_class *c, struct ucma_mslab *s,
+		       uint32_t index)
+{
+	for (uint32_t w = 0; w < (s->nr_objs + 63u) / 64u; w++) {
+		uint64_t freebits = ~s->bitmap[w];
+		uint32_t slot;
+
+		if (w == (s->nr_objs - 1u) / 64u && s->nr_objs % 64u)
+			freebits &= (1ull << (s->nr_objs % 64u)) - 1;
+		if (!freebits)
+			continue;
+		slot = w * 64u + (uint32_t)__builtin_ctzll(freebits);
+		s->bitmap[w] |= 1ull << (slot % 64u);
+		s->handles[slot] = index;
+		if (s->nr_free-- == s->nr_objs)
+			c->nr_empty--;
+		if (s->nr_free == 0) {
+			list_del(&c->partial, s);
+			s->on_partial = 0;
+			list_add(&c->full, s);
+		}
+		return (char *)ucma_pfn_to_addr(a, s->pfn) + (size_t)slot * s->obj_size;
+	}
+	ucma_fatal("internal error: movable slab %p has no free slot", (void *)s);
+}
+
+static struct ucma_mslab *slab_new(struct ucma_arena *a, int cls, bool no_cma)
+{
+	uint32_t nr_objs = (UCMA_MSLAB_PAGES << UCMA_PAGE_SHIFT) / class_sizes[cls];
+	size_t words = (nr_objs + 63u) / 64u;
+	size_t bytes = sizeof(struct ucma_mslab) + words * 8 + (size_t)nr_objs * 4;
+	struct ucma_mslab *s;
+	uint32_t pfn;
+
+	pfn = ucma_pages_alloc(a, UCMA_MSLAB_PAGES,
+			       UCMA_GFP_MOVABLE | (no_cma ? UCMA_GFP_NO_CMA : 0));
+	if (pfn == UCMA_PFN_NONE)
+		return NULL;
+	s = ucma_meta_alloc(bytes);
+	if (!s) {
+		ucma_pages_free(a, pfn);
+		return NULL;
+	}
+	s->pfn = pfn;
+	s->cls = (uint16_t)cls;
+	s->nr_objs = (uint16_t)nr_objs;
+	s->nr_free = (uint16_t)nr_objs;
+	s->obj_size = class_sizes[cls];
+	s->alloc_size = (uint32_t)bytes;
+	s->bitmap = (uint64_t *)(s + 1);
+	s->handles = (uint32_t *)(s->bitmap + words);
+	ucma_run_set_owner(a, pfn, UCMA_OWN_MSLAB, (uint64_t)(uintptr_t)s);
+	return s;
+}
+
+/*
+ * The pages go back at once (the caller waited for readers of the
+ * objects); the descriptor only after a grace period, because a scanner
+ * may have found it through the page metadata inside a read-side section.
+ */
+static void slab_destroy(struct ucma_arena *a, struct ucma_mslab *s)
+{
+	ucma_pages_free(a, s->pfn);
+	ucma_defer_meta_free(s, s->alloc_size);
+}
+
+void *ucma_mslab_alloc(size_t size, uint32_t index, bool no_cma, uint32_t avoid_start,
+		       uint32_t avoid_end)
+{
+	struct ucma_arena *a = ucma_arena_get();
+	int cls = class_of(size ? size : 1);
+	struct mslab_class *c;
+	struct ucma_mslab *s, *fresh;
+
+	if (!a || cls < 0)
+		return NULL;
+	/* Without lending, movable objects stay out of the CMA areas. */
+	no_cma |= ucma_opt.cma_policy == UCMA_CMA_RESERVED;
+	pthread_once(&classes_once, classes_init);
+	c = &classes[cls];
+	pthread_mutex_lock(&c->lock);
+	for (s = c->partial; s; s = s->next) {
+		if (slab_usable(a, s, no_cma, avoid_start, avoid_end)) {
+			void *p = slot_take(a, c, s, index);
+
+			pthread_mutex_unlock(&c->lock);
+			return p;
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+
+	fresh = slab_new(a, cls, no_cma);
+	if (!fresh)
+		return NULL;
+	if (fresh->pfn < avoid_end && fresh->pfn + UCMA_MSLAB_PAGES > avoid_start) {
+		slab_destroy(a, fresh);
+		errno = ENOMEM;
+		return NULL;
+	}
+	pthread_mutex_lock(&c->lock);
+	list_add(&c->partial, fresh);
+	fresh->on_partial = 1;
+	c->nr_empty++;
+	{
+		void *p = slot_take(a, c, fresh, index);
+
+		pthread_mutex_unlock(&c->lock);
+		return p;
+	}
+}
+
+void ucma_mslab_free(void *addr)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+	uint32_t pfn = ucma_addr_to_pfn(a, addr);
+	struct ucma_mslab *s = (struct ucma_mslab *)(uintptr_t)a->pages[pfn].owner;
+	struct mslab_class *c = &classes[s->cls];
+	size_t off = (size_t)((char *)addr - (char *)ucma_pfn_to_addr(a, s->pfn));
+	uint32_t slot = (uint32_t)(off / s->obj_size);
+	bool destroy = false;
+
+	pthread_mutex_lock(&c->lock);
+	if (off % s->obj_size || slot >= s->nr_objs ||
+	    !(s->bitmap[slot / 64u] & (1ull << (slot % 64u))))
+		ucma_fatal("internal error: movable slot %p is not allocated", addr);
+	s->bitmap[slot / 64u] &= ~(1ull << (slot % 64u));
+	s->handles[slot] = 0;
+	if (s->nr_free++ == 0) {
+		list_del(&c->full, s);
+		list_add(&c->partial, s);
+		s->on_partial = 1;
+	}
+	if (s->nr_free == s->nr_objs) {
+		/* Keep one empty slab per class to absorb churn, unless its
+		 * pageblock is being emptied. */
+		bool isolated = __atomic_load_n(&a->blocks[s->pfn >> UCMA_PAGEBLOCK_ORDER]
+							  .isolate_count,
+						__ATOMIC_ACQUIRE);
+
+		if (isolated || c->nr_empty >= 1) {
+			list_del(&c->partial, s);
+			s->dead = 1;
+			destroy = true;
+		} else {
+			c->nr_empty++;
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	if (destroy)
+		slab_destroy(a, s);
+}
+
+uint32_t ucma_mslab_slot_handle(struct ucma_mslab *s, void *addr)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+	struct mslab_class *c = &classes[s->cls];
+	size_t off = (size_t)((char *)addr - (char *)ucma_pfn_to_addr(a, s->pfn));
+	uint32_t slot = (uint32_t)(off / s->obj_size), index = 0;
+
+	pthread_mutex_lock(&c->lock);
+	if (!s->dead && slot < s->nr_objs && (s->bitmap[slot / 64u] & (1ull << (slot % 64u))))
+		index = s->handles[slot];
+	pthread_mutex_unlock(&c->lock);
+	return index;
+}
+
+/*
+ * Snapshot the live slots under the class lock, then call @fn for each
+ * without it (migration allocates and may need this very class lock).
+ * The caller found @s inside an RCU read-side section, which keeps the
+ * descriptor alive; a slab destroyed meanwhile has no live slots.
+ * Stops at the first non-zero return of @fn and returns it.
+ */
+int ucma_mslab_for_each(struct ucma_mslab *s, int (*fn)(uint32_t index, void *addr, void *arg),
+			void *arg)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+	struct mslab_class *c = &classes[s->cls];
+	uint32_t n = 0, *idx, *slots;
+	char *base = ucma_pfn_to_addr(a, s->pfn);
+	int rc = 0;
+
+	idx = ucma_meta_alloc(2 * sizeof(uint32_t) * MSLAB_MAX_OBJS);
+	if (!idx)
+		return UCMA_MIGRATE_NOMEM;
+	slots = idx + MSLAB_MAX_OBJS;
+	pthread_mutex_lock(&c->lock);
+	for (uint32_t i = 0; i < s->nr_objs && !s->dead; i++) {
+		if (s->bitmap[i / 64u] & (1ull << (i % 64u))) {
+			idx[n] = s->handles[i];
+			slots[n++] = i;
+		}
+	}
+	pthread_mutex_unlock(&c->lock);
+	for (uint32_t i = 0; i < n && rc == 0; i++)
+		rc = fn(idx[i], base + (size_t)slots[i] * s->obj_size, arg);
+	ucma_meta_free(idx, 2 * sizeof(uint32_t) * MSLAB_MAX_OBJS);
+	return rc;
+}
