@@ -254,7 +254,7 @@ static const struct opt_def opt_table[O_NR] = {
  * without a trailing '_' must match exactly.
  */
 static const char *const foreign_names[] = {
-	"UCMA_CONF", "UCMA_SOAK_SECONDS", "UCMA_TEST_", "UCMA_BENCH_",
+	"UCMA_CONF", "UCMA_SOAK_SECONDS", "UCMA_STRESS_", "UCMA_TEST_", "UCMA_BENCH_",
 };
 
 /* One parsed value, before it is checked and stored. */

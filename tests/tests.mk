@@ -13,6 +13,8 @@ AM_TESTS_ENVIRONMENT = \
 EXTRA_DIST += tests/tap.h tests/testutil.h tests/lsan.supp tests/tsan.supp
 
 include tests/unit/unit.mk
+include tests/stress/stress.mk
+include tests/bench/zone_cma.mk
 EXTRA_DIST += tests/run-all.sh
 if ENABLE_ASAN
 AM_TESTS_ENVIRONMENT += UCMA_TEST_SANITIZER=asan; export UCMA_TEST_SANITIZER;
