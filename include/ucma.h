@@ -36,6 +36,9 @@ extern "C" {
  * Initialisation and configuration
  * ------------------------------------------------------------------------- */
 
+/* struct ucma_config.node: node n is UCMA_NODE_ID(n), so that 0 can keep
+ * meaning "not set"; or one of the negative values below. */
+#define UCMA_NODE_ID(n)      ((n) + 1)
 /* UCMA_NODE values other than a node number. */
 #define UCMA_NODE_DEFAULT    (-1)	/* no placement policy */
 #define UCMA_NODE_LOCAL      (-2)	/* the node of the initialising thread */
@@ -68,7 +71,7 @@ struct ucma_config {
 	const char *cma_areas;		/* "name:size,name:size" or NULL */
 	int hugepages;			/* enum ucma_backing for the CMA areas */
 	int hugepages_normal;		/* enum ucma_backing for NORMAL; 0 = THP */
-	int node;			/* node number or UCMA_NODE_* */
+	int node;			/* UCMA_NODE_ID(n) or UCMA_NODE_*; 0 = default */
 	int populate;			/* prefault the arena at start-up */
 	int strict;			/* refuse to start on a bad value */
 	int cma_dontfork;		/* MADV_DONTFORK on the CMA areas */
@@ -171,33 +174,189 @@ const void *ucma_deref(ucma_handle_t h);
  * Compaction
  * ------------------------------------------------------------------------- */
 
+/*
+ * Compaction moves movable objects so that free memory collects in whole
+ * 2 MiB pageblocks at the start of each zone, where ucma_alloc() looks
+ * first.  The library compacts by itself (directly when a movable or
+ * contiguous allocation fails, UCMA_COMPACT_DIRECT; in a background thread
+ * started with the first movable or contiguous allocation, UCMA_COMPACT,
+ * UCMA_COMPACT_INTERVAL_MS, UCMA_COMPACT_PROACTIVENESS); these calls are
+ * for programs that know when a quiet moment comes.
+ */
 enum ucma_compact_priority {
-	UCMA_COMPACT_ASYNC = 0,		/* background: skip pinned, honour hints */
-	UCMA_COMPACT_SYNC_LIGHT = 1,
+	UCMA_COMPACT_ASYNC = 0,		/* background: skip pinned, honour hints, bounded */
+	UCMA_COMPACT_SYNC_LIGHT = 1,	/* unbounded, honour hints, wait for one pin */
 	UCMA_COMPACT_SYNC_FULL = 2	/* whole zone, ignore hints, wait for pins */
 };
 
+/**
+ * ucma_compact() - compact every zone at priority @prio.
+ * @prio: enum ucma_compact_priority.  ASYNC does a bounded amount of work
+ *        per call, going on from where the last call stopped.
+ *
+ * Sparse movable slabs are emptied into fuller ones, then each zone is
+ * compacted.  Returns once the memory freed is free (after a grace period
+ * for readers of the old copies).
+ * Return: 0, or -1 with errno EINVAL (unknown priority) or EDEADLK (called
+ * inside ucma_read_lock()).
+ */
 int ucma_compact(int prio);
+
+/**
+ * ucma_compact_order() - compact until a free block of 2^@order pages
+ * exists in some zone.
+ * @order: 0 (a page) to 9 (a 2 MiB pageblock).
+ * @prio:  enum ucma_compact_priority.
+ *
+ * A zone where compaction cannot help (too few free pages, or a
+ * fragmentation index saying a failure is due to shortage, for orders
+ * above 3) is left alone.
+ * Return: 0 when such a block is free; -1 with errno EINVAL (@order above
+ * 9, unknown priority), EDEADLK (inside ucma_read_lock()), ENOMEM (no
+ * block of that order could be formed; an ASYNC call may have stopped
+ * short, a SYNC_FULL one did what it could).
+ */
 int ucma_compact_order(unsigned order, int prio);
 
 /* ---------------------------------------------------------------------------
  * General-purpose (unmovable) allocation
  * ------------------------------------------------------------------------- */
 
+/*
+ * The malloc family serves unmovable memory from the NORMAL zone: small
+ * requests (up to 32 KiB) from size-class slabs through per-thread caches,
+ * larger ones as exact runs of pages.  When the NORMAL zone is exhausted,
+ * or the arena cannot be created, memory comes from plain mappings outside
+ * the arena (counted as overflow_alloc), so these calls fail only where the
+ * system allocator would.  Every block is aligned to 16 bytes.
+ *
+ * Corruption is not survivable: a double free, the free or realloc of a
+ * pointer into an allocation or of one the family never returned, prints
+ * one line naming the call and the address to standard error and aborts.
+ */
+
+/**
+ * ucma_malloc() - allocate @size bytes of unmovable memory.
+ * @size: bytes; 0 returns a unique minimal block.
+ * Return: the block, aligned to 16 bytes, or NULL with errno ENOMEM.
+ */
 void *ucma_malloc(size_t size);
+
+/**
+ * ucma_calloc() - allocate a zeroed array of @nmemb elements of @size bytes.
+ * Return: the block, or NULL with errno ENOMEM (also when @nmemb * @size
+ * overflows).
+ */
 void *ucma_calloc(size_t nmemb, size_t size);
+
+/**
+ * ucma_realloc() - resize the block at @ptr to @size bytes.
+ * @ptr:  a block of the malloc family, or NULL (then as ucma_malloc()).
+ * @size: the new size; 0 frees @ptr and returns NULL, as glibc does.
+ *
+ * The block stays in place while @size fits its size class (or run of
+ * pages) and does not shrink below half of it; otherwise it moves to the
+ * class of @size, so growth in small steps copies only once per class.
+ * Return: the block (contents kept up to the smaller size), or NULL with
+ * errno ENOMEM, leaving @ptr untouched.
+ */
 void *ucma_realloc(void *ptr, size_t size);
+
+/**
+ * ucma_aligned_alloc() - allocate @size bytes aligned to @alignment.
+ * @alignment: a power of two; anything up to the size of the address space
+ *             (alignments up to 4 KiB come from size classes that are
+ *             multiples of them; larger ones are page runs).
+ * Return: the block, or NULL with errno EINVAL (@alignment is no power of
+ * two) or ENOMEM.
+ */
 void *ucma_aligned_alloc(size_t alignment, size_t size);
+
+/**
+ * ucma_posix_memalign() - as posix_memalign(): store a block of @size
+ * bytes aligned to @alignment in *@memptr.
+ * Return: 0; EINVAL when @alignment is no power of two or smaller than a
+ * pointer (or @memptr is NULL); ENOMEM.  errno is left alone.
+ */
+int ucma_posix_memalign(void **memptr, size_t alignment, size_t size);
+
+/**
+ * ucma_memalign() - as glibc's memalign(): an alignment that is no power
+ * of two is rounded up to the next one.
+ * Return: the block, or NULL with errno EINVAL or ENOMEM.
+ */
+void *ucma_memalign(size_t alignment, size_t size);
+
+/**
+ * ucma_free() - free a block of the malloc family.
+ * @ptr: the block, or NULL (nothing happens).
+ *
+ * Aborts with a message for a double free, a pointer into a block, or a
+ * pointer the family did not return (use ucma_owns() first when @ptr may
+ * come from another allocator).  errno is left alone.
+ */
 void ucma_free(void *ptr);
+
+/**
+ * ucma_try_free() - free @ptr if it is ucma's, in one call: what
+ * "if (ucma_owns(ptr)) ucma_free(ptr);" does, with one look-up instead of
+ * two (the free of a preloaded program).
+ * @ptr: any pointer, or NULL.
+ * Return: 1 when @ptr was ucma's and is freed (or NULL), 0 when it is not
+ * ucma's and nothing was done.  errno is left alone.
+ */
+int ucma_try_free(void *ptr);
+
+/**
+ * ucma_usable_size() - bytes usable in the block at @ptr (at least the
+ * size requested).
+ * Return: the size; 0 for NULL, and 0 with errno EINVAL for a pointer that
+ * is no block of the malloc family.
+ */
 size_t ucma_usable_size(const void *ptr);
+
+/**
+ * ucma_trim() - give memory back: the calling thread's cache is flushed,
+ * wholly free slabs go back to the page allocator, and the free pages of
+ * the NORMAL zone are returned to the kernel at once (instead of after
+ * UCMA_DECAY_MS).
+ * Return: 1 if memory was released, 0 otherwise (as malloc_trim()).
+ */
 int ucma_trim(void);
 
 /**
  * ucma_owns() - does @ptr come from ucma's malloc family (ucma_malloc() and
  * friends, in the arena or in its overflow mappings)?
+ *
+ * Any address in the arena counts except the live blocks of other kinds
+ * (movable objects and their slabs, ucma_alloc() buffers), so that
+ * ucma_free() reports a stale or bad pointer into the arena instead of
+ * another allocator crashing on it.  Cheap: meant to be asked before every
+ * free of a preloaded program.
  * Return: 1 if so, 0 otherwise (including NULL).
  */
 int ucma_owns(const void *ptr);
+
+/**
+ * struct ucma_malloc_info - the state of the malloc family, summed over all
+ * threads (for mallinfo2()).
+ */
+struct ucma_malloc_info {
+	size_t allocated;	/* usable bytes of live blocks */
+	size_t active;		/* bytes of arena pages held: slabs and runs */
+	size_t overflow;	/* bytes mapped outside the arena */
+	size_t cached;		/* freed bytes parked in thread caches */
+	uint64_t nmalloc;	/* blocks handed out so far */
+	uint64_t nfree;		/* blocks freed so far */
+	size_t large_allocs;	/* live page-run blocks */
+	size_t reserved[5];
+};
+
+/**
+ * ucma_malloc_info() - fill @info.
+ * Return: 0, or -1 with errno EINVAL for NULL.
+ */
+int ucma_malloc_info(struct ucma_malloc_info *info);
 
 /* ---------------------------------------------------------------------------
  * Statistics

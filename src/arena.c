@@ -244,6 +244,10 @@ int ucma_arena_create(const struct ucma_options *o, struct ucma_arena **out)
 	cma_align = (o->hugepages == UCMA_BACKING_AUTO || o->hugepages == UCMA_BACKING_HUGETLB_1G) &&
 				    cma_size && cma_size % UCMA_HUGE_1G == 0 ?
 			    UCMA_HUGE_1G : UCMA_PAGEBLOCK_SIZE;
+	/* So must a 1 GiB-backed NORMAL zone: with normal_size a multiple of
+	 * 1 GiB, aligning the CMA zone aligns the base too. */
+	if (o->hugepages_normal == UCMA_BACKING_HUGETLB_1G && normal_size % UCMA_HUGE_1G == 0)
+		cma_align = UCMA_HUGE_1G;
 	a->reservation_size = o->arena_size + cma_align;
 	a->reservation = ucma_os.mmap(NULL, a->reservation_size, PROT_NONE,
 				      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -292,6 +296,7 @@ int ucma_arena_create(const struct ucma_options *o, struct ucma_arena **out)
 		  cma_backing);
 	if (cma_size && init_areas(a, o) != 0)
 		goto nomem;
+	ucma_arena_poison(a, true);
 	if (o->verbose)
 		ucma_log("arena %p: %zu MiB, normal %zu MiB (%s), cma %zu MiB (%s), %d area(s)",
 			 (void *)a->base, a->size >> 20, normal_size >> 20,
@@ -309,6 +314,8 @@ void ucma_arena_destroy(struct ucma_arena *a)
 {
 	if (!a)
 		return;
+	if (a->base)
+		ucma_arena_poison(a, false);
 	for (int i = 0; i < a->nr_areas; i++) {
 		size_t bytes = UCMA_ALIGN_UP((size_t)a->areas[i].npages, 64) / 8;
 

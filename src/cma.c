@@ -58,20 +58,23 @@ static void bits_set(unsigned long *map, uint32_t start, uint32_t n, bool on)
 
 /*
  * The first offset >= @from in the area where @n clear bits start, with
- * base_pfn + offset a multiple of @align pages; UINT32_MAX if none (the
- * kernel's bitmap_find_next_zero_area_off()).
+ * the address of page base_pfn + offset a multiple of @align pages;
+ * UINT32_MAX if none (the kernel's bitmap_find_next_zero_area_off()).
+ * @base_vpfn is the arena's base address in pages: pfns are relative to
+ * it, and the arena is aligned only to its largest backing page, so an
+ * alignment beyond that is a property of the address, not of the pfn.
  */
-static uint32_t find_zero_area(const struct ucma_cma_area *area, uint32_t from, uint32_t n,
-			       uint32_t align)
+static uint32_t find_zero_area(const struct ucma_cma_area *area, uintptr_t base_vpfn,
+			       uint32_t from, uint32_t n, uint32_t align)
 {
 	uint32_t off = from;
 
 	for (;;) {
-		uint32_t abs = area->base_pfn + off;
+		uintptr_t abs = base_vpfn + area->base_pfn + off;
 		uint32_t i;
 
 		if (abs % align)
-			off += align - abs % align;
+			off += align - (uint32_t)(abs % align);
 		if (off > area->npages || area->npages - off < n)
 			return UINT32_MAX;
 		for (i = 0; i < n; i++)
@@ -201,27 +204,36 @@ static void *alloc_area(struct ucma_arena *a, struct ucma_cma_area *area, size_t
 	uint64_t t0 = ucma_os_now_ns();
 	uint32_t npages, align_pages, from = 0;
 	int err = ENOMEM;
-	bool migrated = false, saw_busy = false;
+	bool migrated = false, saw_busy = false, tried = false;
+	struct ucma_compact_direct dc;
 
 	if (size > (size_t)area->npages << UCMA_PAGE_SHIFT) {
 		errno = ENOMEM;
 		goto fail;
 	}
 	npages = (uint32_t)((size + UCMA_PAGE_SIZE - 1) >> UCMA_PAGE_SHIFT);
+	/* Objects freed recently still wait for readers: let their space
+	 * count (cheap when nothing waits). */
+	if (!ucma_in_read_section())
+		ucma_defer_drain();
 	align_pages = align > UCMA_PAGE_SIZE ? (uint32_t)(align >> UCMA_PAGE_SHIFT) : 1;
-
+	/* Direct compaction (compact.c), should every candidate fail. */
+	ucma_compact_direct_init(&dc, ucma_compact_contig_order(npages, align_pages),
+				 1u << UCMA_ZONE_CMA);
+retry:
 	for (;;) {
 		uint32_t off, start, end, iso_start, iso_end, busy_end = 0;
 		int rc;
 
 		pthread_mutex_lock(&area->lock);
-		off = find_zero_area(area, from, npages, align_pages);
+		off = find_zero_area(area, a->base >> UCMA_PAGE_SHIFT, from, npages, align_pages);
 		if (off == UINT32_MAX) {
 			pthread_mutex_unlock(&area->lock);
 			break;
 		}
 		bits_set(area->bitmap, off, npages, true);
 		pthread_mutex_unlock(&area->lock);
+		tried = true;
 
 		start = area->base_pfn + off;
 		end = start + npages;
@@ -242,6 +254,14 @@ static void *alloc_area(struct ucma_arena *a, struct ucma_cma_area *area, size_t
 			void *p = ucma_pfn_to_addr(a, start);
 			size_t len = (size_t)npages << UCMA_PAGE_SHIFT;
 
+			ucma_compact_direct_done(&dc, true);	/* compact.c */
+
+			/* Counted now: the failure paths below undo with
+			 * ucma_release(), which uncounts. */
+			pthread_mutex_lock(&area->lock);
+			area->nr_allocated_pages += npages;
+			area->nr_allocs++;
+			pthread_mutex_unlock(&area->lock);
 			if (flags & UCMA_ALLOC_ZERO)
 				memset(p, 0, len);
 			if (flags & (UCMA_ALLOC_POPULATE | UCMA_ALLOC_PHYS_CONTIG))
@@ -268,8 +288,6 @@ static void *alloc_area(struct ucma_arena *a, struct ucma_cma_area *area, size_t
 				a->pages[start].flags |= UCMA_PF_MLOCKED;
 			}
 			pthread_mutex_lock(&area->lock);
-			area->nr_allocated_pages += npages;
-			area->nr_allocs++;
 			area->alloc_success++;
 			pthread_mutex_unlock(&area->lock);
 			ucma_count(UCMA_STAT_CMA_ALLOC_SUCCESS, 1);
@@ -292,6 +310,14 @@ static void *alloc_area(struct ucma_arena *a, struct ucma_cma_area *area, size_t
 		if (busy_end > start && busy_end - area->base_pfn > from)
 			from = busy_end - area->base_pfn;
 	}
+	/* Every candidate failed: compact at the next priority, retry (compact.c). */
+	if (!(flags & UCMA_ALLOC_NOWAIT) && tried && (err == ENOMEM || err == EBUSY) &&
+	    ucma_compact_direct_next(&dc)) {
+		from = 0;
+		saw_busy = false;
+		goto retry;
+	}
+	ucma_compact_direct_done(&dc, false);
 	/* Every candidate failed: say why in the most useful terms. */
 	errno = err == EDEADLK || err == ENOTSUP ? err : saw_busy ? EBUSY : err;
 fail:
@@ -335,8 +361,10 @@ void *ucma_alloc_area(const char *name, size_t size, size_t align, unsigned flag
 	{
 		void *p = alloc_area(a, area, size, align, flags);
 
-		if (p)
+		if (p) {
+			ucma_compactd_start_once();	/* the process has CMA memory (compactd.c) */
 			return p;
+		}
 		err = errno;
 	}
 	errno = err;

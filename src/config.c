@@ -1252,7 +1252,10 @@ int ucma_options_from_config(struct ucma_options *o, const struct ucma_config *c
 		cfg_apply_num(&c, O_HUGEPAGES, "hugepages", cfg->hugepages);
 	if (cfg->hugepages_normal)
 		cfg_apply_num(&c, O_HUGEPAGES_NORMAL, "hugepages_normal", cfg->hugepages_normal);
-	if (cfg->node)
+	/* The structure says node n as UCMA_NODE_ID(n) = n + 1: 0 is "keep". */
+	if (cfg->node > 0)
+		cfg_apply_num(&c, O_NODE, "node", cfg->node - 1);
+	else if (cfg->node < 0)
 		cfg_apply_num(&c, O_NODE, "node", cfg->node);
 	if (cfg->populate)
 		cfg_apply_num(&c, O_POPULATE, "populate", 1);
@@ -1309,7 +1312,7 @@ int ucma_config_from_env(struct ucma_config *cfg)
 	}
 	cfg->hugepages = o.hugepages;
 	cfg->hugepages_normal = o.hugepages_normal;
-	cfg->node = o.node;
+	cfg->node = o.node >= 0 ? UCMA_NODE_ID(o.node) : o.node == UCMA_NODE_DEFAULT ? 0 : o.node;
 	cfg->populate = o.populate;
 	cfg->strict = o.strict;
 	cfg->cma_dontfork = o.cma_dontfork;

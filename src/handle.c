@@ -223,6 +223,8 @@ ucma_handle_t ucma_halloc(size_t size, unsigned flags)
 	p = ucma_movable_storage_alloc(size, index, NULL);
 	if (!p && !ucma_in_read_section() && ucma_defer_drain() == 0)
 		p = ucma_movable_storage_alloc(size, index, NULL);
+	if (!p)	/* direct compaction (compact.c): compact, retry after each priority */
+		p = ucma_compact_direct_movable(size, index);
 	if (!p) {
 		ucma_handle_state_release(e);
 		entry_free(index);
@@ -240,6 +242,7 @@ ucma_handle_t ucma_halloc(size_t size, unsigned flags)
 	atomic_fetch_add_explicit(&live_handles, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&live_bytes, size, memory_order_relaxed);
 	ucma_count(UCMA_STAT_HALLOC, 1);
+	ucma_compactd_start_once();	/* the process has movable memory (compactd.c) */
 	return ((uint64_t)gen << 32) | index;
 }
 

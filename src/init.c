@@ -92,6 +92,8 @@ static void zones_prepare(void)
 {
 	struct ucma_arena *a = ucma_the_arena;
 
+	if (!a)
+		return;
 	for (int i = 0; i < a->nr_areas; i++)
 		pthread_mutex_lock(&a->areas[i].lock);
 	for (int z = 0; z < UCMA_ZONE_NR; z++)
@@ -102,6 +104,8 @@ static void zones_release(void)
 {
 	struct ucma_arena *a = ucma_the_arena;
 
+	if (!a)
+		return;
 	for (int z = UCMA_ZONE_NR - 1; z >= 0; z--)
 		pthread_mutex_unlock(&a->zones[z].lock);
 	for (int i = a->nr_areas - 1; i >= 0; i--)
@@ -111,6 +115,8 @@ static void zones_release(void)
 /* ------------------------------------------------------------------------ */
 /* Start-up                                                                  */
 /* ------------------------------------------------------------------------ */
+
+static bool zones_atfork_registered;
 
 /* Called with init_lock held and `initializing` set. */
 static int init_locked(void)
@@ -134,7 +140,11 @@ static int init_locked(void)
 			 strerror(err));
 		return err;
 	}
-	ucma_atfork_register(50, zones_prepare, zones_release, zones_release);
+	/* Once per process: a test build may create the arena again. */
+	if (!zones_atfork_registered) {
+		ucma_atfork_register(50, zones_prepare, zones_release, zones_release);
+		zones_atfork_registered = true;
+	}
 	__atomic_store_n(&ucma_the_arena, a, __ATOMIC_RELEASE);
 	return 0;
 }
@@ -147,6 +157,23 @@ static void register_fork_handlers_once(void)
 		registered = true;
 		pthread_atfork(fork_prepare, fork_parent, fork_child);
 	}
+}
+
+/*
+ * Once the arena exists: the report at exit and the live statistics
+ * segment.  Called with no ucma lock held (publishing reads zone locks).
+ */
+static bool published;
+
+static void after_start(void)
+{
+	static bool atexit_done;
+
+	if (__atomic_exchange_n(&published, true, __ATOMIC_ACQ_REL))
+		return;
+	if (!__atomic_exchange_n(&atexit_done, true, __ATOMIC_ACQ_REL))
+		atexit(ucma_stats_at_exit);
+	ucma_shm_publish();
 }
 
 struct ucma_arena *ucma_arena_get(void)
@@ -171,6 +198,8 @@ struct ucma_arena *ucma_arena_get(void)
 	if (!a)
 		errno = init_errno;
 	pthread_mutex_unlock(&init_lock);
+	if (a)
+		after_start();
 	return a;
 }
 
@@ -191,12 +220,15 @@ int ucma_init(const struct ucma_config *cfg)
 		return -1;
 	}
 	pthread_mutex_lock(&init_lock);
-	if (init_done) {
-		/* Already running: fine if nothing new was asked for. */
+	/*
+	 * Already running: fine if nothing new was asked for.  A failed
+	 * attempt is not final for an explicit call: it tries again (the
+	 * caller may have freed memory or chosen a smaller arena), while
+	 * ucma_arena_get() keeps returning the first error cheaply.
+	 */
+	if (init_done && ucma_the_arena) {
 		if (cfg)
 			err = EBUSY;
-		else if (!ucma_the_arena)
-			err = init_errno;
 		goto out;
 	}
 	if (cfg) {
@@ -226,6 +258,7 @@ out:
 		errno = err;
 		return -1;
 	}
+	after_start();
 	return 0;
 }
 
@@ -237,6 +270,10 @@ out:
  */
 void ucma_test_reset(void)
 {
+	/* The thread walks the arena: it goes before the arena does. */
+	ucma_compactd_stop();
+	ucma_shm_unpublish();
+	published = false;
 	pthread_mutex_lock(&init_lock);
 	if (ucma_the_arena)
 		ucma_arena_destroy(ucma_the_arena);
@@ -244,7 +281,6 @@ void ucma_test_reset(void)
 	init_done = false;
 	init_errno = 0;
 	options_set = false;
-	atfork_count = 0;
 	pthread_mutex_unlock(&init_lock);
 }
 #endif

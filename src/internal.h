@@ -307,6 +307,10 @@ UCMA_INTERNAL void ucma_zone_pageblock_counts(struct ucma_arena *a, int zone,
 					      uint64_t counts[UCMA_MT_NR]);
 UCMA_INTERNAL int ucma_zone_check(struct ucma_zone *z, char *why, size_t whylen);
 UCMA_INTERNAL void ucma_zone_purge(struct ucma_zone *z, bool all);
+/* zone.c, AddressSanitizer builds: poison the whole arena (arena.c, once
+ * created: every page is free) or unpoison it (before it is unmapped).
+ * Nothing elsewhere. */
+UCMA_INTERNAL void ucma_arena_poison(struct ucma_arena *a, bool poison);
 
 /* ------------------------------------------------------------------------ */
 /* Operating system interface (os.c).  Every mmap/madvise/mlock/mbind/      */
@@ -589,5 +593,331 @@ struct ucma_malloc_counters {
 	uint64_t tcache_bytes;		/* bytes parked in thread caches */
 };
 UCMA_INTERNAL void ucma_malloc_counters_read(struct ucma_malloc_counters *out);
+
+/* ------------------------------------------------------------------------ */
+/* General-purpose (unmovable) allocator: slab.c, tcache.c, malloc.c         */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Size classes: 16 to 128 bytes in steps of 16, then four classes per
+ * doubling up to UCMA_SMALL_MAX (internal fragmentation at most 20%).
+ * Larger requests are page runs (UCMA_OWN_LARGE, owner = pfn of the
+ * address handed out, which differs from the run head only for aligned
+ * requests).  Small objects live in slabs: runs of pages of one class
+ * (UCMA_OWN_SLAB, owner = struct ucma_slab *), or spans of overflow chunks
+ * outside the arena when the NORMAL zone is full.
+ */
+#define UCMA_NR_CLASSES      40
+#define UCMA_SMALL_MAX       32768u
+#define UCMA_SLAB_MAX_OBJS   256u
+#define UCMA_MAX_BINSETS     16u
+#define UCMA_SLAB_MAX_PAGES  64u
+
+struct ucma_class {
+	uint32_t size;		/* object size, a multiple of 16 */
+	uint32_t magic;		/* ceil(2^32 / size): offset -> index by multiplication */
+	uint32_t limit;		/* nobjs * size: no object starts at or past it */
+	uint16_t nobjs;		/* objects per slab */
+	uint16_t npages;	/* pages per slab */
+};
+
+/* slab.c: class geometry, filled once by ucma_slab_init(). */
+UCMA_INTERNAL extern struct ucma_class ucma_classes[UCMA_NR_CLASSES];
+UCMA_INTERNAL extern uint8_t ucma_class_of_size[UCMA_SMALL_MAX / 16 + 1];
+
+static inline unsigned ucma_size_class(size_t size)
+{
+	return ucma_class_of_size[(size + 15) >> 4];
+}
+
+/*
+ * struct ucma_slab - descriptor of one slab, out of band (meta.c, 128
+ * bytes, naturally aligned).  The first cache line never changes while
+ * the slab exists, so the free() of other threads reading it does not
+ * contend with the bin lock holder writing the second line.  A slab exists
+ * while any of its objects is allocated or parked in a thread cache: the
+ * bitmap counts both as taken, so a valid pointer always finds a live
+ * descriptor.
+ */
+struct ucma_slab {
+	/* first cache line: read by free(), constant */
+	uintptr_t base;			/* address of object 0 (slab start) */
+	uint64_t divisor;		/* ceil(2^64 / size): see ucma_slab_offset_bad() */
+	uint32_t size;			/* object size */
+	uint32_t limit;			/* nobjs * size */
+	uint8_t cls;			/* size class */
+	uint8_t where;			/* UCMA_SLAB_ARENA or UCMA_SLAB_OVERFLOW */
+	uint8_t binset;			/* central bin set it belongs to */
+	uint8_t pad;
+	uint32_t pfn;			/* run head, arena slabs only */
+	uint8_t pad_line[32];
+	/* second cache line: protected by the bin lock */
+	uint16_t nfree;			/* objects free in the slab */
+	uint8_t list;			/* which bin list holds it */
+	uint8_t pad2[5];
+	struct ucma_slab *next, *prev;	/* bin list links */
+	uint64_t free_bits[UCMA_SLAB_MAX_OBJS / 64];	/* 1 = free */
+};
+_Static_assert(offsetof(struct ucma_slab, nfree) == 64 && sizeof(struct ucma_slab) <= 128,
+	       "slab descriptor: a constant line, then a line for the bin lock holder");
+
+#define UCMA_SLAB_ARENA    0
+#define UCMA_SLAB_OVERFLOW 1
+
+/*
+ * Does @p fail to start an object of slab @s?  The offset must be below
+ * the slab's limit and a multiple of the size, which one multiplication
+ * decides exactly: for n, d < 2^32 and M = ceil(2^64 / d), d divides n
+ * iff n * M mod 2^64 < M (Lemire, Kaser and Kurz, "Faster remainder by
+ * direct computation", 2019).
+ */
+static inline bool ucma_slab_offset_bad(const struct ucma_slab *s, const void *p)
+{
+	uintptr_t off = (uintptr_t)p - s->base;
+
+	return off >= s->limit || (uint64_t)off * s->divisor >= s->divisor;
+}
+
+UCMA_INTERNAL void ucma_slab_init(void);
+/* Central bins come in sets (like jemalloc's arenas): a thread fills its
+ * cache from one set, so threads running at once carve different slabs
+ * and do not share cache lines; frees go back to the set of the slab. */
+UCMA_INTERNAL unsigned ucma_slab_binset_next(void);
+/* Take up to @want objects of class @cls from the slabs of bin set @set,
+ * lowest address first in out[0]; creates slabs as needed.  Returns how
+ * many (0: ENOMEM). */
+UCMA_INTERNAL unsigned ucma_slab_alloc_batch(unsigned set, unsigned cls, void **out,
+					     unsigned want);
+/* Give objects of class @cls back to their slabs; aborts on a double free.
+ * Reorders objs[]. */
+UCMA_INTERNAL void ucma_slab_free_batch(unsigned cls, void **objs, unsigned n);
+/* The slab holding @p (arena or overflow), or NULL. */
+UCMA_INTERNAL struct ucma_slab *ucma_slab_of(const void *p);
+/* Is the object at @p free in its slab (not allocated, not in a cache)? */
+UCMA_INTERNAL bool ucma_slab_obj_is_free(struct ucma_slab *s, const void *p);
+/* Return every cached empty slab; the number of bytes released. */
+UCMA_INTERNAL size_t ucma_slab_trim(void);
+/* Bytes of arena pages in slabs (cached empty ones included). */
+UCMA_INTERNAL uint64_t ucma_slab_active_bytes(void);
+UCMA_INTERNAL void ucma_slab_atfork_prepare(void);
+UCMA_INTERNAL void ucma_slab_atfork_parent(void);
+UCMA_INTERNAL void ucma_slab_atfork_child(void);
+
+/* slab.c: overflow outside the arena (plain mmap), found through a radix
+ * tree keyed by address >> 21 that readers walk without a lock. */
+enum ucma_ovf_kind { UCMA_OVF_NONE = 0, UCMA_OVF_SLAB, UCMA_OVF_LARGE, UCMA_OVF_OTHER };
+struct ucma_ovf_ref {
+	int kind;			/* enum ucma_ovf_kind */
+	struct ucma_slab *slab;		/* UCMA_OVF_SLAB */
+	void *user;			/* UCMA_OVF_LARGE: the address handed out */
+	size_t usable;			/* UCMA_OVF_LARGE: bytes from user on */
+	void *region;			/* the mapping's descriptor */
+};
+/* Classify @p; UCMA_OVF_NONE when it is in no overflow mapping,
+ * UCMA_OVF_OTHER when it is in one but on no object. */
+UCMA_INTERNAL int ucma_overflow_find(const void *p, struct ucma_ovf_ref *ref);
+/* A large block of its own mapping, zeroed; NULL with ENOMEM. */
+UCMA_INTERNAL void *ucma_overflow_large_alloc(size_t size, size_t align, size_t *usable);
+UCMA_INTERNAL void ucma_overflow_large_free(const struct ucma_ovf_ref *ref);
+UCMA_INTERNAL uint64_t ucma_overflow_bytes(void);
+
+/*
+ * Thread caches (tcache.c).  Each thread owns one struct ucma_tcache,
+ * reached through a TLS pointer; the fast paths of malloc.c pop and push
+ * the stack of a bin without atomics or locks.  Fields that the counters
+ * walk reads from other threads (n, nmalloc, held, large_*) are written
+ * with relaxed atomic stores.  ucma_tcache_dummy has no room in any bin:
+ * it stands for "no cache" (a thread being created or past its
+ * destructor) and sends every request to the central bins.
+ */
+struct ucma_tbin {
+	void **stack;			/* stack[0..n): cached objects, top at n-1 */
+	uint16_t n;
+	uint16_t cap;
+	uint16_t fill;			/* objects taken per refill */
+	uint16_t pad;
+	uint64_t nmalloc;		/* objects handed out from this bin */
+	uint64_t held;			/* taken from slabs minus given back */
+};
+/* Frees need no counter of their own: held - n objects went out through
+ * this bin and were not freed into it, so nfree = nmalloc - held + n. */
+
+struct ucma_tcache {
+	struct ucma_tbin bins[UCMA_NR_CLASSES];
+	unsigned binset;		/* central bin set refills come from */
+	unsigned gc_events;		/* slow-path calls since the last GC step */
+	unsigned gc_next;		/* next bin the GC looks at */
+	uint32_t gc_mark[UCMA_NR_CLASSES];	/* bin activity at the last look */
+	uint64_t large_nmalloc;
+	uint64_t large_nfree;
+	uint64_t large_bytes;		/* usable bytes allocated minus freed */
+	uint64_t large_pages;		/* arena pages allocated minus freed */
+	struct ucma_tcache *next, *prev;	/* registry (registry lock) */
+	void *slots[];			/* the bins' stacks */
+};
+
+UCMA_INTERNAL extern __thread struct ucma_tcache *ucma_tcache_tls
+	__attribute__((tls_model("initial-exec")));
+UCMA_INTERNAL extern struct ucma_tcache ucma_tcache_dummy;
+
+UCMA_INTERNAL void ucma_tcache_init(void);
+/* A cache for the calling thread (or the dummy when none can be made). */
+UCMA_INTERNAL struct ucma_tcache *ucma_tcache_create(void);
+/* Bin @cls of @tc is empty: refill it and pop one; NULL with ENOMEM. */
+UCMA_INTERNAL void *ucma_tcache_alloc_slow(struct ucma_tcache *tc, unsigned cls);
+/* Bin @cls of @tc is full (or @tc is the dummy): make room and push @p. */
+UCMA_INTERNAL void ucma_tcache_free_slow(struct ucma_tcache *tc, unsigned cls, void *p);
+UCMA_INTERNAL void ucma_tcache_flush_all(struct ucma_tcache *tc);
+/* Is @p parked in bin @cls of @tc? */
+UCMA_INTERNAL bool ucma_tcache_bin_holds(struct ucma_tcache *tc, unsigned cls, const void *p);
+/* Count a large block allocated (+1) or freed (-1) by the calling thread. */
+UCMA_INTERNAL void ucma_tcache_count_large(int dir, size_t usable, size_t arena_pages);
+/* Sum every thread's counters (and those of exited threads) into @out. */
+UCMA_INTERNAL void ucma_tcache_counters(struct ucma_malloc_counters *out);
+UCMA_INTERNAL void ucma_tcache_atfork_prepare(void);
+UCMA_INTERNAL void ucma_tcache_atfork_parent(void);
+UCMA_INTERNAL void ucma_tcache_atfork_child(void);
+
+/* malloc.c: fork handlers of the malloc family (slab bins, thread-cache
+ * registry, overflow); registered with ucma_atfork_register(20, ...) by
+ * malloc.c's own lazy initialisation. */
+UCMA_INTERNAL void ucma_malloc_atfork_prepare(void);
+UCMA_INTERNAL void ucma_malloc_atfork_parent(void);
+UCMA_INTERNAL void ucma_malloc_atfork_child(void);
+
+/* AddressSanitizer: free objects and free slab space are poisoned. */
+#ifdef UCMA_ASAN
+#include <sanitizer/asan_interface.h>
+#define UCMA_POISON(p, n)   ASAN_POISON_MEMORY_REGION((p), (n))
+#define UCMA_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define UCMA_POISON(p, n)   ((void)(p), (void)(n))
+#define UCMA_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+/* Relaxed atomic access to counters that other threads read. */
+static inline void ucma_relaxed_add(uint64_t *p, uint64_t v)
+{
+	__atomic_store_n(p, __atomic_load_n(p, __ATOMIC_RELAXED) + v, __ATOMIC_RELAXED);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Compaction (compact.c, compactd.c) and what it needs from zone.c, mslab.c */
+/* ------------------------------------------------------------------------ */
+
+/* zone.c: a run of @npages (at most a pageblock) lying inside [lo, hi),
+ * placed by best fit among extents of free pages (not necessarily aligned
+ * to its order), for compaction targets.  Movable requests use CMA and
+ * MOVABLE pageblocks only.  UCMA_PFN_NONE with ENOMEM when the range has
+ * no room, EINVAL for a bad size or range. */
+UCMA_INTERNAL uint32_t ucma_pages_alloc_in(struct ucma_arena *a, uint32_t npages, unsigned gfp,
+					   uint32_t lo, uint32_t hi);
+/* zone.c: a run outside [avoid_start, avoid_end): the range above it is
+ * searched first, then the one below, then the ordinary zone rules (and a
+ * run that lands inside is given back: ENOMEM).  An empty range is no
+ * constraint.  Used for the copies of migrated objects. */
+UCMA_INTERNAL uint32_t ucma_pages_alloc_avoid(struct ucma_arena *a, uint32_t npages, unsigned gfp,
+					      uint32_t avoid_start, uint32_t avoid_end);
+
+/* A movable slab is one run of this many pages (mslab.c): the block that
+ * direct compaction must form when a small movable object finds no slot. */
+#define UCMA_MSLAB_RUN_ORDER 4
+
+/* mslab.c: empty the sparsest movable slabs of each size class into the
+ * fullest ones (zsmalloc's compaction).  @prio as ucma_compact(): ASYNC
+ * moves a bounded number of slabs and skips pinned objects.  Returns the
+ * number of slabs emptied.  Not inside ucma_read_lock(). */
+UCMA_INTERNAL unsigned ucma_mslab_consolidate(int prio);
+
+/* Skip hints: UCMA_PB_SKIP in struct ucma_pageblock.flags, and in the
+ * bits above UCMA_PB_SKIP_ORDER_SHIFT the lowest order that the pageblock
+ * was found useless for.  A hint blocks requests of that order or higher
+ * only, so a failed huge request never stops a small one. */
+#define UCMA_PB_SKIP_ORDER_SHIFT 4
+
+/* What one compaction run of a zone ended with (the kernel's compact_result). */
+enum ucma_compact_result {
+	UCMA_COMPACT_SKIPPED,		/* not suitable: too little free memory */
+	UCMA_COMPACT_DEFERRED,		/* recent failures: not tried */
+	UCMA_COMPACT_CONTINUE,		/* (internal) go on scanning */
+	UCMA_COMPACT_PARTIAL_SKIPPED,	/* ASYNC budget spent before the scanners met */
+	UCMA_COMPACT_CONTENDED,		/* zone busy (background), or asked to stop */
+	UCMA_COMPACT_COMPLETE,		/* the scanners met */
+	UCMA_COMPACT_SUCCESS,		/* a free block of the order exists */
+};
+
+/* compact.c: the kernel's fragmentation index of a zone for @order (times
+ * 1000; -1000 when a block of @order is free, so the index does not
+ * apply), and its fragmentation score (0..100: the share of free memory
+ * not in free pageblocks).  Take the zone lock. */
+UCMA_INTERNAL int ucma_fragmentation_index(struct ucma_zone *z, unsigned order);
+UCMA_INTERNAL unsigned ucma_fragmentation_score(struct ucma_zone *z);
+/* Is a block of at least @order free in @z (outside isolated pageblocks)? */
+UCMA_INTERNAL bool ucma_zone_has_free_block(struct ucma_zone *z, unsigned order);
+/* compact.c: the kernel's compaction_suitable(): enough free pages for
+ * @order plus a gap, and (above order 3) a fragmentation index saying a
+ * failure is due to fragmentation.  UCMA_COMPACT_SUCCESS when a block is
+ * already free, UCMA_COMPACT_SKIPPED when compaction cannot help, else
+ * UCMA_COMPACT_CONTINUE. */
+UCMA_INTERNAL int ucma_compaction_suitable(struct ucma_zone *z, unsigned order);
+
+/* compact.c: one compaction run of zone @z for @order (-1: no order, a
+ * pass over the zone) at priority @prio.  With @abort (the background
+ * thread) the zone is skipped when another compaction holds it, and the
+ * run stops soon after *@abort becomes non-zero.  Returns an
+ * enum ucma_compact_result.  Not inside ucma_read_lock(). */
+UCMA_INTERNAL int ucma_compact_zone(struct ucma_zone *z, int order, int prio,
+				    const _Atomic int *abort);
+/* compact.c: forget every skip hint and cached scanner position of @z. */
+UCMA_INTERNAL void ucma_compact_reset_hints(struct ucma_zone *z);
+/* compact.c: ASYNC budget, in pageblocks scanned by the migrate scanner per
+ * zone and run (tests may lower it). */
+UCMA_INTERNAL extern unsigned ucma_compact_async_pageblocks;
+
+/*
+ * Direct compaction for an allocation that failed (compact.c).  The caller
+ * retries its allocation after each call of ucma_compact_direct_next()
+ * that returned true; each runs compaction at the next priority (ASYNC,
+ * SYNC_LIGHT, SYNC_FULL) on the zones of @zones not deferred.  done()
+ * counts compact_success or compact_fail, resets the deferral on success
+ * and backs off (the kernel's defer_compaction) on failure.
+ */
+struct ucma_compact_direct {
+	int order;			/* block wanted; -1: runs of several pageblocks */
+	unsigned zones;			/* 1u << enum ucma_zone_id, zones to compact */
+	int prio;			/* last priority run; -1 before the first */
+	unsigned ran;			/* zones compacted at least once */
+	unsigned succeeded;		/* zones that reported a free block */
+};
+UCMA_INTERNAL void ucma_compact_direct_init(struct ucma_compact_direct *dc, int order,
+					    unsigned zones);
+UCMA_INTERNAL bool ucma_compact_direct_next(struct ucma_compact_direct *dc);
+UCMA_INTERNAL void ucma_compact_direct_done(struct ucma_compact_direct *dc, bool success);
+/* The order direct compaction forms for ucma_alloc() of @npages aligned to
+ * @align_pages: -1 beyond a pageblock. */
+UCMA_INTERNAL int ucma_compact_contig_order(uint32_t npages, uint32_t align_pages);
+/* handle.c: storage for movable object @index of @size after compaction,
+ * or NULL (direct compaction disabled, deferred, or it did not help). */
+UCMA_INTERNAL void *ucma_compact_direct_movable(size_t size, uint32_t index);
+
+/* compactd.c: the background compaction thread (the arena's kcompactd).
+ * start_once: start it if UCMA_COMPACT allows and it does not run; cheap
+ * after the first call; called by ucma_halloc() and ucma_alloc(), so a
+ * program that only mallocs never gains a thread.  wakeup: ask for a pass
+ * soon (zone.c, when an allocation takes a zone below its low watermark);
+ * one atomic load when there is no thread.  stop: stop and join it (test
+ * builds, teardown; ucma_test_reset() should call it first).  running:
+ * is it running? */
+UCMA_INTERNAL void ucma_compactd_start_once(void);
+UCMA_INTERNAL void ucma_compactd_wakeup(void);
+UCMA_INTERNAL void ucma_compactd_stop(void);
+UCMA_INTERNAL bool ucma_compactd_running(void);
+/* compactd.c: register the fork handler (order 10) that parks the thread
+ * and takes every zone's compact_lock; compact.c calls it before the
+ * first compaction of any kind.  Cheap after the first call. */
+UCMA_INTERNAL void ucma_compactd_register_fork(void);
+/* The low watermark that wakes the compaction thread: a quarter of the
+ * zone free. */
+#define UCMA_COMPACTD_WMARK(z) ((z)->managed_pages / 4)
 
 #endif /* UCMA_INTERNAL_H */

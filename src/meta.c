@@ -7,7 +7,9 @@
  * are rounded to a power of two from 64 bytes to 64 KiB; each class keeps
  * a free list threaded through the freed blocks and carves new blocks from
  * 2 MiB chunks mapped on demand.  Larger requests get their own mapping.
- * One lock: metadata is allocated on slow paths only.
+ * One lock: metadata is allocated on slow paths only.  It is the innermost
+ * lock (nothing else is taken under it), so its fork handler comes last
+ * (order 60): a child never inherits it held by a thread it does not have.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -29,6 +31,23 @@ struct meta_free {
 static pthread_mutex_t meta_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct meta_free *meta_free_list[META_NR_CLASSES];
 static char *meta_cur, *meta_end;
+
+static pthread_once_t meta_once = PTHREAD_ONCE_INIT;
+
+static void meta_prepare(void)
+{
+	pthread_mutex_lock(&meta_lock);
+}
+
+static void meta_release(void)
+{
+	pthread_mutex_unlock(&meta_lock);
+}
+
+static void meta_init(void)
+{
+	ucma_atfork_register(60, meta_prepare, meta_release, meta_release);
+}
 
 static unsigned meta_class(size_t size)
 {
@@ -59,6 +78,7 @@ void *ucma_meta_alloc(size_t size)
 			errno = ENOMEM;
 		return p;
 	}
+	pthread_once(&meta_once, meta_init);
 	c = meta_class(size);
 	csize = (size_t)1 << (c + META_MIN_SHIFT);
 	pthread_mutex_lock(&meta_lock);

@@ -158,14 +158,11 @@ void *ucma_movable_storage_alloc(size_t size, uint32_t index, const struct ucma_
 	if (size <= UCMA_MSLAB_MAX_SIZE)
 		return ucma_mslab_alloc(size, index, t->no_cma, t->avoid_start, t->avoid_end);
 	npages = (uint32_t)((size + UCMA_PAGE_SIZE - 1) >> UCMA_PAGE_SHIFT);
-	pfn = ucma_pages_alloc(a, npages, UCMA_GFP_MOVABLE | (t->no_cma ? UCMA_GFP_NO_CMA : 0));
+	/* Searched outside the avoided range (zone.c), not allocated and checked. */
+	pfn = ucma_pages_alloc_avoid(a, npages, UCMA_GFP_MOVABLE | (t->no_cma ? UCMA_GFP_NO_CMA : 0),
+				     t->avoid_start, t->avoid_end);
 	if (pfn == UCMA_PFN_NONE)
 		return NULL;
-	if (pfn < t->avoid_end && pfn + npages > t->avoid_start) {
-		ucma_pages_free(a, pfn);
-		errno = ENOMEM;
-		return NULL;
-	}
 	ucma_run_set_owner(a, pfn, UCMA_OWN_MOVABLE, index);
 	return ucma_pfn_to_addr(a, pfn);
 }
@@ -300,7 +297,7 @@ int ucma_migrate_run(struct ucma_arena *a, uint32_t head, const struct ucma_migr
 
 	urcu_bp_read_lock();
 	type = __atomic_load_n(&p->owner_type, __ATOMIC_ACQUIRE);
-	owner = p->owner;
+	owner = __atomic_load_n(&p->owner, __ATOMIC_RELAXED);
 	if (p->kind != UCMA_PK_RUN) {
 		urcu_bp_read_unlock();
 		return UCMA_MIGRATE_GONE;

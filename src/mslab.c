@@ -15,19 +15,36 @@
  * waited for an RCU grace period (migrate.c's deferred frees), because
  * readers may still be looking at the old object.
  *
+ * Consolidation (ucma_mslab_consolidate(), called by compaction), as
+ * zsmalloc compacts its size classes: per class, the sparsest slabs are
+ * emptied into the fullest ones, so that their runs come free.  The slabs
+ * being emptied are marked `draining` for the pass: no new object lands in
+ * them, and one that becomes empty is destroyed rather than kept for
+ * reuse.  The partial list is reordered fullest first, so the moved
+ * objects (and later allocations) fill the fullest slabs.  Only slabs whose
+ * objects fit in the free slots of the remaining ones are emptied: a pass
+ * never creates a slab.
+ *
  * Locking: one mutex per size class protects its lists and the bitmaps and
  * handle arrays of its slabs.  It nests outside zone locks (a new slab is
- * allocated with the class lock dropped).
+ * allocated with the class lock dropped).  Consolidation passes are
+ * serialised by an atomic flag, not a lock: a pass waits for grace periods,
+ * and a flag left set by a thread that does not exist in a forked child is
+ * simply cleared there.
  *
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define UCMA_MSLAB_PAGES 16u
 #define MSLAB_MAX_OBJS ((UCMA_MSLAB_PAGES * 4096u) / 16u)
+#define CONSOLIDATE_MAX_SLABS 4096u	/* partial slabs considered per class and pass */
+#define CONSOLIDATE_ASYNC_SLABS 8u	/* slabs emptied per class by an ASYNC pass */
+_Static_assert(UCMA_MSLAB_PAGES == 1u << UCMA_MSLAB_RUN_ORDER, "compact.c knows the slab size");
 
 static const uint32_t class_sizes[] = {
 	16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384, 448, 512,
@@ -43,6 +60,7 @@ struct ucma_mslab {
 	uint16_t nr_free;
 	uint8_t on_partial;
 	uint8_t dead;			/* destroyed; descriptor freed after a grace period */
+	uint8_t draining;		/* being emptied by consolidation: no new objects */
 	uint32_t obj_size;
 	uint32_t alloc_size;		/* bytes of this descriptor */
 	uint64_t *bitmap;		/* nr_objs bits, 1 = allocated */
@@ -58,6 +76,8 @@ struct mslab_class {
 
 static struct mslab_class classes[NR_CLASSES];
 static pthread_once_t classes_once = PTHREAD_ONCE_INIT;
+static _Atomic int consolidating;	/* a consolidation pass runs */
+static _Atomic bool classes_ready;	/* classes_init() ran: slabs may exist */
 
 static void mslab_prepare(void)
 {
@@ -71,11 +91,24 @@ static void mslab_release(void)
 		pthread_mutex_unlock(&classes[i].lock);
 }
 
+static void undrain_class(struct mslab_class *c);
+
+/* In the child, a consolidation pass of another thread never finishes:
+ * forget it and its marks. */
+static void mslab_child(void)
+{
+	for (size_t i = 0; i < NR_CLASSES; i++)
+		undrain_class(&classes[i]);
+	atomic_store_explicit(&consolidating, 0, memory_order_relaxed);
+	mslab_release();
+}
+
 static void classes_init(void)
 {
 	for (size_t i = 0; i < NR_CLASSES; i++)
 		pthread_mutex_init(&classes[i].lock, NULL);
-	ucma_atfork_register(35, mslab_prepare, mslab_release, mslab_release);
+	ucma_atfork_register(35, mslab_prepare, mslab_release, mslab_child);
+	atomic_store_explicit(&classes_ready, true, memory_order_release);
 }
 
 static int class_of(size_t size)
@@ -119,7 +152,7 @@ static bool slab_usable(const struct ucma_arena *a, const struct ucma_mslab *s, 
 {
 	const struct ucma_pageblock *pb = &a->blocks[s->pfn >> UCMA_PAGEBLOCK_ORDER];
 
-	if (__atomic_load_n(&pb->isolate_count, __ATOMIC_ACQUIRE))
+	if (__atomic_load_n(&pb->isolate_count, __ATOMIC_ACQUIRE) || s->draining)
 		return false;
 	if (s->pfn < avoid_end && s->pfn + UCMA_MSLAB_PAGES > avoid_start)
 		return false;
@@ -154,7 +187,8 @@ static void *slot_take(struct ucma_arena *a, struct mslab_class *c, struct ucma_
 	ucma_fatal("internal error: movable slab %p has no free slot", (void *)s);
 }
 
-static struct ucma_mslab *slab_new(struct ucma_arena *a, int cls, bool no_cma)
+static struct ucma_mslab *slab_new(struct ucma_arena *a, int cls, bool no_cma, uint32_t avoid_start,
+				   uint32_t avoid_end)
 {
 	uint32_t nr_objs = (UCMA_MSLAB_PAGES << UCMA_PAGE_SHIFT) / class_sizes[cls];
 	size_t words = (nr_objs + 63u) / 64u;
@@ -162,8 +196,9 @@ static struct ucma_mslab *slab_new(struct ucma_arena *a, int cls, bool no_cma)
 	struct ucma_mslab *s;
 	uint32_t pfn;
 
-	pfn = ucma_pages_alloc(a, UCMA_MSLAB_PAGES,
-			       UCMA_GFP_MOVABLE | (no_cma ? UCMA_GFP_NO_CMA : 0));
+	pfn = ucma_pages_alloc_avoid(a, UCMA_MSLAB_PAGES,
+				     UCMA_GFP_MOVABLE | (no_cma ? UCMA_GFP_NO_CMA : 0), avoid_start,
+				     avoid_end);
 	if (pfn == UCMA_PFN_NONE)
 		return NULL;
 	s = ucma_meta_alloc(bytes);
@@ -219,7 +254,7 @@ void *ucma_mslab_alloc(size_t size, uint32_t index, bool no_cma, uint32_t avoid_
 	}
 	pthread_mutex_unlock(&c->lock);
 
-	fresh = slab_new(a, cls, no_cma);
+	fresh = slab_new(a, cls, no_cma, avoid_start, avoid_end);
 	if (!fresh)
 		return NULL;
 	if (fresh->pfn < avoid_end && fresh->pfn + UCMA_MSLAB_PAGES > avoid_start) {
@@ -262,12 +297,12 @@ void ucma_mslab_free(void *addr)
 	}
 	if (s->nr_free == s->nr_objs) {
 		/* Keep one empty slab per class to absorb churn, unless its
-		 * pageblock is being emptied. */
+		 * pageblock or the slab itself is being emptied. */
 		bool isolated = __atomic_load_n(&a->blocks[s->pfn >> UCMA_PAGEBLOCK_ORDER]
 							  .isolate_count,
 						__ATOMIC_ACQUIRE);
 
-		if (isolated || c->nr_empty >= 1) {
+		if (isolated || s->draining || c->nr_empty >= 1) {
 			list_del(&c->partial, s);
 			s->dead = 1;
 			destroy = true;
@@ -308,6 +343,7 @@ int ucma_mslab_for_each(struct ucma_mslab *s, int (*fn)(uint32_t index, void *ad
 	struct mslab_class *c = &classes[s->cls];
 	uint32_t n = 0, *idx, *slots;
 	char *base = ucma_pfn_to_addr(a, s->pfn);
+	bool destroy = false;
 	int rc = 0;
 
 	idx = ucma_meta_alloc(2 * sizeof(uint32_t) * MSLAB_MAX_OBJS);
@@ -321,9 +357,160 @@ int ucma_mslab_for_each(struct ucma_mslab *s, int (*fn)(uint32_t index, void *ad
 			slots[n++] = i;
 		}
 	}
+	/*
+	 * The empty slab kept for reuse (ucma_mslab_free) in a pageblock
+	 * being emptied: nothing else would ever free it, and
+	 * alloc-contig-range would wait for it in vain.  Its slots were
+	 * freed after a grace period, so no reader is left on its pages.
+	 */
+	if (!s->dead && s->nr_free == s->nr_objs &&
+	    __atomic_load_n(&a->blocks[s->pfn >> UCMA_PAGEBLOCK_ORDER].isolate_count,
+			    __ATOMIC_ACQUIRE)) {
+		list_del(&c->partial, s);
+		s->on_partial = 0;
+		s->dead = 1;
+		c->nr_empty--;
+		destroy = true;
+	}
 	pthread_mutex_unlock(&c->lock);
+	if (destroy)
+		slab_destroy(a, s);
 	for (uint32_t i = 0; i < n && rc == 0; i++)
 		rc = fn(idx[i], base + (size_t)slots[i] * s->obj_size, arg);
 	ucma_meta_free(idx, 2 * sizeof(uint32_t) * MSLAB_MAX_OBJS);
 	return rc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Consolidation                                                             */
+/* ------------------------------------------------------------------------ */
+
+/* The pass is over: slabs that kept objects (pinned) take new ones again. */
+static void undrain_class(struct mslab_class *c)
+{
+	for (struct ucma_mslab *s = c->partial; s; s = s->next)
+		s->draining = 0;
+	for (struct ucma_mslab *s = c->full; s; s = s->next)
+		s->draining = 0;
+}
+
+static int by_fullness(const void *x, const void *y)
+{
+	const struct ucma_mslab *s = *(struct ucma_mslab *const *)x;
+	const struct ucma_mslab *t = *(struct ucma_mslab *const *)y;
+
+	return (s->nr_free > t->nr_free) - (s->nr_free < t->nr_free);
+}
+
+/*
+ * Choose the slabs of class @c to empty and mark them draining; their pfns
+ * go to @src.  The slabs are sorted fullest first; the sparsest are taken
+ * as long as their live objects fit in the free slots of the slabs not
+ * taken.  Then the partial list is rebuilt with the targets fullest first,
+ * so the allocator's first fit fills them in that order.  Class lock held.
+ */
+static unsigned plan_class(struct mslab_class *c, struct ucma_mslab **arr, uint32_t *src,
+			   unsigned max_src)
+{
+	unsigned n = 0, nsrc = 0, total = 0;
+	uint64_t avail = 0, need = 0;
+
+	for (struct ucma_mslab *s = c->partial; s; s = s->next, total++) {
+		if (n < CONSOLIDATE_MAX_SLABS && !s->dead) {
+			arr[n++] = s;
+			avail += s->nr_free;
+		}
+	}
+	if (n < 2)
+		return 0;
+	qsort(arr, n, sizeof(*arr), by_fullness);
+	for (unsigned k = n - 1; k > 0 && nsrc < max_src; k--) {
+		struct ucma_mslab *s = arr[k];
+		unsigned live = s->nr_objs - s->nr_free;
+
+		avail -= s->nr_free;	/* no longer a target */
+		if (live == 0)
+			continue;	/* the empty slab kept for churn */
+		if (need + live > avail)
+			break;
+		need += live;
+		s->draining = 1;
+		src[nsrc++] = s->pfn;
+	}
+	if (nsrc && n == total) {
+		c->partial = NULL;
+		for (unsigned i = n; i-- > 0;)
+			if (arr[i]->draining)
+				list_add(&c->partial, arr[i]);
+		for (unsigned i = n; i-- > 0;)
+			if (!arr[i]->draining)
+				list_add(&c->partial, arr[i]);
+	}
+	return nsrc;
+}
+
+/**
+ * ucma_mslab_consolidate() - empty sparse movable slabs into fuller ones of
+ * the same size class, so that their runs of pages come free.
+ * @prio: enum ucma_compact_priority.  ASYNC empties at most a few slabs per
+ *        class and does not wait for pinned objects; SYNC_FULL waits
+ *        briefly for pins.
+ *
+ * Objects are moved with ucma_migrate_run(), slab by slab, found again
+ * through the page metadata (a slab may have died since it was chosen).
+ * Returns after a grace period, when the emptied slabs are free.
+ * Return: the number of slabs emptied.
+ */
+unsigned ucma_mslab_consolidate(int prio)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+	struct ucma_migrate_target t = { 0, 0, false, prio == UCMA_COMPACT_SYNC_FULL };
+	unsigned max_src = prio == UCMA_COMPACT_ASYNC ? CONSOLIDATE_ASYNC_SLABS
+						       : CONSOLIDATE_MAX_SLABS;
+	struct ucma_mslab **arr;
+	uint32_t *src;
+	unsigned emptied = 0;
+	bool moved = false;
+
+	/* Before the first movable slab there is nothing to do; and the
+	 * compaction thread must not run the lazy initialisation (it
+	 * registers fork handlers, which a fork in progress holds). */
+	if (!a || ucma_in_read_section() ||
+	    !atomic_load_explicit(&classes_ready, memory_order_acquire))
+		return 0;
+	if (atomic_exchange_explicit(&consolidating, 1, memory_order_acquire))
+		return 0;	/* another thread consolidates */
+	arr = ucma_meta_alloc(CONSOLIDATE_MAX_SLABS * (sizeof(*arr) + sizeof(*src)));
+	if (!arr)
+		goto out;
+	src = (uint32_t *)(arr + CONSOLIDATE_MAX_SLABS);
+	for (size_t ci = 0; ci < NR_CLASSES; ci++) {
+		struct mslab_class *c = &classes[ci];
+		unsigned nsrc;
+
+		pthread_mutex_lock(&c->lock);
+		nsrc = plan_class(c, arr, src, max_src);
+		pthread_mutex_unlock(&c->lock);
+		for (unsigned i = 0; i < nsrc; i++) {
+			unsigned pinned = 0;
+
+			if (ucma_migrate_run(a, src[i], &t, &pinned) == UCMA_MIGRATE_OK && !pinned)
+				emptied++;
+		}
+		moved |= nsrc > 0;
+	}
+	ucma_meta_free(arr, CONSOLIDATE_MAX_SLABS * (sizeof(*arr) + sizeof(*src)));
+	if (moved) {
+		/* The old copies are freed after readers leave; the emptied
+		 * slabs, still draining, are destroyed as their last slot goes. */
+		ucma_defer_drain();
+		for (size_t ci = 0; ci < NR_CLASSES; ci++) {
+			pthread_mutex_lock(&classes[ci].lock);
+			undrain_class(&classes[ci]);
+			pthread_mutex_unlock(&classes[ci].lock);
+		}
+	}
+out:
+	atomic_store_explicit(&consolidating, 0, memory_order_release);
+	return emptied;
 }

@@ -14,8 +14,16 @@ UCMA_SOURCES = \
 	src/mslab.c \
 	src/migrate.c \
 	src/cma.c \
+	src/compact.c \
+	src/compactd.c \
+	src/slab.c \
+	src/tcache.c \
+	src/malloc.c \
 	src/stats.c \
-	src/init.c
+	src/shm.h \
+	src/shm.c \
+	src/init.c \
+	src/tsan_urcu.c
 
 UCMA_LIBADD = $(NUMA_LIBS) $(URCU_LIBS) -lpthread
 
@@ -34,3 +42,8 @@ libucma_test_la_SOURCES = $(UCMA_SOURCES)
 libucma_test_la_CFLAGS = $(AM_CFLAGS) $(NUMA_CFLAGS) $(URCU_CFLAGS) -DUCMA_TEST_HOOKS=1 \
 	-ftls-model=initial-exec
 libucma_test_la_LIBADD = $(UCMA_LIBADD)
+
+## ucmastat: reads the live statistics segment of another process; it does
+## not link the library, only shares the segment layout (src/shm.h).
+bin_PROGRAMS += ucmastat
+ucmastat_SOURCES = src/ucmastat.c src/shm.h

@@ -19,6 +19,15 @@
  * gives back the tail of the last one.  The head page of a run has kind
  * RUN with aux = n; every other page has kind TAIL with aux = head pfn.
  *
+ * Placement in a range: ucma_pages_alloc_in() finds room for a run inside
+ * [lo, hi) (compaction puts the copies of moved objects on the far side of
+ * its scanners this way), and ucma_pages_alloc_avoid() finds a run outside
+ * a range being emptied.  These runs are placed by best fit among extents
+ * of adjacent free blocks, so they need not be aligned to their order: a
+ * run is any pages [pfn, pfn + n) inside one pageblock, and frees as such.
+ * An allocation that takes a zone below a quarter free wakes the
+ * compaction thread (compactd.c).
+ *
  * Decay: freed pages are dirty; once per decay interval the zone's purge
  * epoch advances and dirty free blocks of an older epoch are returned to the
  * kernel with MADV_DONTNEED (order >= UCMA_PURGE_MIN_ORDER, so the cost of
@@ -36,6 +45,45 @@
 #include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
+
+/* ------------------------------------------------------------------------ */
+/* AddressSanitizer builds: free pages are poisoned                          */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * With --enable-asan every page on a free list is poisoned, so a write
+ * through a stale pointer into a freed run is reported ("use-after-poison")
+ * instead of corrupting whatever the pages hold next.  A run is poisoned by
+ * the thread freeing it before it reaches the free lists, and unpoisoned by
+ * the thread that took it off them, so no other thread can be using those
+ * pages at either moment.  The arena is poisoned whole when it is created
+ * and unpoisoned whole when it is destroyed, so an unrelated mapping made
+ * later at the same address is not reported.
+ */
+#ifdef UCMA_ASAN
+#include <sanitizer/asan_interface.h>
+
+static void pages_poison(struct ucma_arena *a, uint32_t pfn, uint32_t npages)
+{
+	ASAN_POISON_MEMORY_REGION(ucma_pfn_to_addr(a, pfn), (size_t)npages << UCMA_PAGE_SHIFT);
+}
+
+static void pages_unpoison(struct ucma_arena *a, uint32_t pfn, uint32_t npages)
+{
+	ASAN_UNPOISON_MEMORY_REGION(ucma_pfn_to_addr(a, pfn), (size_t)npages << UCMA_PAGE_SHIFT);
+}
+#else
+static inline void pages_poison(struct ucma_arena *a, uint32_t pfn, uint32_t npages) {}
+static inline void pages_unpoison(struct ucma_arena *a, uint32_t pfn, uint32_t npages) {}
+#endif
+
+void ucma_arena_poison(struct ucma_arena *a, bool poison)
+{
+	if (poison)
+		pages_poison(a, 0, a->npages);
+	else
+		pages_unpoison(a, 0, a->npages);
+}
 
 #define UCMA_PURGE_MIN_ORDER 4	/* 64 KiB */
 
@@ -176,10 +224,23 @@ static uint32_t alloc_pageblocks(struct ucma_zone *z, uint32_t npages, unsigned 
 
 static void maybe_purge(struct ucma_zone *z);
 
+/*
+ * Did taking @npages just take the zone below the low watermark that wakes
+ * the compaction thread?  Only the crossing counts, so an allocation
+ * costs one comparison and the thread is woken once per descent.  Called
+ * with the zone lock held.
+ */
+static bool crossed_low_wmark(const struct ucma_zone *z, uint32_t npages)
+{
+	uint64_t wmark = UCMA_COMPACTD_WMARK(z);
+
+	return z->free_pages < wmark && z->free_pages + npages >= wmark;
+}
+
 uint32_t ucma_pages_alloc_zone(struct ucma_zone *z, uint32_t npages, unsigned gfp)
 {
 	struct ucma_arena *a = z->arena;
-	bool dirty = true;
+	bool dirty = true, wake = false;
 	uint32_t pfn;
 
 	if (npages == 0 || npages > z->managed_pages)
@@ -208,11 +269,15 @@ uint32_t ucma_pages_alloc_zone(struct ucma_zone *z, uint32_t npages, unsigned gf
 			ucma_fatal("internal error: zone %s handed out pfn %u+%u outside it",
 				   z->name, pfn, npages);
 		set_run(a, pfn, npages, gfp & UCMA_GFP_MOVABLE);
+		wake = crossed_low_wmark(z, npages);
 	}
 	pthread_mutex_unlock(&z->lock);
 
 	if (pfn == UCMA_PFN_NONE)
 		return pfn;
+	if (UCMA_UNLIKELY(wake))
+		ucma_compactd_wakeup();
+	pages_unpoison(a, pfn, npages);
 	ucma_count(UCMA_STAT_PAGE_ALLOC, 1);
 	if ((gfp & UCMA_GFP_ZERO) && dirty)
 		memset(ucma_pfn_to_addr(a, pfn), 0, (size_t)npages << UCMA_PAGE_SHIFT);
@@ -239,6 +304,198 @@ uint32_t ucma_pages_alloc(struct ucma_arena *a, uint32_t npages, unsigned gfp)
 	return pfn;
 }
 
+#define EXTENT_BESTFIT_PAGEBLOCKS 8	/* looked at after the first fit */
+
+/*
+ * @npages consecutive free pages inside [lo, hi), in pageblocks of
+ * migratetype @mt, whatever the buddy alignment: adjacent free blocks of
+ * any orders form one extent.  Best fit, so that the larger holes stay for
+ * the larger objects: the extent with the least room to spare among those
+ * in the pageblocks looked at, highest pageblock first, up to
+ * EXTENT_BESTFIT_PAGEBLOCKS pageblocks after the first that fits (an exact
+ * fit ends the search).  Walks the pageblocks head to head; those with too
+ * few free pages are passed at once.  The zone lock is held.
+ */
+static uint32_t find_free_extent(struct ucma_zone *z, uint32_t npages, int mt, uint32_t lo,
+				 uint32_t hi)
+{
+	struct ucma_arena *a = z->arena;
+	uint32_t first = UCMA_ALIGN_DOWN(lo > z->start_pfn ? lo : z->start_pfn, UCMA_PAGEBLOCK_PAGES);
+	uint32_t last = hi < z->end_pfn ? hi : z->end_pfn;
+	uint32_t best = UCMA_PFN_NONE, best_slack = UINT32_MAX;
+	unsigned looked = 0;
+
+	for (uint32_t pb = UCMA_ALIGN_UP(last, UCMA_PAGEBLOCK_PAGES); pb > first;) {
+		const struct ucma_pageblock *b;
+		uint32_t ext = UCMA_PFN_NONE, end;
+
+		pb -= UCMA_PAGEBLOCK_PAGES;
+		b = ucma_pfn_block(a, pb);
+		if (b->mt != mt || b->nr_free < npages)
+			continue;
+		if (best != UCMA_PFN_NONE && ++looked > EXTENT_BESTFIT_PAGEBLOCKS)
+			break;
+		end = pb + UCMA_PAGEBLOCK_PAGES;
+		for (uint32_t pfn = pb; pfn <= end;) {
+			const struct ucma_page *p = pfn < end ? &a->pages[pfn] : NULL;
+			uint32_t next;
+
+			if (p && p->kind == UCMA_PK_FREE) {
+				if (ext == UCMA_PFN_NONE)
+					ext = pfn;
+				pfn += 1u << p->order;
+				continue;
+			}
+			if (ext != UCMA_PFN_NONE) {
+				uint32_t s = ext < lo ? lo : ext, e = pfn > hi ? hi : pfn;
+
+				if (e > s && e - s >= npages && e - s - npages < best_slack) {
+					best = s;
+					best_slack = e - s - npages;
+					if (best_slack == 0)
+						return best;
+				}
+				ext = UCMA_PFN_NONE;
+			}
+			if (!p)
+				break;
+			next = p->kind == UCMA_PK_RUN  ? pfn + p->aux :
+			       p->kind == UCMA_PK_TAIL ? p->aux + a->pages[p->aux].aux :
+							 pfn + 1;
+			pfn = next;
+		}
+	}
+	return best;
+}
+
+/*
+ * One run of @npages inside [lo, hi) of zone @z, in pageblocks a request
+ * of kind @gfp may use here: the best-fitting extent of free pages (buddy
+ * alignment leaves holes that no aligned block of the run's order fits,
+ * but the run does; packing them tightly is what lets compaction empty
+ * pageblocks), or for single pages the first free block of the lists.
+ * Movable requests in NORMAL take MOVABLE pageblocks only, as the kernel's
+ * compaction targets do: a movable object placed in an UNMOVABLE pageblock
+ * would keep that pageblock from ever being emptied.
+ */
+static uint32_t zone_alloc_in(struct ucma_zone *z, uint32_t npages, unsigned gfp, uint32_t lo,
+			      uint32_t hi)
+{
+	struct ucma_arena *a = z->arena;
+	unsigned order = order_for(npages);
+	bool dirty = true, wake = false;
+	uint32_t pfn = UCMA_PFN_NONE;
+	int mt;
+
+	if (z->id == UCMA_ZONE_CMA)
+		mt = UCMA_MT_CMA;
+	else
+		mt = (gfp & UCMA_GFP_MOVABLE) ? UCMA_MT_MOVABLE : UCMA_MT_UNMOVABLE;
+	pthread_mutex_lock(&z->lock);
+	if (order > 0)
+		pfn = find_free_extent(z, npages, mt, lo, hi);
+	for (unsigned o = order; o < UCMA_NR_ORDERS && pfn == UCMA_PFN_NONE; o++) {
+		for (uint32_t b = z->free_area[o].head[mt]; b != UCMA_PFN_NONE;
+		     b = a->pages[b].link.next) {
+			if (b >= lo && b + npages <= hi) {
+				pfn = b;
+				dirty = a->pages[pfn].flags & UCMA_PF_DIRTY;
+				break;
+			}
+		}
+	}
+	if (pfn != UCMA_PFN_NONE) {
+		/* Takes [pfn, pfn + npages) and frees the rest of the block. */
+		if (!ucma_buddy_take_range(z, pfn, pfn + npages))
+			ucma_fatal("internal error: free block %u of zone %s is not free", pfn,
+				   z->name);
+		set_run(a, pfn, npages, gfp & UCMA_GFP_MOVABLE);
+		wake = crossed_low_wmark(z, npages);
+	}
+	pthread_mutex_unlock(&z->lock);
+	if (pfn == UCMA_PFN_NONE)
+		return pfn;
+	if (UCMA_UNLIKELY(wake))
+		ucma_compactd_wakeup();
+	pages_unpoison(a, pfn, npages);
+	ucma_count(UCMA_STAT_PAGE_ALLOC, 1);
+	if ((gfp & UCMA_GFP_ZERO) && dirty)
+		memset(ucma_pfn_to_addr(a, pfn), 0, (size_t)npages << UCMA_PAGE_SHIFT);
+	return pfn;
+}
+
+/*
+ * ucma_pages_alloc_in() - a run of @npages (at most a pageblock) inside
+ * [lo, hi), under the zone rules, zones in zonelist order.  This is how
+ * compaction places the copies of the objects it moves on the far side of
+ * its scanners.  Best fit, so holes are filled before a free pageblock is
+ * broken; the search walks the pageblocks of the range that have enough
+ * free pages, from the top, and stops a few pageblocks after the first fit.
+ */
+uint32_t ucma_pages_alloc_in(struct ucma_arena *a, uint32_t npages, unsigned gfp, uint32_t lo,
+			     uint32_t hi)
+{
+	int zonelist[UCMA_ZONE_NR], nz = 0;
+
+	if (!a || npages == 0 || npages > UCMA_PAGEBLOCK_PAGES || lo >= hi || hi > a->npages) {
+		errno = EINVAL;
+		return UCMA_PFN_NONE;
+	}
+	if ((gfp & UCMA_GFP_MOVABLE) && !(gfp & UCMA_GFP_NO_CMA) &&
+	    ucma_opt.cma_policy == UCMA_CMA_LEND)
+		zonelist[nz++] = UCMA_ZONE_CMA;
+	zonelist[nz++] = UCMA_ZONE_NORMAL;
+	for (int i = 0; i < nz; i++) {
+		struct ucma_zone *z = &a->zones[zonelist[i]];
+		uint32_t pfn;
+
+		if (z->start_pfn >= hi || z->end_pfn <= lo || z->managed_pages == 0)
+			continue;
+		pfn = zone_alloc_in(z, npages, gfp, lo, hi);
+		if (pfn != UCMA_PFN_NONE)
+			return pfn;
+	}
+	errno = ENOMEM;
+	return UCMA_PFN_NONE;
+}
+
+/*
+ * ucma_pages_alloc_avoid() - a run that does not overlap [avoid_start,
+ * avoid_end).  Searching beats allocating and checking: the block the
+ * free lists offer first is often the one just freed, inside the range.
+ * Above the range first, so that what is moved out of a range drifts the
+ * way compaction moves things (free space collects low).  Then the zone
+ * rules proper, for what the search does not do: stealing pageblocks,
+ * UNMOVABLE pageblocks as the last resort, runs of several pageblocks.
+ */
+uint32_t ucma_pages_alloc_avoid(struct ucma_arena *a, uint32_t npages, unsigned gfp,
+				uint32_t avoid_start, uint32_t avoid_end)
+{
+	uint32_t pfn;
+
+	if (!a || avoid_start >= avoid_end)
+		return ucma_pages_alloc(a, npages, gfp);
+	if (npages > 0 && npages <= UCMA_PAGEBLOCK_PAGES) {
+		if (avoid_end < a->npages) {
+			pfn = ucma_pages_alloc_in(a, npages, gfp, avoid_end, a->npages);
+			if (pfn != UCMA_PFN_NONE)
+				return pfn;
+		}
+		if (avoid_start > 0) {
+			pfn = ucma_pages_alloc_in(a, npages, gfp, 0, avoid_start);
+			if (pfn != UCMA_PFN_NONE)
+				return pfn;
+		}
+	}
+	pfn = ucma_pages_alloc(a, npages, gfp);
+	if (pfn != UCMA_PFN_NONE && pfn < avoid_end && pfn + npages > avoid_start) {
+		ucma_pages_free(a, pfn);
+		errno = ENOMEM;
+		return UCMA_PFN_NONE;
+	}
+	return pfn;
+}
+
 void ucma_pages_free(struct ucma_arena *a, uint32_t pfn)
 {
 	struct ucma_zone *z = ucma_pfn_zone(a, pfn);
@@ -255,6 +512,7 @@ void ucma_pages_free(struct ucma_arena *a, uint32_t pfn)
 		a->pages[pfn + i].owner_type = UCMA_OWN_NONE;
 		a->pages[pfn + i].owner = 0;
 	}
+	pages_poison(a, pfn, npages);
 	ucma_buddy_free_range(z, pfn, npages);
 	pthread_mutex_unlock(&z->lock);
 	ucma_count(UCMA_STAT_PAGE_FREE, 1);
@@ -277,8 +535,10 @@ void ucma_run_set_owner(struct ucma_arena *a, uint32_t pfn, int owner_type, uint
 	struct ucma_page *head = &a->pages[pfn];
 	uint32_t npages = head->aux;
 
+	/* Atomic stores: compaction and lookups read owner and owner_type
+	 * without the run's allocator (owner_type with acquire, then owner). */
 	for (uint32_t i = 0; i < npages; i++) {
-		a->pages[pfn + i].owner = owner;
+		__atomic_store_n(&a->pages[pfn + i].owner, owner, __ATOMIC_RELAXED);
 		__atomic_store_n(&a->pages[pfn + i].owner_type, (uint8_t)owner_type,
 				 __ATOMIC_RELEASE);
 	}
@@ -310,8 +570,11 @@ int ucma_isolate_range(struct ucma_arena *a, uint32_t start, uint32_t end)
 	pthread_mutex_lock(&z->lock);
 	for (uint32_t b = start >> UCMA_PAGEBLOCK_ORDER; b < end >> UCMA_PAGEBLOCK_ORDER; b++) {
 		struct ucma_pageblock *pb = &a->blocks[b];
+		uint16_t n = pb->isolate_count;
 
-		if (pb->isolate_count++ == 0) {
+		/* Atomic store: slabs read the count without the zone lock. */
+		__atomic_store_n(&pb->isolate_count, (uint16_t)(n + 1), __ATOMIC_RELEASE);
+		if (n == 0) {
 			pb->saved_mt = pb->mt;
 			ucma_buddy_move_block_mt(z, b, UCMA_MT_ISOLATE);
 		}
@@ -330,7 +593,9 @@ void ucma_undo_isolate_range(struct ucma_arena *a, uint32_t start, uint32_t end)
 
 		if (pb->isolate_count == 0)
 			ucma_fatal("internal error: pageblock %u is not isolated", b);
-		if (--pb->isolate_count == 0)
+		__atomic_store_n(&pb->isolate_count, (uint16_t)(pb->isolate_count - 1),
+				 __ATOMIC_RELEASE);
+		if (pb->isolate_count == 0)
 			ucma_buddy_move_block_mt(z, b, pb->saved_mt);
 	}
 	pthread_mutex_unlock(&z->lock);
@@ -387,6 +652,7 @@ int ucma_claim_free_range(struct ucma_arena *a, uint32_t start, uint32_t end, in
 	}
 	set_run(a, start, end - start, false);
 	pthread_mutex_unlock(&z->lock);
+	pages_unpoison(a, start, end - start);
 	ucma_run_set_owner(a, start, owner_type, owner);
 	return 0;
 }
@@ -495,8 +761,12 @@ int ucma_zone_check(struct ucma_zone *z, char *why, size_t whylen)
 				pfn += 1u << p->order;
 			} else if (p->kind == UCMA_PK_RUN) {
 				CHECK(p->aux > 0, "run at %u has no pages", pfn);
+				/* Only contiguous buffers (alloc-contig-range
+				 * claims any free range) may start inside a
+				 * pageblock and run past its end. */
 				if (pfn + p->aux > end)
-					CHECK(pfn == start, "run at %u crosses a pageblock", pfn);
+					CHECK(pfn == start || p->owner_type == UCMA_OWN_CONTIG,
+					      "run at %u crosses a pageblock", pfn);
 				pfn += p->aux;
 			} else if (p->kind == UCMA_PK_TAIL) {
 				CHECK(pfn == start && a->pages[p->aux].kind == UCMA_PK_RUN &&

@@ -1,0 +1,889 @@
+/*
+ * malloc.c - the general-purpose (unmovable) allocator: ucma_malloc() and
+ * friends.
+ *
+ * Requests up to UCMA_SMALL_MAX bytes are rounded to a size class and
+ * served by the calling thread's cache (tcache.c), which refills from the
+ * slabs of the class (slab.c).  The fast paths are a table look-up and a
+ * pop or push on a per-thread array: no atomics, no locks.  Larger
+ * requests are exact runs of pages from the NORMAL zone (zone.c), recorded
+ * as UCMA_OWN_LARGE with the pfn of the address handed out as owner.  When
+ * the zone is exhausted, or the arena could not be created, memory comes
+ * from plain mappings outside the arena (overflow, slab.c), so a program
+ * never fails where glibc would not.
+ *
+ * A pointer is classified by address: inside the arena, the owner of its
+ * page says slab or large run (one load, out of band); otherwise the
+ * bootstrap buffer or the overflow radix tree.  Anything else is not ours:
+ * ucma_free() reports it, ucma_owns() tells the preload layer beforehand,
+ * ucma_try_free() does both in one call.
+ *
+ * Hostile input: a freed small object carries a per-process random marker
+ * in its second word (AddressSanitizer builds poison it instead).  free()
+ * finding the marker looks for the object in its own cache bin and in the
+ * slab's bitmap before it concludes "double free"; giving a batch back to
+ * a slab checks each object's bit, so a double free through another
+ * thread's cache is caught at the latest there.  Interior pointers fail
+ * the exact offset check (a multiplication by the class's reciprocal).
+ * Every such error prints one line naming the call and the address and
+ * aborts before any metadata changes.
+ *
+ * Start-up: the first call may come before the library is initialised,
+ * and re-entrantly while the initialising thread creates the arena
+ * (libnuma and liburcu allocate).  ucma_arena_get() then fails with
+ * EAGAIN, and the request is served from a static bootstrap buffer (bump
+ * allocation, a header with the size; frees of it are ignored).  No lock
+ * of this file is held while ucma_arena_get() runs.
+ *
+ * Locking: this file takes no lock of its own after initialisation; see
+ * slab.c and tcache.c.  Fork handlers take every malloc lock in prepare
+ * (registry, then bins, then overflow) and release them in parent and
+ * child.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+/* The largest request we try: beyond it sizes overflow page arithmetic. */
+#define LARGE_MAX ((SIZE_MAX >> 1) - ((size_t)1 << 30))
+
+/*
+ * The arena's geometry for the fast paths, copied once it exists (size 0
+ * until then, so every free takes the slow path).  Written with relaxed
+ * atomics by whoever sees the arena first; the values never change.
+ */
+static struct {
+	uintptr_t base;
+	const struct ucma_page *pages;
+	size_t size;
+} mg __attribute__((aligned(64)));
+
+/* The marker in the second word of every freed small object. */
+static uint64_t free_key;
+
+static pthread_mutex_t minit_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool minit_done;
+
+/* ------------------------------------------------------------------------ */
+/* Initialisation                                                            */
+/* ------------------------------------------------------------------------ */
+
+static uint64_t make_key(void)
+{
+	uint64_t k = 0;
+
+	if (getrandom(&k, sizeof(k), GRND_NONBLOCK) != (ssize_t)sizeof(k)) {
+		/* splitmix64 over whatever varies between processes */
+		k = ucma_os_now_ns() ^ ((uint64_t)getpid() << 32) ^ (uint64_t)(uintptr_t)&k;
+		k += 0x9e3779b97f4a7c15ull;
+		k = (k ^ (k >> 30)) * 0xbf58476d1ce4e5b9ull;
+		k = (k ^ (k >> 27)) * 0x94d049bb133111ebull;
+		k ^= k >> 31;
+	}
+	return k | 1;	/* never 0, the value a live object's word gets */
+}
+
+static void malloc_init_once(void)
+{
+	if (__atomic_load_n(&minit_done, __ATOMIC_ACQUIRE))
+		return;
+	pthread_mutex_lock(&minit_lock);
+	if (!minit_done) {
+		ucma_slab_init();
+		free_key = make_key();
+		ucma_tcache_init();
+		ucma_atfork_register(20, ucma_malloc_atfork_prepare, ucma_malloc_atfork_parent,
+				     ucma_malloc_atfork_child);
+		__atomic_store_n(&minit_done, true, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&minit_lock);
+}
+
+/* The arena, initialising on first use; copies its geometry for the fast
+ * paths.  NULL with errno EAGAIN (re-entered during start-up) or the
+ * reason the arena could not be created. */
+static struct ucma_arena *arena_known(void)
+{
+	struct ucma_arena *a = ucma_arena_get();
+
+	if (a && !__atomic_load_n(&mg.size, __ATOMIC_ACQUIRE)) {
+		__atomic_store_n(&mg.base, a->base, __ATOMIC_RELAXED);
+		__atomic_store_n(&mg.pages, a->pages, __ATOMIC_RELAXED);
+		__atomic_store_n(&mg.size, a->size, __ATOMIC_RELEASE);
+	}
+	return a;
+}
+
+/*
+ * First malloc-family call of a thread: initialise, find the arena, make
+ * the thread's cache.  Returns NULL when the call must be served from the
+ * bootstrap buffer (re-entered while the arena is being created).  Without
+ * an arena at all (ENOMEM) the cache is made anyway and serves overflow.
+ */
+static struct ucma_tcache *thread_start(void)
+{
+	int saved = errno;
+	struct ucma_tcache *tc;
+
+	malloc_init_once();
+	if (!arena_known() && errno == EAGAIN) {
+		errno = saved;
+		return NULL;
+	}
+	tc = ucma_tcache_create();
+	errno = saved;
+	return tc;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Free markers                                                              */
+/* ------------------------------------------------------------------------ */
+
+static inline bool obj_marked_free(const void *p)
+{
+#ifdef UCMA_ASAN
+	return __asan_address_is_poisoned(p);
+#else
+	return ((const uint64_t *)p)[1] == free_key;
+#endif
+}
+
+static inline void obj_mark_free(void *p, unsigned cls)
+{
+#ifdef UCMA_ASAN
+	UCMA_POISON(p, ucma_classes[cls].size);
+#else
+	((uint64_t *)p)[1] = free_key;
+#endif
+}
+
+static inline void obj_mark_live(void *p, unsigned cls)
+{
+#ifdef UCMA_ASAN
+	UCMA_UNPOISON(p, ucma_classes[cls].size);
+#else
+	((uint64_t *)p)[1] = 0;
+#endif
+}
+
+/* ------------------------------------------------------------------------ */
+/* Bootstrap buffer                                                          */
+/* ------------------------------------------------------------------------ */
+
+#define BOOT_SIZE ((size_t)1 << 20)
+#define BOOT_HDR  16u
+
+static char boot_buf[BOOT_SIZE] __attribute__((aligned(4096)));
+static size_t boot_top;
+
+static inline bool is_boot(const void *p)
+{
+	return (uintptr_t)p - (uintptr_t)boot_buf < BOOT_SIZE;
+}
+
+static size_t boot_usable(const void *p)
+{
+	return *(const size_t *)((const char *)p - BOOT_HDR);
+}
+
+static void *large_alloc(size_t size, size_t align, bool zero);
+
+/* Memory for a call re-entered during start-up. */
+static void *boot_alloc(size_t size, size_t align)
+{
+	size_t old, start, end;
+	void *p;
+
+	if (align < 16)
+		align = 16;
+	if (size <= BOOT_SIZE && align <= BOOT_SIZE / 2) {
+		old = __atomic_load_n(&boot_top, __ATOMIC_RELAXED);
+		do {
+			start = UCMA_ALIGN_UP(old + BOOT_HDR, align);
+			end = start + UCMA_ALIGN_UP(size ? size : 1, 16);
+			if (end > BOOT_SIZE)
+				goto exhausted;
+		} while (!__atomic_compare_exchange_n(&boot_top, &old, end, false,
+						      __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+		*(size_t *)(boot_buf + start - BOOT_HDR) = end - start;
+		return boot_buf + start;
+	}
+exhausted:
+	/* Without the arena: slabs and blocks of the overflow mappings,
+	 * through the central bins (no thread cache yet). */
+	malloc_init_once();
+	if (size <= UCMA_SMALL_MAX && align <= UCMA_PAGE_SIZE) {
+		for (unsigned cls = ucma_size_class(size); cls < UCMA_NR_CLASSES; cls++) {
+			if (ucma_classes[cls].size & (align - 1))
+				continue;
+			p = ucma_tcache_alloc_slow(&ucma_tcache_dummy, cls);
+			if (p)
+				obj_mark_live(p, cls);
+			return p;
+		}
+	}
+	return large_alloc(size, align, false);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Pointer classification                                                    */
+/* ------------------------------------------------------------------------ */
+
+enum ptr_kind { PK_FOREIGN = 0, PK_BAD, PK_SMALL, PK_LARGE, PK_OVF_LARGE, PK_BOOT };
+
+struct ptr_info {
+	struct ucma_slab *slab;		/* PK_SMALL */
+	struct ucma_arena *a;		/* PK_LARGE */
+	uint32_t head;			/* PK_LARGE: run head */
+	size_t usable;
+	struct ucma_ovf_ref ovf;	/* PK_OVF_LARGE */
+};
+
+/*
+ * What is @p?  With @who set (the caller's name for messages), a pointer
+ * into our memory that is no allocation aborts with a message; with NULL
+ * it is reported as PK_BAD.  PK_FOREIGN: not ours at all.
+ */
+static int classify(const void *p, struct ptr_info *pi, const char *who)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+	const char *why;
+
+	if (ucma_addr_in_arena(a, p)) {
+		uint32_t pfn = ucma_addr_to_pfn(a, p);
+		const struct ucma_page *pg = &a->pages[pfn];
+		int type = __atomic_load_n(&pg->owner_type, __ATOMIC_ACQUIRE);
+
+		if (type == UCMA_OWN_SLAB) {
+			pi->slab = (struct ucma_slab *)(uintptr_t)pg->owner;
+			if (ucma_slab_offset_bad(pi->slab, p)) {
+				why = "inside a small object";
+				goto bad;
+			}
+			pi->usable = pi->slab->size;
+			return PK_SMALL;
+		}
+		if (type == UCMA_OWN_LARGE) {
+			if (pg->owner != pfn || ((uintptr_t)p & (UCMA_PAGE_SIZE - 1))) {
+				why = "inside a large block";
+				goto bad;
+			}
+			pi->a = a;
+			pi->head = ucma_run_head(a, pfn);
+			pi->usable = (size_t)(pi->head + a->pages[pi->head].aux - pfn)
+				     << UCMA_PAGE_SHIFT;
+			return PK_LARGE;
+		}
+		if (type == UCMA_OWN_NONE &&
+		    __atomic_load_n(&pg->kind, __ATOMIC_RELAXED) != UCMA_PK_RUN &&
+		    __atomic_load_n(&pg->kind, __ATOMIC_RELAXED) != UCMA_PK_TAIL) {
+			if (who)
+				ucma_fatal("%s: double free or invalid pointer %p (its page is free)",
+					   who, p);
+			return PK_BAD;
+		}
+		why = "not from malloc";
+		goto bad;
+	}
+	if (is_boot(p)) {
+		pi->usable = boot_usable(p);
+		return PK_BOOT;
+	}
+	switch (ucma_overflow_find(p, &pi->ovf)) {
+	case UCMA_OVF_SLAB:
+		pi->slab = pi->ovf.slab;
+		if (ucma_slab_offset_bad(pi->slab, p)) {
+			why = "inside a small object";
+			goto bad;
+		}
+		pi->usable = pi->slab->size;
+		return PK_SMALL;
+	case UCMA_OVF_LARGE:
+		if (p != pi->ovf.user) {
+			why = "inside a large block";
+			goto bad;
+		}
+		pi->usable = pi->ovf.usable;
+		return PK_OVF_LARGE;
+	case UCMA_OVF_OTHER:
+		if (who)
+			ucma_fatal("%s: double free or invalid pointer %p (its page is free)", who,
+				   p);
+		return PK_BAD;
+	default:
+		return PK_FOREIGN;
+	}
+bad:
+	if (who)
+		ucma_fatal("%s: invalid pointer %p (%s)", who, p, why);
+	return PK_BAD;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Small objects                                                             */
+/* ------------------------------------------------------------------------ */
+
+static __attribute__((noinline)) void *small_alloc_slow(struct ucma_tcache *tc, unsigned cls)
+{
+	void *p = ucma_tcache_alloc_slow(tc, cls);
+
+	if (!p) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	obj_mark_live(p, cls);
+	if (ucma_config_debug) {
+		struct ucma_slab *s = ucma_slab_of(p);
+
+		if (!s || s->cls != cls || ucma_slab_offset_bad(s, p))
+			ucma_fatal("internal error: cache of class %u gave %p", cls, p);
+	}
+	return p;
+}
+
+static inline void *small_alloc(struct ucma_tcache *tc, unsigned cls)
+{
+	struct ucma_tbin *b = &tc->bins[cls];
+	unsigned n = b->n;
+	void *p;
+
+	if (UCMA_UNLIKELY(n == 0))
+		return small_alloc_slow(tc, cls);
+	p = b->stack[n - 1];
+	__atomic_store_n(&b->n, (uint16_t)(n - 1), __ATOMIC_RELAXED);
+	ucma_relaxed_add(&b->nmalloc, 1);
+	obj_mark_live(p, cls);
+	return p;
+}
+
+/* Is the small object @p of slab @s already free (in our cache or in its
+ * slab, or - with AddressSanitizer - anywhere)?  Called only when @p
+ * carries the free marker, which live data matches by chance only. */
+static bool small_is_freed(struct ucma_tcache *tc, struct ucma_slab *s, const void *p)
+{
+#ifdef UCMA_ASAN
+	/* Poisoning is exact: a poisoned object is free or cached. */
+	(void)tc;
+	(void)s;
+	return obj_marked_free(p);
+#else
+	if (tc && tc != &ucma_tcache_dummy && ucma_tcache_bin_holds(tc, s->cls, p))
+		return true;
+	return ucma_slab_obj_is_free(s, p);
+#endif
+}
+
+static __attribute__((noinline)) void small_free_slow(struct ucma_tcache *tc, struct ucma_slab *s,
+						      void *p, const char *who)
+{
+	unsigned cls = s->cls;
+	int saved = errno;	/* free() leaves errno alone */
+
+	if (obj_marked_free(p) && small_is_freed(tc, s, p))
+		ucma_fatal("%s: double free of %p", who, p);
+	if (!tc) {
+		tc = thread_start();
+		if (!tc)
+			tc = &ucma_tcache_dummy;
+	}
+	obj_mark_free(p, cls);
+	ucma_tcache_free_slow(tc, cls, p);
+	errno = saved;
+}
+
+/* Free the small object @p of slab @s, @p already checked to start an
+ * object. */
+static inline void small_free(struct ucma_slab *s, void *p, const char *who)
+{
+	struct ucma_tcache *tc = ucma_tcache_tls;
+	unsigned cls = s->cls;
+
+	if (UCMA_LIKELY(tc != NULL)) {
+		struct ucma_tbin *b = &tc->bins[cls];
+		unsigned n = b->n;
+
+		if (UCMA_LIKELY(n < b->cap && !obj_marked_free(p))) {
+			obj_mark_free(p, cls);
+			b->stack[n] = p;
+			__atomic_store_n(&b->n, (uint16_t)(n + 1), __ATOMIC_RELAXED);
+			return;
+		}
+	}
+	small_free_slow(tc, s, p, who);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Large blocks                                                              */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A run of @npages pages whose address @pfn is aligned to @align; *@head
+ * is the run's first page (before @pfn when alignment needed slack).
+ * The first try takes an exact run, which the buddy allocator often
+ * aligns anyway; only when that one is misaligned is the request repeated
+ * with align - 1 pages of slack.
+ */
+static uint32_t run_alloc(struct ucma_arena *a, uint32_t npages, size_t align, bool zero,
+			  uint32_t *head)
+{
+	unsigned gfp = UCMA_GFP_UNMOVABLE | (zero ? UCMA_GFP_ZERO : 0);
+	uintptr_t mask = align > UCMA_PAGE_SIZE ? align - 1 : 0;
+	uint64_t slack, total;
+	uint32_t pfn, h;
+
+	pfn = ucma_pages_alloc(a, npages, gfp);
+	if (pfn == UCMA_PFN_NONE || !((uintptr_t)ucma_pfn_to_addr(a, pfn) & mask)) {
+		*head = pfn;
+		return pfn;
+	}
+	ucma_pages_free(a, pfn);
+	slack = (align >> UCMA_PAGE_SHIFT) - 1;
+	total = (uint64_t)npages + slack;
+	if (total > a->zones[UCMA_ZONE_NORMAL].managed_pages)
+		return UCMA_PFN_NONE;
+	h = ucma_pages_alloc(a, (uint32_t)total, gfp);
+	if (h == UCMA_PFN_NONE)
+		return UCMA_PFN_NONE;
+	*head = h;
+	return ucma_addr_to_pfn(a, (void *)UCMA_ALIGN_UP((uintptr_t)ucma_pfn_to_addr(a, h),
+							 (uintptr_t)align));
+}
+
+static void *large_alloc(size_t size, size_t align, bool zero)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+	int saved = errno;
+	size_t npages, usable;
+	void *p;
+
+	if (UCMA_UNLIKELY(size > LARGE_MAX || align > LARGE_MAX)) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (size == 0)
+		size = 1;
+	npages = (size + UCMA_PAGE_SIZE - 1) >> UCMA_PAGE_SHIFT;
+	if (a && npages <= a->zones[UCMA_ZONE_NORMAL].managed_pages && align < a->size) {
+		uint32_t head, pfn = run_alloc(a, (uint32_t)npages, align, zero, &head);
+
+		if (pfn != UCMA_PFN_NONE) {
+			uint32_t run = a->pages[head].aux;
+
+			ucma_run_set_owner(a, head, UCMA_OWN_LARGE, pfn);
+			usable = (size_t)(head + run - pfn) << UCMA_PAGE_SHIFT;
+			ucma_tcache_count_large(1, usable, run);
+			errno = saved;
+			return ucma_pfn_to_addr(a, pfn);
+		}
+	}
+	p = ucma_overflow_large_alloc(size, align, &usable);
+	if (!p) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	ucma_tcache_count_large(1, usable, 0);
+	errno = saved;
+	return p;
+}
+
+/* Free a block that classify() found; @p is ours and checked. */
+static void free_classified(void *p, int kind, struct ptr_info *pi, const char *who)
+{
+	switch (kind) {
+	case PK_SMALL:
+		small_free(pi->slab, p, who);
+		return;
+	case PK_LARGE: {
+		uint32_t run = pi->a->pages[pi->head].aux;
+
+		ucma_tcache_count_large(-1, pi->usable, run);
+		ucma_pages_free(pi->a, pi->head);
+		return;
+	}
+	case PK_OVF_LARGE:
+		ucma_tcache_count_large(-1, pi->usable, 0);
+		ucma_overflow_large_free(&pi->ovf);
+		return;
+	case PK_BOOT:
+		return;	/* the bootstrap buffer is never reused */
+	default:
+		ucma_fatal("%s: invalid pointer %p", who, p);
+	}
+}
+
+/* Round a large size up to four classes per doubling: growth by realloc
+ * then copies O(log n) times, not once per page. */
+static size_t large_round(size_t size)
+{
+	unsigned lg = 63u - (unsigned)__builtin_clzll((unsigned long long)size - 1);
+	size_t delta = (size_t)1 << (lg - 2);
+
+	return (size + delta - 1) & ~(delta - 1);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Public interface                                                          */
+/* ------------------------------------------------------------------------ */
+
+static __attribute__((noinline)) void *malloc_slow(size_t size)
+{
+	struct ucma_tcache *tc = ucma_tcache_tls;
+
+	if (!tc) {
+		tc = thread_start();
+		if (!tc)
+			return boot_alloc(size, 16);
+	}
+	if (size <= UCMA_SMALL_MAX)
+		return small_alloc(tc, ucma_size_class(size));
+	return large_alloc(size, 0, false);
+}
+
+void *ucma_malloc(size_t size)
+{
+	struct ucma_tcache *tc = ucma_tcache_tls;
+
+	if (UCMA_LIKELY(tc != NULL && size <= UCMA_SMALL_MAX))
+		return small_alloc(tc, ucma_size_class(size));
+	return malloc_slow(size);
+}
+
+void *ucma_calloc(size_t nmemb, size_t size)
+{
+	size_t bytes;
+	void *p;
+
+	if (__builtin_mul_overflow(nmemb, size, &bytes)) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (bytes <= UCMA_SMALL_MAX) {
+		p = ucma_malloc(bytes);
+		if (p)
+			memset(p, 0, bytes);
+		return p;
+	}
+	if (!ucma_tcache_tls && !thread_start()) {
+		p = boot_alloc(bytes, 16);
+		if (p)
+			memset(p, 0, bytes);
+		return p;
+	}
+	return large_alloc(bytes, 0, true);
+}
+
+static __attribute__((noinline)) void free_slow(void *p)
+{
+	struct ptr_info pi;
+	int saved = errno;	/* free() leaves errno alone */
+
+	if (p)
+		free_classified(p, classify(p, &pi, "free()"), &pi, "free()");
+	errno = saved;
+}
+
+static __attribute__((noinline, noreturn)) void free_interior(void *p)
+{
+	ucma_fatal("free(): invalid pointer %p (inside a small object)", p);
+}
+
+/*
+ * The fast path: a small block of the arena going into a cache bin with
+ * room.  Returns false for everything else, leaving it to the caller's
+ * slow path; the rest leaves through tail calls, so this path needs no
+ * stack frame.  Its loads are the arena geometry, the page's owner, the
+ * slab's first line, the bin and the block's marker word.
+ */
+static inline bool free_fast(void *p)
+{
+	uintptr_t off = (uintptr_t)p - __atomic_load_n(&mg.base, __ATOMIC_RELAXED);
+
+	if (UCMA_LIKELY(off < __atomic_load_n(&mg.size, __ATOMIC_ACQUIRE))) {
+		const struct ucma_page *pg = &mg.pages[off >> UCMA_PAGE_SHIFT];
+
+		if (UCMA_LIKELY(pg->owner_type == UCMA_OWN_SLAB)) {
+			struct ucma_slab *s = (struct ucma_slab *)(uintptr_t)pg->owner;
+			struct ucma_tcache *tc = ucma_tcache_tls;
+
+			if (UCMA_UNLIKELY(ucma_slab_offset_bad(s, p)))
+				free_interior(p);
+			if (UCMA_LIKELY(tc != NULL)) {
+				struct ucma_tbin *b = &tc->bins[s->cls];
+				unsigned n = b->n;
+
+				if (UCMA_LIKELY(n < b->cap && !obj_marked_free(p))) {
+					obj_mark_free(p, s->cls);
+					b->stack[n] = p;
+					__atomic_store_n(&b->n, (uint16_t)(n + 1), __ATOMIC_RELAXED);
+					return true;
+				}
+			}
+			small_free_slow(tc, s, p, "free()");
+			return true;
+		}
+	}
+	return false;
+}
+
+void ucma_free(void *p)
+{
+	if (!free_fast(p))
+		free_slow(p);
+}
+
+static __attribute__((noinline)) int owns_slow(const void *p);
+
+int ucma_try_free(void *p)
+{
+	if (free_fast(p))
+		return 1;
+	if (!p)
+		return 1;
+	if (!owns_slow(p))
+		return 0;
+	free_slow(p);
+	return 1;
+}
+
+void *ucma_realloc(void *p, size_t size)
+{
+	struct ptr_info pi;
+	size_t old, want = size;
+	int kind;
+	void *q;
+
+	if (!p)
+		return ucma_malloc(size);
+	if (size == 0) {
+		ucma_free(p);
+		return NULL;
+	}
+	kind = classify(p, &pi, "realloc()");
+	old = pi.usable;
+	switch (kind) {
+	case PK_SMALL:
+		if (obj_marked_free(p) && small_is_freed(ucma_tcache_tls, pi.slab, p))
+			ucma_fatal("realloc(): invalid pointer %p (already freed)", p);
+		/* Same class, or a smaller one that still needs half of it. */
+		if (size <= old && size > old / 2)
+			return p;
+		break;
+	case PK_LARGE:
+	case PK_OVF_LARGE:
+		if (size <= old && size > old / 2)
+			return p;
+		break;
+	case PK_BOOT:
+		if (size <= old)
+			return p;
+		break;
+	default:
+		ucma_fatal("realloc(): invalid pointer %p", p);
+	}
+	if (size > old && size > UCMA_SMALL_MAX && size <= LARGE_MAX)
+		want = large_round(size);
+	q = ucma_malloc(want);
+	if (!q)
+		return NULL;	/* errno ENOMEM; the old block stays */
+	memcpy(q, p, old < size ? old : size);
+	free_classified(p, kind, &pi, "realloc()");
+	return q;
+}
+
+static void *aligned_impl(size_t align, size_t size)
+{
+	struct ucma_tcache *tc = ucma_tcache_tls;
+
+	if (align <= 16)
+		return ucma_malloc(size);
+	if (!tc) {
+		tc = thread_start();
+		if (!tc)
+			return boot_alloc(size, align);
+	}
+	/* A class whose size is a multiple of @align: objects start at
+	 * multiples of it from a page boundary. */
+	if (size <= UCMA_SMALL_MAX && align <= UCMA_PAGE_SIZE) {
+		for (unsigned cls = ucma_size_class(size); cls < UCMA_NR_CLASSES; cls++)
+			if (!(ucma_classes[cls].size & (align - 1)))
+				return small_alloc(tc, cls);
+	}
+	return large_alloc(size, align, false);
+}
+
+void *ucma_aligned_alloc(size_t alignment, size_t size)
+{
+	if (alignment == 0 || (alignment & (alignment - 1))) {
+		errno = EINVAL;
+		return NULL;
+	}
+	return aligned_impl(alignment, size);
+}
+
+int ucma_posix_memalign(void **memptr, size_t alignment, size_t size)
+{
+	int saved = errno;
+	void *p;
+
+	if (!memptr || alignment < sizeof(void *) || (alignment & (alignment - 1)))
+		return EINVAL;
+	p = aligned_impl(alignment, size);
+	if (!p) {
+		errno = saved;
+		return ENOMEM;
+	}
+	*memptr = p;
+	return 0;
+}
+
+void *ucma_memalign(size_t alignment, size_t size)
+{
+	/* glibc's memalign() rounds an alignment that is no power of two up
+	 * to the next one. */
+	if (alignment & (alignment - 1)) {
+		if (alignment > (SIZE_MAX >> 1) + 1) {
+			errno = EINVAL;
+			return NULL;
+		}
+		alignment = (size_t)1 << (64 - __builtin_clzll((unsigned long long)alignment));
+	}
+	return aligned_impl(alignment ? alignment : 1, size);
+}
+
+size_t ucma_usable_size(const void *p)
+{
+	struct ptr_info pi;
+
+	if (!p)
+		return 0;
+	switch (classify(p, &pi, NULL)) {
+	case PK_SMALL:
+	case PK_LARGE:
+	case PK_OVF_LARGE:
+	case PK_BOOT:
+		return pi.usable;
+	default:
+		errno = EINVAL;
+		return 0;
+	}
+}
+
+/*
+ * Live runs of other owners (movable objects, movable slabs, ucma_alloc()
+ * buffers) are not ours; every other arena address is, so that a stale or
+ * bad pointer into the arena still meets ucma_free()'s checks.
+ */
+static bool arena_page_ours(const struct ucma_arena *a, const void *p)
+{
+	const struct ucma_page *pg = &a->pages[ucma_addr_to_pfn(a, p)];
+	uint8_t kind = __atomic_load_n(&pg->kind, __ATOMIC_RELAXED);
+	uint8_t owner = __atomic_load_n(&pg->owner_type, __ATOMIC_RELAXED);
+
+	if (kind != UCMA_PK_RUN && kind != UCMA_PK_TAIL)
+		return true;
+	return owner != UCMA_OWN_MOVABLE && owner != UCMA_OWN_MSLAB && owner != UCMA_OWN_CONTIG;
+}
+
+static __attribute__((noinline)) int owns_slow(const void *p)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+	struct ucma_ovf_ref ref;
+
+	if (!p)
+		return 0;
+	if (ucma_addr_in_arena(a, p))
+		return arena_page_ours(a, p);
+	if (is_boot(p))
+		return 1;
+	return ucma_overflow_find(p, &ref) != UCMA_OVF_NONE;
+}
+
+/* Asked before every free of a preloaded program: a block of a slab or a
+ * large run answers after two loads. */
+int ucma_owns(const void *p)
+{
+	uintptr_t off = (uintptr_t)p - __atomic_load_n(&mg.base, __ATOMIC_RELAXED);
+
+	if (UCMA_LIKELY(off < __atomic_load_n(&mg.size, __ATOMIC_ACQUIRE))) {
+		unsigned type = mg.pages[off >> UCMA_PAGE_SHIFT].owner_type;
+
+		if (UCMA_LIKELY(type == UCMA_OWN_SLAB || type == UCMA_OWN_LARGE))
+			return 1;
+	}
+	return owns_slow(p);
+}
+
+int ucma_trim(void)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+	uint64_t purged0 = 0, purged1 = 0;
+	size_t released;
+
+	if (!__atomic_load_n(&minit_done, __ATOMIC_ACQUIRE))
+		return 0;
+	ucma_tcache_flush_all(ucma_tcache_tls);
+	released = ucma_slab_trim();
+	if (a) {
+		ucma_stat("purged_pages", &purged0);
+		ucma_zone_purge(&a->zones[UCMA_ZONE_NORMAL], true);
+		ucma_stat("purged_pages", &purged1);
+	}
+	return released || purged1 > purged0;
+}
+
+int ucma_malloc_info(struct ucma_malloc_info *info)
+{
+	struct ucma_malloc_counters m;
+
+	if (!info) {
+		errno = EINVAL;
+		return -1;
+	}
+	ucma_malloc_counters_read(&m);
+	memset(info, 0, sizeof(*info));
+	info->allocated = m.allocated_bytes;
+	info->active = m.active_bytes;
+	info->overflow = m.overflow_bytes;
+	info->cached = m.tcache_bytes;
+	info->nmalloc = m.nmalloc;
+	info->nfree = m.nfree;
+	info->large_allocs = m.large_allocs;
+	return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Statistics and fork                                                       */
+/* ------------------------------------------------------------------------ */
+
+void ucma_malloc_counters_read(struct ucma_malloc_counters *out)
+{
+	memset(out, 0, sizeof(*out));
+	if (!__atomic_load_n(&minit_done, __ATOMIC_ACQUIRE))
+		return;
+	ucma_tcache_counters(out);
+	out->active_bytes += ucma_slab_active_bytes();
+	out->overflow_bytes = ucma_overflow_bytes();
+}
+
+void ucma_malloc_atfork_prepare(void)
+{
+	ucma_tcache_atfork_prepare();
+	ucma_slab_atfork_prepare();
+}
+
+void ucma_malloc_atfork_parent(void)
+{
+	ucma_slab_atfork_parent();
+	ucma_tcache_atfork_parent();
+}
+
+void ucma_malloc_atfork_child(void)
+{
+	ucma_slab_atfork_child();
+	ucma_tcache_atfork_child();
+}
