@@ -13,8 +13,16 @@ AM_TESTS_ENVIRONMENT = \
 EXTRA_DIST += tests/tap.h tests/testutil.h tests/lsan.supp tests/tsan.supp
 
 include tests/unit/unit.mk
+include tests/unit/compact.mk
+include tests/bench/highalloc.mk
 include tests/stress/stress.mk
 include tests/bench/zone_cma.mk
+include tests/obs.mk
+include tests/unit/reliability.mk
+include tests/integration/integration.mk
+include tests/fuzz/fuzz.mk
+include tests/unit/malloc.mk
+include tests/bench/bench.mk
 EXTRA_DIST += tests/run-all.sh
 if ENABLE_ASAN
 AM_TESTS_ENVIRONMENT += UCMA_TEST_SANITIZER=asan; export UCMA_TEST_SANITIZER;

@@ -605,7 +605,7 @@ static void test_from_config(void)
 	   "each bad field is named");
 
 	memset(&cfg, 0, sizeof(cfg));
-	cfg.node = 5000;
+	cfg.node = UCMA_NODE_ID(5000);	/* node n is n + 1 in the structure */
 	ucma_options_defaults(&o);
 	ok(cfg_run(&o, &cfg) == 1 && one_line("ucma_config.node=5000", "out of range"),
 	   "node 5000 is refused");

@@ -1,0 +1,16 @@
+## The malloc benchmark: glibc, jemalloc and ucma on the same workloads,
+## each case in its own process (tests/bench/malloc.sh prints the table).
+## `make bench-malloc`, or `make bench` for every benchmark.
+check_PROGRAMS += tests/bench/bench_malloc
+tests_bench_bench_malloc_SOURCES = tests/bench/bench_malloc.c
+tests_bench_bench_malloc_CPPFLAGS = $(AM_CPPFLAGS)
+tests_bench_bench_malloc_LDADD = libucma.la -lpthread
+## A real executable in the build tree (no libtool wrapper script), so the
+## driver can preload allocators into the program itself.
+tests_bench_bench_malloc_LDFLAGS = $(AM_LDFLAGS) -no-install
+EXTRA_DIST += tests/bench/malloc.sh tests/bench/RESULTS.md
+
+.PHONY: bench bench-malloc
+bench: bench-malloc
+bench-malloc: tests/bench/bench_malloc$(EXEEXT) libucma-preload.la
+	top_builddir=$(top_builddir) $(SHELL) $(top_srcdir)/tests/bench/malloc.sh

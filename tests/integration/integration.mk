@@ -1,0 +1,37 @@
+## Integration tests: real programs (python3, sort, gcc, git, a C++ program,
+## a forking multi-threaded C program) run under libucma-preload.so and
+## compared with runs without it, plus a C check of the whole interposed
+## interface.  The scripts print TAP and find the library through
+## $UCMA_TEST_LIBDIR.  The check programs link the installed flavour of the
+## library (libucma.la), the one the preload library links too, so that
+## the program and the preload share one arena; -no-install builds them
+## without libtool's wrapper script, so they can run under LD_PRELOAD
+## directly.
+
+check_PROGRAMS += tests/integration/preload_check
+tests_integration_preload_check_SOURCES = tests/integration/preload_check.c
+tests_integration_preload_check_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests
+tests_integration_preload_check_CFLAGS = $(AM_CFLAGS) -fno-builtin
+tests_integration_preload_check_LDADD = libucma.la -ldl
+tests_integration_preload_check_LDFLAGS = -no-install
+
+check_PROGRAMS += tests/integration/fork_threads tests/integration/cxx_workload
+tests_integration_fork_threads_SOURCES = tests/integration/fork_threads.c
+tests_integration_fork_threads_CFLAGS = $(AM_CFLAGS) -fno-builtin
+tests_integration_cxx_workload_SOURCES = tests/integration/cxx_workload.cc
+tests_integration_cxx_workload_CXXFLAGS = $(AM_CXXFLAGS) -std=gnu++17 -Wall -Wextra
+
+TESTS += \
+	tests/integration/preload_api.sh \
+	tests/integration/preload_contig.sh \
+	tests/integration/preload_python.sh \
+	tests/integration/preload_tools.sh \
+	tests/integration/preload_compilers.sh
+EXTRA_DIST += \
+	tests/integration/common.sh \
+	tests/integration/py_workload.py \
+	tests/integration/preload_api.sh \
+	tests/integration/preload_contig.sh \
+	tests/integration/preload_python.sh \
+	tests/integration/preload_tools.sh \
+	tests/integration/preload_compilers.sh

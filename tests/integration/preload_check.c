@@ -1,0 +1,452 @@
+/*
+ * preload_check.c - the C allocation interface under libucma-preload.so.
+ *
+ * Run by preload_api.sh and preload_contig.sh with LD_PRELOAD set; linked
+ * with -lucma too, so it also checks that the preloaded library and the
+ * linked one are the same arena: what malloc() returns is something
+ * ucma_owns() recognises.  Checks glibc's documented behaviour of every
+ * interposed function (error codes, alignment, realloc(p, 0)), pointers
+ * that glibc's own allocator made (freed, resized and measured through the
+ * interposer), threads and fork.
+ *
+ * With the argument "contig" (and UCMA_PRELOAD_CONTIG_MIN=1M in the
+ * environment) it checks instead that large requests become contiguous
+ * buffers of a CMA area and that free/realloc/malloc_usable_size handle
+ * them.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "config.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tap.h"
+#include "testutil.h"
+#include "ucma.h"
+
+/* glibc's own allocator, to make foreign pointers. */
+extern void *__libc_malloc(size_t size);
+
+#define MiB ((size_t)1 << 20)
+
+/* Sizes the compiler must not reason about (no -Walloc-size-larger-than). */
+static volatile size_t huge_size = SIZE_MAX;
+static volatile size_t half_huge = SIZE_MAX / 2 + 2;
+
+static int aligned_to(const void *p, size_t a)
+{
+	return p && ((uintptr_t)p & (a - 1)) == 0;
+}
+
+static void check_interposed(void)
+{
+	Dl_info info;
+	const char *pre = getenv("LD_PRELOAD");
+
+	if (!pre || !strstr(pre, "libucma-preload.so"))
+		bail_out("run this under LD_PRELOAD=libucma-preload.so");
+	if (!dladdr((void *)(uintptr_t)malloc, &info) || !info.dli_fname)
+		info.dli_fname = "?";
+	ok(strstr(info.dli_fname, "libucma-preload.so") != NULL,
+	   "malloc resolves to libucma-preload.so (%s)", info.dli_fname);
+}
+
+static void check_basic(void)
+{
+	char *p, *q, *s;
+	size_t i, n;
+	int zero = 1;
+
+	p = malloc(100);
+	ok(p && ucma_owns(p), "malloc(100) comes from ucma's arena (one arena for -lucma "
+	   "and the preload)");
+	memset(p, 0xab, 100);
+	ok(malloc_usable_size(p) >= 100, "malloc_usable_size %zu >= 100", malloc_usable_size(p));
+	q = realloc(p, 10000);
+	ok(q && ucma_owns(q), "realloc grows within ucma");
+	for (i = 0; q && i < 100; i++)
+		if ((unsigned char)q[i] != 0xab)
+			break;
+	ok(i == 100, "realloc keeps the contents");
+	errno = 0;
+	ok(realloc(q, 0) == NULL, "realloc(p, 0) frees and returns NULL, as glibc does");
+	p = realloc(NULL, 10);
+	ok(p && ucma_owns(p), "realloc(NULL, 10) allocates");
+	free(p);
+	free(NULL);
+	ok(1, "free(NULL) is harmless");
+
+	s = strdup("a string copied by libc");
+	ok(s && ucma_owns(s), "libc's internal allocations (strdup) come from ucma");
+	free(s);
+
+	p = calloc(1000, 8);
+	for (i = 0; p && i < 8000; i++)
+		zero &= p[i] == 0;
+	ok(p && ucma_owns(p) && zero, "calloc(1000, 8) is zeroed and from ucma");
+	free(p);
+
+	errno = 0;
+	ok(calloc(huge_size, 2) == NULL && errno == ENOMEM, "calloc overflow: NULL, ENOMEM");
+	errno = 0;
+	ok(malloc(huge_size) == NULL && errno == ENOMEM, "malloc(SIZE_MAX): NULL, ENOMEM");
+	errno = 0;
+	ok(reallocarray(NULL, huge_size, 2) == NULL && errno == ENOMEM,
+	   "reallocarray overflow: NULL, ENOMEM");
+	p = reallocarray(NULL, 10, 10);
+	ok(p && malloc_usable_size(p) >= 100, "reallocarray(NULL, 10, 10)");
+	free(p);
+
+	errno = 4321;
+	free(malloc(64));
+	n = (size_t)errno;
+	ok(n == 4321, "free leaves errno alone");
+
+	p = malloc(0);
+	ok(p != NULL, "malloc(0) returns a unique pointer");
+	free(p);
+}
+
+static void check_aligned(void)
+{
+	void *p = (void *)&p, *q;
+	static const size_t bad[] = { 0, 1, 2, 4, 3, 24, 48, 100 };
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		q = p;
+		ok(posix_memalign(&q, bad[i], 16) == EINVAL && q == p,
+		   "posix_memalign alignment %zu: EINVAL, *memptr untouched", bad[i]);
+	}
+	for (size_t a = sizeof(void *); a <= 2 * MiB; a <<= 3) {
+		q = NULL;
+		ok(posix_memalign(&q, a, 100) == 0 && aligned_to(q, a) && ucma_owns(q),
+		   "posix_memalign alignment %zu", a);
+		free(q);
+	}
+	q = NULL;
+	ok(posix_memalign(&q, 64, huge_size) == ENOMEM, "posix_memalign too large: ENOMEM");
+
+	errno = 0;
+	ok(aligned_alloc(3, 16) == NULL && errno == EINVAL,
+	   "aligned_alloc(3, ...): NULL, EINVAL (C23, glibc 2.38)");
+	errno = 0;
+	ok(aligned_alloc(0, 16) == NULL && errno == EINVAL, "aligned_alloc(0, ...): EINVAL");
+	q = aligned_alloc(256, 1000);
+	ok(aligned_to(q, 256) && ucma_owns(q), "aligned_alloc(256, 1000)");
+	free(q);
+	q = aligned_alloc(4096, 10);	/* size not a multiple: glibc allows it */
+	ok(aligned_to(q, 4096), "aligned_alloc(4096, 10)");
+	free(q);
+
+	q = memalign(64, 10);
+	ok(aligned_to(q, 64) && ucma_owns(q), "memalign(64, 10)");
+	free(q);
+	q = memalign(48, 10);
+	ok(aligned_to(q, 64), "memalign(48, ...) rounds the alignment up to 64, as glibc");
+	free(q);
+	errno = 0;
+	ok(memalign(half_huge, 1) == NULL && errno == EINVAL,
+	   "memalign with an alignment beyond SIZE_MAX/2+1: EINVAL");
+
+	q = valloc(100);
+	ok(aligned_to(q, (size_t)sysconf(_SC_PAGESIZE)), "valloc is page aligned");
+	free(q);
+	q = pvalloc(100);
+	ok(aligned_to(q, (size_t)sysconf(_SC_PAGESIZE)) &&
+	   malloc_usable_size(q) >= (size_t)sysconf(_SC_PAGESIZE),
+	   "pvalloc(100) is a whole page (usable %zu)", malloc_usable_size(q));
+	free(q);
+	errno = 0;
+	ok(pvalloc(huge_size) == NULL && errno == ENOMEM, "pvalloc(SIZE_MAX): ENOMEM");
+}
+
+static void check_glibc_extras(void)
+{
+	struct mallinfo2 mi;
+	char *big;
+	char buf[4096];
+	FILE *tmp;
+	int fd, saved;
+	size_t n;
+
+	ok(mallopt(M_TRIM_THRESHOLD, 1 << 20) == 1, "mallopt(M_TRIM_THRESHOLD) accepted");
+	ok(mallopt(M_MMAP_THRESHOLD, 1 << 20) == 1, "mallopt(M_MMAP_THRESHOLD) accepted");
+	ok(mallopt(M_MXFAST, 100000) == 0, "mallopt(M_MXFAST, too big) refused, as glibc");
+	ok(mallopt(12345, 1) == 1, "mallopt(unknown) returns 1, as glibc");
+	n = (size_t)malloc_trim(0);
+	ok(n == 0 || n == 1, "malloc_trim returns 0 or 1");
+
+	big = malloc(4 * MiB);
+	memset(big, 1, 4 * MiB);
+	mi = mallinfo2();
+	if (mi.uordblks || mi.arena)
+		ok(mi.uordblks >= 4 * MiB, "mallinfo2 uordblks %zu counts a live 4 MiB block",
+		   mi.uordblks);
+	else
+		skip(1, "this ucma publishes no malloc byte counters for mallinfo2");
+	free(big);
+
+	/* malloc_stats() prints ucma's report on stderr */
+	tmp = tmpfile();
+	fflush(stderr);
+	saved = dup(2);
+	fd = tmp ? fileno(tmp) : -1;
+	if (fd >= 0 && saved >= 0 && dup2(fd, 2) == 2) {
+		malloc_stats();
+		fflush(stderr);
+		dup2(saved, 2);
+		rewind(tmp);
+		n = fread(buf, 1, sizeof(buf) - 1, tmp);
+		buf[n] = '\0';
+		ok(n > 0 && strstr(buf, "cma_alloc_success"),
+		   "malloc_stats prints ucma's report (%zu bytes)", n);
+	} else {
+		ok(0, "redirect stderr for malloc_stats");
+	}
+	if (saved >= 0)
+		close(saved);
+	if (tmp)
+		fclose(tmp);
+}
+
+/* Pointers made by glibc's allocator go back to glibc. */
+static void check_foreign(void)
+{
+	char *f, *r;
+	size_t i;
+
+	f = __libc_malloc(100);
+	ok(f && !ucma_owns(f), "__libc_malloc makes a pointer ucma does not own");
+	ok(malloc_usable_size(f) >= 100, "malloc_usable_size of a foreign pointer: %zu",
+	   malloc_usable_size(f));
+	for (i = 0; i < 100; i++)
+		f[i] = (char)i;
+	r = realloc(f, 5000);
+	for (i = 0; r && i < 100; i++)
+		if (r[i] != (char)i)
+			break;
+	ok(r && ucma_owns(r) && i == 100,
+	   "realloc of a foreign pointer moves it into ucma with its contents");
+	free(r);
+	f = __libc_malloc(50);
+	free(f);
+	ok(1, "free of a foreign pointer goes to glibc");
+	f = __libc_malloc(200000);	/* an mmapped glibc chunk */
+	memset(f, 7, 200000);
+	r = realloc(f, 100);
+	ok(r && ucma_owns(r) && r[99] == 7, "realloc shrinking a foreign mmapped block");
+	free(r);
+}
+
+/* Many sizes, stamped, freed in a scrambled order. */
+static void check_pattern(void)
+{
+	enum { N = 2000 };
+	static char *p[N];
+	static size_t sz[N];
+	uint64_t seed = 42;
+	int bad = 0, owned = 1;
+
+	for (int i = 0; i < N; i++) {
+		sz[i] = (size_t)(tu_rand(&seed) % (i % 50 == 0 ? 300000 : 2000)) + 1;
+		p[i] = malloc(sz[i]);
+		if (!p[i]) {
+			bad++;
+			continue;
+		}
+		owned &= ucma_owns(p[i]);
+		tu_fill(p[i], sz[i], (uint64_t)i);
+	}
+	for (int k = 0; k < N; k++) {
+		int i = (int)((uint64_t)k * 7919 % N);
+
+		if (p[i] && !tu_check(p[i], sz[i], (uint64_t)i))
+			bad++;
+		free(p[i]);
+	}
+	ok(!bad && owned, "2000 stamped blocks of mixed sizes survive and free");
+}
+
+static void *thread_main(void *arg)
+{
+	uint64_t seed = (uint64_t)(uintptr_t)arg;
+	void *keep[64] = { 0 };
+	size_t ksz[64] = { 0 };
+	long bad = 0;
+
+	for (int it = 0; it < 20000; it++) {
+		int k = (int)(tu_rand(&seed) % 64);
+
+		if (keep[k]) {
+			if (!tu_check(keep[k], ksz[k], (uint64_t)k + ksz[k]))
+				bad++;
+			free(keep[k]);
+		}
+		ksz[k] = (size_t)(tu_rand(&seed) % 4096) + 1;
+		keep[k] = malloc(ksz[k]);
+		if (!keep[k] || !ucma_owns(keep[k])) {
+			bad++;
+			continue;
+		}
+		tu_fill(keep[k], ksz[k], (uint64_t)k + ksz[k]);
+	}
+	for (int k = 0; k < 64; k++)
+		free(keep[k]);
+	return (void *)bad;
+}
+
+static void check_threads_and_fork(void)
+{
+	pthread_t t[4];
+	long bad = 0;
+	pid_t pid;
+	int status = -1;
+
+	for (int i = 0; i < 4; i++)
+		pthread_create(&t[i], NULL, thread_main, (void *)(uintptr_t)(i + 1));
+	for (int i = 0; i < 4; i++) {
+		void *r;
+
+		pthread_join(t[i], &r);
+		bad += (long)r;
+	}
+	ok(bad == 0, "4 threads x 20000 stamped allocations");
+
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		char *c = malloc(1000);
+
+		tu_fill(c, 1000, 9);
+		_exit(c && ucma_owns(c) && tu_check(c, 1000, 9) ? 0 : 1);
+	}
+	waitpid(pid, &status, 0);
+	ok(pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	   "a forked child allocates from ucma");
+}
+
+static void check_contig(void)
+{
+	const char *min = getenv("UCMA_PRELOAD_CONTIG_MIN");
+	uint64_t succ0 = 0, succ1 = 0, rel0 = 0, rel1 = 0;
+	char *p, *q, *z;
+	size_t i, n;
+	int zero = 1;
+
+	if (!min || strcmp(min, "1M") != 0)
+		bail_out("run this with UCMA_PRELOAD_CONTIG_MIN=1M");
+	ucma_stat("cma_alloc_success", &succ0);
+	ucma_stat("cma_release", &rel0);
+
+	p = malloc(2 * MiB);
+	n = p ? ucma_alloc_size(p) : 0;
+	ok(n >= 2 * MiB, "malloc(2 MiB) is a contiguous CMA buffer (ucma_alloc_size %zu)", n);
+	ok(p && ucma_usable_size(p) == 0, "... not a block of the malloc family");
+	ok(malloc_usable_size(p) == n, "malloc_usable_size of it is its size");
+	tu_fill(p, 2 * MiB, 1);
+	q = realloc(p, 3 * MiB);
+	ok(q && ucma_alloc_size(q) >= 3 * MiB && tu_check(q, 2 * MiB, 1),
+	   "realloc grows it to a contiguous 3 MiB with its contents");
+	p = realloc(q, 2 * MiB);
+	ok(p == q, "realloc shrinking by a third keeps it in place");
+	q = realloc(p, 1000);
+	ok(q && ucma_owns(q) && tu_check(q, 1000, 1),
+	   "realloc to 1000 bytes moves it back to the malloc family");
+	free(q);
+
+	p = malloc(MiB);
+	ok(p && ucma_alloc_size(p) >= MiB, "malloc of exactly the threshold is contiguous");
+	free(p);
+	p = malloc(MiB - 1);
+	ok(p && ucma_owns(p) && ucma_alloc_size(p) == 0, "malloc below the threshold is not");
+	q = realloc(p, 3 * MiB);
+	ok(q && ucma_alloc_size(q) >= 3 * MiB, "realloc growing past the threshold becomes "
+	   "contiguous");
+	free(q);
+	p = malloc(100);
+	ok(p && ucma_owns(p), "small malloc stays in the malloc family");
+	free(p);
+
+	z = calloc(4, MiB);
+	for (i = 0; z && i < 4 * MiB; i += 511)
+		zero &= z[i] == 0;
+	ok(z && ucma_alloc_size(z) >= 4 * MiB && zero, "calloc(4, 1 MiB) is contiguous and zero");
+	free(z);
+
+	/* more than any CMA area holds: served by the malloc family instead */
+	p = malloc(2048 * MiB);
+	ok(p && ucma_owns(p), "a request no CMA area can hold falls back to malloc");
+	free(p);
+
+	ucma_stat("cma_alloc_success", &succ1);
+	ucma_stat("cma_release", &rel1);
+	ok(succ1 - succ0 >= 5 && rel1 - rel0 >= 5,
+	   "statistics: %llu contiguous allocations, %llu releases",
+	   (unsigned long long)(succ1 - succ0), (unsigned long long)(rel1 - rel0));
+}
+
+/* A double free of an arena block stops the program with ucma's message. */
+static void check_double_free(void)
+{
+	int pipefd[2], status = -1;
+	char msg[512];
+	ssize_t n = 0;
+	pid_t pid;
+
+	if (pipe(pipefd) != 0) {
+		ok(0, "pipe for the double-free child");
+		return;
+	}
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		char *volatile p = malloc(100);
+
+		dup2(pipefd[1], 2);
+		free(p);
+		free(p);
+		_exit(0);
+	}
+	close(pipefd[1]);
+	while (n < (ssize_t)sizeof(msg) - 1) {
+		ssize_t r = read(pipefd[0], msg + n, sizeof(msg) - 1 - (size_t)n);
+
+		if (r <= 0)
+			break;
+		n += r;
+	}
+	msg[n > 0 ? n : 0] = '\0';
+	close(pipefd[0]);
+	waitpid(pid, &status, 0);
+	ok(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT && strstr(msg, "ucma"),
+	   "double free of an arena block: ucma's message and abort (%s)",
+	   n > 0 ? strtok(msg, "\n") : "no message");
+}
+
+int main(int argc, char **argv)
+{
+	plan_no_plan();
+	check_interposed();
+	if (argc > 1 && strcmp(argv[1], "contig") == 0) {
+		check_contig();
+		return done();
+	}
+	check_basic();
+	check_aligned();
+	check_glibc_extras();
+	check_foreign();
+	check_pattern();
+	check_threads_and_fork();
+	check_double_free();
+	return done();
+}

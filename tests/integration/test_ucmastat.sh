@@ -1,0 +1,162 @@
+#!/bin/sh
+# test_ucmastat.sh - ucmastat against a live process: counters, one name,
+# the map, -w, --list, --svg, and the errors for a missing process, a
+# process without ucma, a segment it may not read, and a process that ended.
+#
+# SPDX-License-Identifier: MIT
+
+builddir=${top_builddir:-.}
+ucmastat=$builddir/ucmastat
+helper=$builddir/tests/integration/ucma_stat_helper
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/ucmastat-test.XXXXXX") || exit 1
+helper_pid=
+
+n=0
+failed=0
+ok() {
+	n=$((n + 1))
+	if [ "$1" -eq 0 ]; then
+		echo "ok $n - $2"
+	else
+		echo "not ok $n - $2"
+		failed=$((failed + 1))
+	fi
+}
+skip() {
+	n=$((n + 1))
+	echo "ok $n # SKIP $1"
+}
+cleanup() {
+	[ -n "$helper_pid" ] && kill "$helper_pid" 2>/dev/null
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+if [ ! -x "$ucmastat" ] || [ ! -x "$helper" ]; then
+	echo "1..0 # SKIP ucmastat or the helper is not built"
+	exit 0
+fi
+if [ ! -d /dev/shm ] || [ ! -w /dev/shm ]; then
+	echo "1..0 # SKIP no writable /dev/shm"
+	exit 0
+fi
+
+UCMA_ARENA_SIZE=64M UCMA_CMA_SIZE=16M UCMA_HUGEPAGES=none UCMA_HUGEPAGES_NORMAL=none \
+	"$helper" >"$tmp/helper.out" 2>"$tmp/helper.err" &
+helper_pid=$!
+i=0
+while [ $i -lt 100 ] && ! grep -q '^ready' "$tmp/helper.out" 2>/dev/null; do
+	sleep 0.1
+	i=$((i + 1))
+done
+if ! grep -q '^ready' "$tmp/helper.out"; then
+	echo "Bail out! the helper did not start: $(cat "$tmp/helper.err")"
+	exit 1
+fi
+pid=$helper_pid
+
+# Counters.
+"$ucmastat" "$pid" >"$tmp/counters" 2>"$tmp/err"
+ok $? "ucmastat PID exits 0"
+grep -q '^compact_stall [0-9]' "$tmp/counters" && grep -q '^nr_free_pages [0-9]' "$tmp/counters" &&
+	grep -q '^cma_default_size 4096$' "$tmp/counters"
+ok $? "counters are printed as 'name value'"
+grep -q '^halloc 64$' "$tmp/counters"
+ok $? "the helper's 64 movable objects are counted"
+out=$("$ucmastat" "$pid" cma_default_used 2>&1)
+ok $? "ucmastat PID NAME exits 0"
+case $out in
+"cma_default_used "*) ok 0 "one named statistic: $out" ;;
+*) ok 1 "one named statistic: $out" ;;
+esac
+"$ucmastat" "$pid" no_such_statistic >/dev/null 2>&1
+[ $? -eq 1 ]
+ok $? "an unknown statistic name exits 1"
+
+# The map.
+"$ucmastat" --map --color=never "$pid" >"$tmp/map" 2>"$tmp/err"
+ok $? "--map exits 0"
+grep -q '^legend:' "$tmp/map" && grep -q '^summary: .*fragmentation score' "$tmp/map" &&
+	grep -q 'CMA area default' "$tmp/map"
+ok $? "--map has the areas, a legend and a summary"
+! grep -q "$(printf '\033')" "$tmp/map"
+ok $? "--color=never writes no escape sequences"
+grep -q '^ *[0-9][0-9]*  [.UMcLCI]*C' "$tmp/map"
+ok $? "the contiguous buffer shows as C"
+"$ucmastat" --map --color=always "$pid" | grep -q "$(printf '\033')\["
+ok $? "--color=always colours the map"
+long=$(awk '$1 ~ /^[0-9]+$/ && length($2) > 64' "$tmp/map" | wc -l)
+[ "$long" -eq 0 ]
+ok $? "map lines hold at most 64 pageblocks"
+
+# Watching.
+start=$(date +%s)
+"$ucmastat" -w 1 -n 2 "$pid" >"$tmp/watch" 2>"$tmp/err"
+ok $? "-w 1 -n 2 exits 0"
+lines=$(grep -c '^ *[0-9]' "$tmp/watch")
+[ "$lines" -eq 2 ] && grep -q 'free_n' "$tmp/watch"
+ok $? "-w 1 -n 2 prints a header and 2 lines ($lines)"
+[ $(($(date +%s) - start)) -le 5 ]
+ok $? "-w 1 -n 2 takes about a second"
+"$ucmastat" -w 0.2 -n 2 -a "$pid" >"$tmp/watch_all" 2>"$tmp/err"
+ok $? "-w 0.2 -n 2 -a exits 0"
+
+# Listing.
+"$ucmastat" --list >"$tmp/list" 2>"$tmp/err"
+ok $? "--list exits 0"
+awk -v p="$pid" '$1 == p { found = 1 } END { exit !found }' "$tmp/list"
+ok $? "--list includes the helper"
+
+# SVG.
+"$ucmastat" --svg "$tmp/map.svg" "$pid" 2>"$tmp/err"
+ok $? "--svg exits 0"
+if command -v xmllint >/dev/null 2>&1; then
+	xmllint --noout "$tmp/map.svg" 2>"$tmp/err"
+	ok $? "the SVG is well-formed XML (xmllint)"
+else
+	grep -q '<svg ' "$tmp/map.svg" && tail -n 1 "$tmp/map.svg" | grep -q '</svg>'
+	ok $? "the SVG opens and closes (no xmllint)"
+fi
+grep -q 'pageblock 0: ' "$tmp/map.svg" && grep -q 'contiguous allocation' "$tmp/map.svg"
+ok $? "the SVG has squares with titles and a legend"
+
+# Errors.
+missing=$(($(cat /proc/sys/kernel/pid_max 2>/dev/null || echo 4194304) + 1))
+"$ucmastat" "$missing" >/dev/null 2>"$tmp/err"
+rc=$?
+[ $rc -eq 1 ] && grep -q 'no process' "$tmp/err"
+ok $? "a missing process: exit 1 and 'no process' (rc $rc)"
+"$ucmastat" $$ >/dev/null 2>"$tmp/err"
+rc=$?
+[ $rc -eq 1 ] && grep -q 'does not use ucma' "$tmp/err"
+ok $? "a process without ucma: exit 1 and 'does not use ucma' (rc $rc)"
+"$ucmastat" notapid >/dev/null 2>&1
+[ $? -eq 2 ]
+ok $? "a bad argument exits 2"
+if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null 2>&1 &&
+	setpriv --reuid=65534 --regid=65534 --clear-groups true 2>/dev/null; then
+	setpriv --reuid=65534 --regid=65534 --clear-groups "$ucmastat" "$pid" >/dev/null 2>"$tmp/err"
+	rc=$?
+	if [ $rc -eq 126 ] || [ $rc -eq 127 ]; then
+		skip "user 65534 cannot run $ucmastat"
+	else
+		[ $rc -eq 1 ] && grep -q 'permission denied' "$tmp/err"
+		ok $? "another user's segment: exit 1 and 'permission denied' (rc $rc)"
+	fi
+else
+	skip "needs root and setpriv to read as another user"
+fi
+
+# The end of the process removes its segment.
+kill "$helper_pid"
+wait "$helper_pid"
+ok $? "the helper exits 0 on SIGTERM"
+helper_pid=
+[ ! -e "/dev/shm/ucma.$pid" ]
+ok $? "its segment is removed at exit"
+"$ucmastat" "$pid" >/dev/null 2>"$tmp/err"
+[ $? -eq 1 ]
+ok $? "ucmastat on the ended process exits 1: $(cat "$tmp/err")"
+
+echo "1..$n"
+[ $failed -eq 0 ]

@@ -1,0 +1,510 @@
+/*
+ * soak.c - every kind of allocation at once, from several threads, for a
+ * while, with every byte checked.
+ *
+ * Each worker thread mixes, at random:
+ *   - ucma_malloc/ucma_free/ucma_realloc of blocks of 1 byte to 256 KiB,
+ *     filled from a per-block seed and checked before every free and
+ *     across every realloc (the common prefix must survive);
+ *   - private movable objects: ucma_halloc, then pin / verify / rewrite /
+ *     unpin, long-term pins, ucma_hrealloc and ucma_hfree;
+ *   - shared movable objects, written once with a self-describing header
+ *     (seed and length) and published in a table that every worker reads
+ *     under ucma_read_lock()/ucma_deref(); the owner replaces them now and
+ *     then (a new object is published, the old one freed), so readers race
+ *     with frees and may see EINVAL for a handle freed under them, never
+ *     wrong bytes;
+ *   - contiguous buffers: ucma_alloc/ucma_release of 64 KiB to 4 MiB,
+ *     filled and checked, which migrates objects out of their way;
+ *   - now and then ucma_compact(UCMA_COMPACT_ASYNC).
+ * A compaction thread calls ucma_compact() and ucma_compact_order() every
+ * few milliseconds meanwhile.
+ *
+ * The run fails on any corrupted byte and on any errno that the API does
+ * not document for the situation (ucma_alloc may fail with EBUSY or ENOMEM,
+ * a long-term pin with ENOMEM; everything else must succeed).  At the end
+ * it prints how many operations of each kind ran.
+ *
+ * Duration: UCMA_SOAK_SECONDS (default 10 s; 5 s under a sanitizer unless
+ * set).  tests/run-all.sh sets 60 for its normal build.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "internal.h"
+#include "tap.h"
+#include "testutil.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#define NWORKERS 4
+#define NMALLOC 256		/* malloc slots per worker */
+#define NPRIV 192		/* private movable objects per worker */
+#define NSHARED 96		/* shared movable objects per worker */
+
+enum {
+	C_MALLOC, C_FREE, C_REALLOC, C_HALLOC, C_HFREE, C_PIN, C_LONGTERM, C_LONGTERM_FAIL,
+	C_HREALLOC, C_READ, C_READ_GONE, C_PUBLISH, C_CONTIG, C_CONTIG_BUSY, C_CONTIG_NOMEM,
+	C_COMPACT, C_NR
+};
+
+static const char *const counter_names[C_NR] = {
+	"malloc", "free", "realloc", "halloc", "hfree", "pin", "longterm", "longterm-refused",
+	"hrealloc", "rcu-read", "read-of-freed", "publish", "contig", "contig-busy",
+	"contig-nomem", "compact",
+};
+
+static _Atomic uint64_t counters[C_NR];
+static _Atomic uint64_t errors;
+static _Atomic bool stop;
+static _Atomic ucma_handle_t shared[NWORKERS * NSHARED];
+
+struct hdr {
+	uint64_t seed;		/* the payload is tu_fill(seed) */
+	uint64_t len;		/* payload bytes after the header */
+};
+
+struct block {
+	unsigned char *p;
+	size_t size;
+	uint64_t seed;
+};
+
+struct priv {
+	ucma_handle_t h;
+	size_t size;
+	uint64_t seed;
+};
+
+static void count(int c)
+{
+	atomic_fetch_add_explicit(&counters[c], 1, memory_order_relaxed);
+}
+
+__attribute__((format(printf, 1, 2))) static void bad(const char *fmt, ...)
+{
+	va_list ap;
+	char msg[256];
+
+	if (atomic_fetch_add(&errors, 1) >= 20)
+		return;	/* the first ones say enough */
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	diag("%s", msg);
+}
+
+/* Mostly small, some pages, a few large. */
+static size_t pick_size(uint64_t *s)
+{
+	uint64_t r = tu_rand(s);
+
+	switch (r % 16) {
+	case 0:
+		return (size_t)(r >> 8) % (256 * 1024) + 1;
+	case 1: case 2: case 3:
+		return (size_t)(r >> 8) % 16384 + 1;
+	default:
+		return (size_t)(r >> 8) % 512 + 1;
+	}
+}
+
+/* ------------------------------------------------------------------------ */
+/* Unmovable blocks                                                          */
+/* ------------------------------------------------------------------------ */
+
+static void block_op(struct block *b, uint64_t *s)
+{
+	if (!b->p) {
+		b->size = pick_size(s);
+		b->seed = tu_rand(s);
+		b->p = ucma_malloc(b->size);
+		if (!b->p) {
+			bad("ucma_malloc(%zu): %s", b->size, strerror(errno));
+			return;
+		}
+		tu_fill(b->p, b->size, b->seed);
+		count(C_MALLOC);
+		return;
+	}
+	if (!tu_check(b->p, b->size, b->seed))
+		bad("malloc block %p (%zu bytes) corrupted", (void *)b->p, b->size);
+	if (tu_rand(s) % 3 == 0) {
+		size_t ns = pick_size(s), keep = ns < b->size ? ns : b->size;
+		unsigned char *n = ucma_realloc(b->p, ns);
+
+		if (!n) {
+			bad("ucma_realloc(%zu): %s", ns, strerror(errno));
+			return;
+		}
+		if (!tu_check(n, keep, b->seed))
+			bad("realloc lost the first %zu bytes", keep);
+		b->p = n;
+		b->size = ns;
+		b->seed = tu_rand(s);
+		tu_fill(n, ns, b->seed);
+		count(C_REALLOC);
+		return;
+	}
+	ucma_free(b->p);
+	b->p = NULL;
+	count(C_FREE);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Private movable objects: written only under a pin, by their owner         */
+/* ------------------------------------------------------------------------ */
+
+static void priv_stamp(struct priv *o, uint64_t *s)
+{
+	unsigned char *p = ucma_pin(o->h, 0);
+
+	if (!p) {
+		bad("ucma_pin of own object: %s", strerror(errno));
+		return;
+	}
+	o->seed = tu_rand(s);
+	tu_fill(p, o->size, o->seed);
+	ucma_unpin(o->h);
+}
+
+static void priv_op(struct priv *o, uint64_t *s)
+{
+	unsigned char *p;
+
+	if (!o->h) {
+		o->size = pick_size(s);
+		o->h = ucma_halloc(o->size, 0);
+		if (!o->h) {
+			bad("ucma_halloc(%zu): %s", o->size, strerror(errno));
+			return;
+		}
+		priv_stamp(o, s);
+		count(C_HALLOC);
+		return;
+	}
+	switch (tu_rand(s) % 5) {
+	case 0:		/* verify and rewrite under a pin */
+	case 1:
+		p = ucma_pin(o->h, 0);
+		if (!p) {
+			bad("ucma_pin: %s", strerror(errno));
+			return;
+		}
+		if (!tu_check(p, o->size, o->seed))
+			bad("movable object %p (%zu bytes) corrupted", (void *)p, o->size);
+		o->seed = tu_rand(s);
+		tu_fill(p, o->size, o->seed);
+		if (ucma_unpin(o->h) != 0)
+			bad("ucma_unpin: %s", strerror(errno));
+		count(C_PIN);
+		break;
+	case 2:		/* a long-term pin moves it out of the CMA zone first */
+		p = ucma_pin(o->h, UCMA_PIN_LONGTERM);
+		if (!p) {
+			if (errno != ENOMEM)
+				bad("ucma_pin(LONGTERM): %s", strerror(errno));
+			count(C_LONGTERM_FAIL);
+			return;
+		}
+		if (!tu_check(p, o->size, o->seed))
+			bad("long-term pinned object corrupted");
+		ucma_unpin(o->h);
+		count(C_LONGTERM);
+		break;
+	case 3: {	/* resize, keeping the common prefix */
+		size_t ns = pick_size(s), keep = ns < o->size ? ns : o->size;
+
+		if (ucma_hrealloc(o->h, ns) != 0) {
+			bad("ucma_hrealloc(%zu): %s", ns, strerror(errno));
+			return;
+		}
+		p = ucma_pin(o->h, 0);
+		if (!p || !tu_check(p, keep, o->seed))
+			bad("hrealloc lost the first %zu bytes", keep);
+		if (p)
+			ucma_unpin(o->h);
+		o->size = ns;
+		priv_stamp(o, s);
+		count(C_HREALLOC);
+		break;
+	}
+	default:
+		ucma_read_lock();
+		p = (unsigned char *)ucma_deref(o->h);
+		if (!p || !tu_check(p, o->size, o->seed))
+			bad("own object read back wrong");
+		ucma_read_unlock();
+		if (ucma_hfree(o->h) != 0)
+			bad("ucma_hfree of own unpinned object: %s", strerror(errno));
+		o->h = 0;
+		count(C_HFREE);
+		break;
+	}
+}
+
+/* ------------------------------------------------------------------------ */
+/* Shared movable objects: written once, read by everyone                    */
+/* ------------------------------------------------------------------------ */
+
+static ucma_handle_t shared_new(uint64_t *s)
+{
+	size_t size = sizeof(struct hdr) + pick_size(s);
+	ucma_handle_t h = ucma_halloc(size, 0);
+	struct hdr *p;
+
+	if (!h) {
+		bad("ucma_halloc(%zu): %s", size, strerror(errno));
+		return 0;
+	}
+	p = ucma_pin(h, 0);
+	p->seed = tu_rand(s);
+	p->len = size - sizeof(*p);
+	tu_fill(p + 1, p->len, p->seed);
+	ucma_unpin(h);
+	return h;
+}
+
+static void shared_publish(int slot, uint64_t *s)
+{
+	ucma_handle_t h = shared_new(s), old;
+
+	if (!h)
+		return;
+	old = atomic_exchange(&shared[slot], h);
+	/* Readers may hold the old one inside their read-side sections: the
+	 * free must not disturb them (they keep reading the old bytes). */
+	if (old && ucma_hfree(old) != 0)
+		bad("ucma_hfree of a replaced shared object: %s", strerror(errno));
+	count(C_PUBLISH);
+}
+
+static void shared_read(uint64_t *s)
+{
+	int slot = (int)(tu_rand(s) % (NWORKERS * NSHARED));
+	ucma_handle_t h = atomic_load(&shared[slot]);
+	const struct hdr *p;
+
+	if (!h)
+		return;
+	ucma_read_lock();
+	p = ucma_deref(h);
+	if (!p) {
+		/* Freed since we loaded it: EINVAL, and only if replaced. */
+		if (errno != EINVAL || atomic_load(&shared[slot]) == h)
+			bad("ucma_deref of a published handle: %s", strerror(errno));
+		count(C_READ_GONE);
+	} else if (!tu_check(p + 1, p->len, p->seed)) {
+		bad("shared object %p (%llu bytes) corrupted", (const void *)p,
+		    (unsigned long long)p->len);
+	} else {
+		count(C_READ);
+	}
+	ucma_read_unlock();
+}
+
+/* ------------------------------------------------------------------------ */
+/* Contiguous buffers                                                        */
+/* ------------------------------------------------------------------------ */
+
+static void contig_op(unsigned char **held, size_t *held_size, uint64_t *seed_out, uint64_t *s)
+{
+	size_t size;
+	unsigned flags;
+
+	if (*held) {
+		if (!tu_check(*held, *held_size, *seed_out))
+			bad("contiguous buffer %p corrupted", (void *)*held);
+		if (ucma_release(*held) != 0)
+			bad("ucma_release: %s", strerror(errno));
+		*held = NULL;
+		return;
+	}
+	size = (size_t)(16 + tu_rand(s) % 1009) << 12;	/* 64 KiB .. 4 MiB */
+	flags = tu_rand(s) % 4 == 0 ? UCMA_ALLOC_ZERO : 0;
+	*held = ucma_alloc(size, tu_rand(s) % 4 == 0 ? UCMA_PAGEBLOCK_SIZE : 0, flags);
+	if (!*held) {
+		if (errno == EBUSY)
+			count(C_CONTIG_BUSY);
+		else if (errno == ENOMEM)
+			count(C_CONTIG_NOMEM);
+		else
+			bad("ucma_alloc(%zu): %s", size, strerror(errno));
+		return;
+	}
+	if ((flags & UCMA_ALLOC_ZERO) && ((*held)[0] || (*held)[size - 1]))
+		bad("UCMA_ALLOC_ZERO buffer is not zero");
+	*held_size = size;
+	*seed_out = tu_rand(s);
+	tu_fill(*held, size, *seed_out);
+	count(C_CONTIG);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Threads                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static void *worker(void *arg)
+{
+	int id = (int)(uintptr_t)arg;
+	uint64_t s = 0x5eed0000u + (uint64_t)id;
+	struct block *blocks = calloc(NMALLOC, sizeof(*blocks));
+	struct priv *objs = calloc(NPRIV, sizeof(*objs));
+	unsigned char *contig = NULL;
+	size_t contig_size = 0;
+	uint64_t contig_seed = 0;
+
+	if (!blocks || !objs) {
+		bad("out of memory for the model");
+		return NULL;
+	}
+	for (int i = 0; i < NSHARED; i++)
+		shared_publish(id * NSHARED + i, &s);
+	while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
+		unsigned r = (unsigned)(tu_rand(&s) % 100);
+
+		if (r < 30)
+			block_op(&blocks[tu_rand(&s) % NMALLOC], &s);
+		else if (r < 55)
+			priv_op(&objs[tu_rand(&s) % NPRIV], &s);
+		else if (r < 85)
+			shared_read(&s);
+		else if (r < 92)
+			shared_publish(id * NSHARED + (int)(tu_rand(&s) % NSHARED), &s);
+		else if (r < 98)
+			contig_op(&contig, &contig_size, &contig_seed, &s);
+		else if (r < 99) {
+			if (ucma_compact(UCMA_COMPACT_ASYNC) != 0)
+				bad("ucma_compact(ASYNC): %s", strerror(errno));
+			count(C_COMPACT);
+		}
+	}
+	/* Verify and give back everything but the shared objects. */
+	contig_op(&contig, &contig_size, &contig_seed, &s);
+	if (contig)
+		ucma_release(contig);
+	for (int i = 0; i < NMALLOC; i++) {
+		if (!blocks[i].p)
+			continue;
+		if (!tu_check(blocks[i].p, blocks[i].size, blocks[i].seed))
+			bad("malloc block corrupted at the end");
+		ucma_free(blocks[i].p);
+	}
+	for (int i = 0; i < NPRIV; i++) {
+		const unsigned char *p;
+
+		if (!objs[i].h)
+			continue;
+		ucma_read_lock();
+		p = ucma_deref(objs[i].h);
+		if (!p || !tu_check(p, objs[i].size, objs[i].seed))
+			bad("movable object corrupted at the end");
+		ucma_read_unlock();
+		if (ucma_hfree(objs[i].h) != 0)
+			bad("ucma_hfree at the end: %s", strerror(errno));
+	}
+	free(blocks);
+	free(objs);
+	return NULL;
+}
+
+static void *compactor(void *arg)
+{
+	uint64_t s = 99;
+
+	(void)arg;
+	while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
+		struct timespec ts = { 0, 5 * 1000 * 1000 };
+		int prio = tu_rand(&s) % 8 ? UCMA_COMPACT_ASYNC : UCMA_COMPACT_SYNC_LIGHT;
+
+		if (tu_rand(&s) % 2) {
+			if (ucma_compact(prio) != 0)
+				bad("ucma_compact(%d): %s", prio, strerror(errno));
+		} else {
+			unsigned order = (unsigned)(tu_rand(&s) % (UCMA_MAX_ORDER + 1));
+
+			if (ucma_compact_order(order, prio) != 0 && errno != ENOMEM)
+				bad("ucma_compact_order(%u, %d): %s", order, prio, strerror(errno));
+		}
+		count(C_COMPACT);
+		nanosleep(&ts, NULL);
+	}
+	return NULL;
+}
+
+int main(void)
+{
+	struct ucma_config cfg = {
+		.arena_size = 128u << 20,
+		.cma_size = 64u << 20,
+		.hugepages = UCMA_BACKING_NONE,
+	};
+	const char *env = getenv("UCMA_SOAK_SECONDS");
+	int seconds = env ? atoi(env) : 10;
+	pthread_t th[NWORKERS + 1];
+	int n = 0, bad_shared = 0;
+	uint64_t total = 0, mig = 0;
+	char why[256], line[1024];
+	size_t len = 0;
+
+	plan_no_plan();
+	if (getenv("UCMA_TEST_SANITIZER") && !env)
+		seconds = 5;	/* sanitizers are slow; the schedule matters more */
+	if (seconds < 1)
+		seconds = 1;
+	if (ucma_init(&cfg) != 0)
+		bail_out("ucma_init: %s", strerror(errno));
+	for (int i = 0; i < NWORKERS; i++)
+		pthread_create(&th[n++], NULL, worker, (void *)(uintptr_t)i);
+	pthread_create(&th[n++], NULL, compactor, NULL);
+	sleep((unsigned)seconds);
+	atomic_store(&stop, true);
+	for (int i = 0; i < n; i++)
+		pthread_join(th[i], NULL);
+
+	for (int c = 0; c < C_NR; c++) {
+		uint64_t v = atomic_load(&counters[c]);
+
+		total += v;
+		len += (size_t)snprintf(line + len, sizeof(line) - len, "%s %s=%llu",
+					c ? "," : "", counter_names[c], (unsigned long long)v);
+		if (len >= sizeof(line))
+			len = sizeof(line) - 1;
+	}
+	ucma_stat("pgmigrate_success", &mig);
+	diag("%d s, %d threads, %llu operations:%s", seconds, n, (unsigned long long)total, line);
+	diag("%llu objects migrated meanwhile", (unsigned long long)mig);
+	ok(atomic_load(&errors) == 0, "no corrupted byte and no unexpected errno (%llu)",
+	   (unsigned long long)atomic_load(&errors));
+	ok(counters[C_MALLOC] && counters[C_HALLOC] && counters[C_PIN] && counters[C_READ] &&
+		   counters[C_CONTIG],
+	   "every kind of operation ran");
+
+	ucma_read_lock();
+	for (int i = 0; i < NWORKERS * NSHARED; i++) {
+		const struct hdr *p = ucma_deref(shared[i]);
+
+		bad_shared += !p || !tu_check(p + 1, p->len, p->seed);
+	}
+	ucma_read_unlock();
+	ok(bad_shared == 0, "every shared object verifies at the end");
+	for (int i = 0; i < NWORKERS * NSHARED; i++)
+		ucma_hfree(shared[i]);
+	ucma_defer_drain();
+	{
+		uint64_t live, bytes;
+
+		ucma_handle_counters(&live, &bytes);
+		ok(live == 0, "no movable object is left (%llu)", (unsigned long long)live);
+	}
+	{
+		struct ucma_arena *a = ucma_arena_get();
+
+		ok(ucma_zone_check(&a->zones[0], why, sizeof(why)) == 0 &&
+			   ucma_zone_check(&a->zones[1], why, sizeof(why)) == 0,
+		   "zone invariants hold after the run");
+	}
+	return done();
+}

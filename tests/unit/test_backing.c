@@ -1,0 +1,674 @@
+/*
+ * test_backing.c - every backing mode of the CMA zone and of the NORMAL
+ * zone, and the placement options of the arena.
+ *
+ * For each configuration the test starts the library afresh
+ * (ucma_test_reset(), then ucma_init()), checks that ucma_backing_name()
+ * reports the mode in effect, that pages of the zone can be written and
+ * read back, and that the kernel agrees: /proc/self/smaps shows a
+ * KernelPageSize of 2048 kB or 1048576 kB over a hugetlb zone and the
+ * MADV_HUGEPAGE flag ("hg") over a THP zone.  `auto` with a pool too small
+ * must fall back to THP (plain pages when THP is "never").
+ *
+ * Hugetlb pages are reserved with tu_hugepages_reserve(), which holds one
+ * lock file and restores the pool at exit; it handles one pool size per
+ * process, so each hugetlb case runs in a child process that reports its
+ * TAP results back to the parent.  Without root, or when the kernel cannot
+ * provide the pages, those cases are skipped with the reason.
+ *
+ * Also here: the 1 GiB alignment of a CMA zone backed by (or eligible for)
+ * 1 GiB pages, UCMA_NODE on this machine's nodes, UCMA_CMA_DONTFORK (the
+ * child of a fork has no CMA range) and UCMA_POPULATE (the arena is
+ * resident after start-up).
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <numa.h>
+#include <numaif.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tap.h"
+#include "testutil.h"
+
+#define MiB ((size_t)1 << 20)
+#define GiB ((size_t)1 << 30)
+
+extern char **environ;
+
+static struct ucma_arena *a;
+static bool thp_ok;		/* THP is not "never" */
+
+/* Unset every UCMA_* option variable (the harness's UCMA_TEST_* stay). */
+static void clear_env(void)
+{
+	char name[256];
+
+	for (;;) {
+		char **e;
+
+		for (e = environ; *e; e++)
+			if (strncmp(*e, "UCMA_", 5) == 0 && strncmp(*e, "UCMA_TEST_", 10) != 0)
+				break;
+		if (!*e)
+			return;
+		snprintf(name, sizeof(name), "%.*s", (int)strcspn(*e, "="), *e);
+		unsetenv(name);
+	}
+}
+
+/* Start again with @cfg; returns the arena or NULL (errno set). */
+static struct ucma_arena *start(const struct ucma_config *cfg)
+{
+	ucma_test_reset();
+	a = NULL;
+	if (ucma_init(cfg) != 0)
+		return NULL;
+	a = ucma_arena_get();
+	return a;
+}
+
+static void *zone_addr(int zone)
+{
+	return ucma_pfn_to_addr(a, a->zones[zone].start_pfn);
+}
+
+/*
+ * Copy the value of @field ("KernelPageSize:", "VmFlags:") of the mapping
+ * of /proc/self/smaps that holds @addr into @out.  Returns 0 or -1.
+ */
+static int smaps_field(const void *addr, const char *field, char *out, size_t outlen)
+{
+	FILE *f = fopen("/proc/self/smaps", "r");
+	char line[512];
+	bool inside = false;
+	int rc = -1;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+			inside = (uintptr_t)addr >= lo && (uintptr_t)addr < hi;
+			continue;
+		}
+		if (inside && strncmp(line, field, strlen(field)) == 0) {
+			const char *v = line + strlen(field);
+
+			v += strspn(v, " \t");
+			snprintf(out, outlen, "%.*s", (int)strcspn(v, "\n"), v);
+			rc = 0;
+			break;
+		}
+	}
+	fclose(f);
+	return rc;
+}
+
+static long kernel_page_kb(const void *addr)
+{
+	char v[64];
+
+	return smaps_field(addr, "KernelPageSize:", v, sizeof(v)) == 0 ? atol(v) : -1;
+}
+
+static bool has_vmflag(const void *addr, const char *flag)
+{
+	char v[256];
+
+	if (smaps_field(addr, "VmFlags:", v, sizeof(v)) != 0)
+		return false;
+	for (char *t = strtok(v, " "); t; t = strtok(NULL, " "))
+		if (strcmp(t, flag) == 0)
+			return true;
+	return false;
+}
+
+/* Is @addr inside any mapping of /proc/self/maps? */
+static bool mapped(const void *addr)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	unsigned long lo, hi;
+	char line[512];
+	bool found = false;
+
+	if (!f)
+		return false;
+	while (!found && fgets(line, sizeof(line), f))
+		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2)
+			found = (uintptr_t)addr >= lo && (uintptr_t)addr < hi;
+	fclose(f);
+	return found;
+}
+
+/*
+ * Allocate @npages from zone @zone (movable requests go to CMA first,
+ * unmovable ones only to NORMAL), write a stamp every 512 bytes, read them
+ * back, free.  Sparse, so that sanitizer builds stay fast; every page is
+ * still written and read several times.
+ */
+static bool touch_zone(int zone, uint32_t npages)
+{
+	unsigned gfp = zone == UCMA_ZONE_CMA ? UCMA_GFP_MOVABLE : UCMA_GFP_UNMOVABLE;
+	uint32_t pfn = ucma_pages_alloc(a, npages, gfp);
+	size_t len = (size_t)npages << UCMA_PAGE_SHIFT;
+	bool good = true;
+	volatile uint64_t *p;
+
+	if (pfn == UCMA_PFN_NONE || ucma_pfn_zone(a, pfn)->id != zone) {
+		diag("no %u-page run in zone %d (pfn %u)", npages, zone, pfn);
+		if (pfn != UCMA_PFN_NONE)
+			ucma_pages_free(a, pfn);
+		return false;
+	}
+	p = ucma_pfn_to_addr(a, pfn);
+	for (size_t i = 0; i < len / 8; i += 64)
+		p[i] = (uint64_t)pfn << 32 ^ i;
+	for (size_t i = 0; i < len / 8; i += 64)
+		good &= p[i] == ((uint64_t)pfn << 32 ^ i);
+	ucma_pages_free(a, pfn);
+	return good;
+}
+
+static const char *name_of(int backing)
+{
+	return ucma_backing_str(backing);
+}
+
+/* The backing a THP request ends up with on this machine. */
+static int thp_or_none(void)
+{
+	return thp_ok ? UCMA_BACKING_THP : UCMA_BACKING_NONE;
+}
+
+/*
+ * One configuration @cfg, expected backings @want_cma and @want_normal.
+ * Six checks; @touch false skips writing the zones (the first write to a
+ * 1 GiB page makes the kernel clear all of it, which takes a second).
+ */
+static void check_config_touch(const char *what, struct ucma_config cfg, int want_cma,
+			       int want_normal, bool touch)
+{
+	const char *cn, *nn;
+
+	if (!start(&cfg)) {
+		ok(0, "%s: ucma_init: %s", what, strerror(errno));
+		skip(5, "%s: no arena", what);
+		return;
+	}
+	cn = ucma_backing_name("cma");
+	nn = ucma_backing_name("normal");
+	ok(cn && strcmp(cn, name_of(want_cma)) == 0, "%s: CMA zone reports %s (got %s)", what,
+	   name_of(want_cma), cn ? cn : "NULL");
+	ok(nn && strcmp(nn, name_of(want_normal)) == 0, "%s: NORMAL zone reports %s (got %s)",
+	   what, name_of(want_normal), nn ? nn : "NULL");
+	{
+		const char *dn = ucma_backing_name(a->areas[0].name);
+
+		ok(dn && cn && strcmp(dn, cn) == 0, "%s: area \"%s\" reports the CMA zone's mode",
+		   what, a->areas[0].name);
+	}
+	if (touch)
+		ok(touch_zone(UCMA_ZONE_CMA, 2 * UCMA_PAGEBLOCK_PAGES) &&
+			   touch_zone(UCMA_ZONE_NORMAL, 2 * UCMA_PAGEBLOCK_PAGES),
+		   "%s: 4 MiB of each zone written and read back", what);
+	else
+		skip(1, "%s: zones not written (another 1 GiB page to clear)", what);
+	for (int z = 0; z < UCMA_ZONE_NR; z++) {
+		int b = a->zones[z].backing;
+		void *addr = zone_addr(z);
+		long kb = kernel_page_kb(addr);
+		bool good;
+
+		if (b == UCMA_BACKING_HUGETLB_2M)
+			good = kb == 2048;
+		else if (b == UCMA_BACKING_HUGETLB_1G)
+			good = kb == 1048576;
+		else if (b == UCMA_BACKING_THP)
+			good = kb == 4 && has_vmflag(addr, "hg");
+		else
+			good = kb == 4 && !has_vmflag(addr, "hg");
+		ok(good, "%s: the kernel agrees for %s (KernelPageSize %ld kB%s)", what,
+		   a->zones[z].name, kb, has_vmflag(addr, "hg") ? ", MADV_HUGEPAGE" : "");
+	}
+}
+
+static void check_config(const char *what, struct ucma_config cfg, int want_cma, int want_normal)
+{
+	check_config_touch(what, cfg, want_cma, want_normal, true);
+}
+
+#define CASE_CHECKS 6
+
+static struct ucma_config base_cfg(size_t arena, size_t cma, int cma_b, int normal_b)
+{
+	struct ucma_config cfg = {
+		.arena_size = arena,
+		.cma_size = cma,
+		.hugepages = cma_b,
+		.hugepages_normal = normal_b,
+	};
+
+	return cfg;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Cases that need no hugetlb pool                                           */
+/* ------------------------------------------------------------------------ */
+
+static void test_plain_and_thp(void)
+{
+	long free2m = ucma_os_hugetlb_free_pages(UCMA_PAGEBLOCK_SIZE);
+
+	check_config("none", base_cfg(32 * MiB, 16 * MiB, UCMA_BACKING_NONE, UCMA_BACKING_NONE),
+		     UCMA_BACKING_NONE, UCMA_BACKING_NONE);
+	check_config("thp", base_cfg(32 * MiB, 16 * MiB, UCMA_BACKING_THP, UCMA_BACKING_THP),
+		     thp_or_none(), thp_or_none());
+	/* The NORMAL zone's default (0 in struct ucma_config) is THP. */
+	check_config("default", base_cfg(32 * MiB, 16 * MiB, UCMA_BACKING_NONE, 0),
+		     UCMA_BACKING_NONE, thp_or_none());
+
+	/* auto with a pool too small for 8 pages of 2 MiB falls back to THP. */
+	if (free2m >= 8) {
+		skip(CASE_CHECKS, "the 2 MiB pool already has %ld free pages: auto would use them",
+		     free2m);
+	} else {
+		check_config("auto, empty pool",
+			     base_cfg(32 * MiB, 16 * MiB, UCMA_BACKING_AUTO, UCMA_BACKING_NONE),
+			     thp_or_none(), UCMA_BACKING_NONE);
+	}
+
+	/* NORMAL "auto" (only the environment can say it) means THP. */
+	setenv("UCMA_HUGEPAGES_NORMAL", "auto", 1);
+	check_config("normal auto", base_cfg(32 * MiB, 16 * MiB, UCMA_BACKING_NONE, 0),
+		     UCMA_BACKING_NONE, thp_or_none());
+	unsetenv("UCMA_HUGEPAGES_NORMAL");
+}
+
+static void test_names(void)
+{
+	struct ucma_config cfg = base_cfg(32 * MiB, 0, UCMA_BACKING_NONE, UCMA_BACKING_NONE);
+	const char *n;
+
+	cfg.cma_areas = "dev:8M,aux:4M";
+	if (!start(&cfg)) {
+		ok(0, "named areas: ucma_init: %s", strerror(errno));
+		skip(4, "no arena");
+		return;
+	}
+	n = ucma_backing_name("dev");
+	ok(n && strcmp(n, "none") == 0, "ucma_backing_name(\"dev\") names the area's mode");
+	n = ucma_backing_name("aux");
+	ok(n && strcmp(n, "none") == 0, "ucma_backing_name(\"aux\") too");
+	errno = 0;
+	ok(ucma_backing_name("nosuch") == NULL && errno == ENOENT,
+	   "an unknown zone name gives NULL with ENOENT");
+	errno = 0;
+	ok(ucma_backing_name(NULL) == NULL && errno == EINVAL, "NULL gives EINVAL");
+}
+
+/* A CMA zone that 1 GiB pages could back starts on a 1 GiB boundary. */
+static void test_alignment(void)
+{
+	struct ucma_config cfg = base_cfg(GiB + 16 * MiB, GiB, UCMA_BACKING_AUTO, UCMA_BACKING_NONE);
+	long free1g = ucma_os_hugetlb_free_pages(UCMA_HUGE_1G);
+
+	if (!start(&cfg)) {
+		ok(0, "1 GiB CMA zone (address space only): ucma_init: %s", strerror(errno));
+		skip(2, "no arena");
+		return;
+	}
+	diag("1 GiB CMA zone, auto: backing %s (1 GiB pool: %ld free)",
+	     ucma_backing_name("cma"), free1g);
+	ok((uintptr_t)zone_addr(UCMA_ZONE_CMA) % GiB == 0,
+	   "auto: a 1 GiB CMA zone starts 1 GiB aligned (%p)", zone_addr(UCMA_ZONE_CMA));
+	ok(a->base % UCMA_PAGEBLOCK_SIZE == 0, "the arena base is 2 MiB aligned");
+	cfg = base_cfg(32 * MiB, 16 * MiB, UCMA_BACKING_NONE, UCMA_BACKING_NONE);
+	ok(start(&cfg) && a->base % UCMA_PAGEBLOCK_SIZE == 0 &&
+		   (uintptr_t)zone_addr(UCMA_ZONE_CMA) % UCMA_PAGEBLOCK_SIZE == 0,
+	   "plain arena and CMA zone are 2 MiB aligned");
+}
+
+/* ------------------------------------------------------------------------ */
+/* NUMA placement                                                            */
+/* ------------------------------------------------------------------------ */
+
+static int policy_of(void *addr, unsigned long *mask)
+{
+	int mode = -1;
+
+	*mask = 0;
+	if (get_mempolicy(&mode, mask, sizeof(*mask) * 8, addr, MPOL_F_ADDR) != 0)
+		return -1;
+	return mode;
+}
+
+/* Run ucma_init(@cfg) with fd 2 captured; returns its result, the text in @buf. */
+static int init_captured(const struct ucma_config *cfg, char *buf, size_t len)
+{
+	FILE *cap = tmpfile();
+	int saved, rc, err;
+	size_t n;
+
+	fflush(stderr);
+	saved = dup(STDERR_FILENO);
+	if (!cap || saved < 0 || dup2(fileno(cap), STDERR_FILENO) < 0)
+		bail_out("cannot capture stderr: %s", strerror(errno));
+	ucma_test_reset();
+	a = NULL;
+	rc = ucma_init(cfg);
+	err = errno;
+	if (rc == 0)
+		a = ucma_arena_get();
+	dup2(saved, STDERR_FILENO);
+	close(saved);
+	rewind(cap);
+	n = fread(buf, 1, len - 1, cap);
+	buf[n] = '\0';
+	fclose(cap);
+	for (char *p = buf, *nl; (nl = strchr(p, '\n')); p = nl + 1)
+		diag("  stderr: %.*s", (int)(nl - p), p);
+	errno = err;
+	return rc;
+}
+
+static void test_node(void)
+{
+	struct ucma_config cfg = base_cfg(16 * MiB, 8 * MiB, UCMA_BACKING_NONE, UCMA_BACKING_NONE);
+	unsigned long mask;
+	char msg[2048];
+	int mode;
+
+	if (numa_available() < 0 || numa_max_node() != 0) {
+		skip(10, "the NUMA checks expect one node (libnuma: %s, max node %d)",
+		     numa_available() < 0 ? "unavailable" : "available",
+		     numa_available() < 0 ? -1 : numa_max_node());
+		return;
+	}
+	setenv("UCMA_NODE", "0", 1);
+	ok(start(&cfg) && a->node == 0, "UCMA_NODE=0: placement on node 0");
+	unsetenv("UCMA_NODE");
+	cfg.node = UCMA_NODE_ID(0);
+	ok(start(&cfg) && a->node == 0, "ucma_config.node = UCMA_NODE_ID(0): node 0");
+	mode = a ? policy_of(zone_addr(UCMA_ZONE_CMA), &mask) : -1;
+	ok(mode == MPOL_PREFERRED && mask == 1, "the arena's policy is preferred node 0 "
+	   "(mode %d mask %#lx)", mode, mask);
+	ok(a && touch_zone(UCMA_ZONE_CMA, 64) && touch_zone(UCMA_ZONE_NORMAL, 64),
+	   "memory placed on node 0 is usable");
+
+	cfg.node = UCMA_NODE_LOCAL;
+	ok(start(&cfg) && a->node == 0, "UCMA_NODE=local resolves to node 0");
+	mode = a ? policy_of(zone_addr(UCMA_ZONE_NORMAL), &mask) : -1;
+	ok(mode == MPOL_PREFERRED && mask == 1 && touch_zone(UCMA_ZONE_NORMAL, 64),
+	   "local: preferred node 0, memory usable");
+
+	cfg.node = UCMA_NODE_INTERLEAVE;
+	ok(start(&cfg) && a->node == UCMA_NODE_INTERLEAVE, "UCMA_NODE=interleave accepted");
+	mode = a ? policy_of(zone_addr(UCMA_ZONE_CMA), &mask) : -1;
+	ok(mode == MPOL_INTERLEAVE && mask == 1 && touch_zone(UCMA_ZONE_CMA, 64),
+	   "interleave over all (one) nodes, memory usable");
+
+	cfg.node = UCMA_NODE_ID(5);
+	cfg.strict = 1;
+	ok(init_captured(&cfg, msg, sizeof(msg)) == -1 && errno == EINVAL &&
+		   strstr(msg, "node") != NULL,
+	   "node 5 with strict: ucma_init fails with EINVAL and names the node");
+	cfg.strict = 0;
+	ok(init_captured(&cfg, msg, sizeof(msg)) == 0 && a && a->node == UCMA_NODE_DEFAULT &&
+		   strstr(msg, "node") != NULL,
+	   "node 5 without strict: one message, the arena starts with no placement");
+}
+
+/* ------------------------------------------------------------------------ */
+/* UCMA_CMA_DONTFORK and UCMA_POPULATE                                       */
+/* ------------------------------------------------------------------------ */
+
+static void segv_exit(int sig)
+{
+	(void)sig;
+	_exit(42);
+}
+
+/*
+ * Fork; the child reports whether the CMA range is in its maps (exit bit 0)
+ * and then writes to @p, a page of an allocated CMA run: exit 42 from the
+ * SIGSEGV handler when it is not mapped.  Returns the wait status.
+ */
+static int fork_and_touch(volatile char *p, bool *child_mapped)
+{
+	int status;
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		struct sigaction sa = { .sa_handler = segv_exit };
+
+		sigaction(SIGSEGV, &sa, NULL);
+		sigaction(SIGBUS, &sa, NULL);
+		if (mapped((const void *)p))
+			_exit(3);	/* mapped: the write below must work */
+		*p = 1;
+		_exit(0);
+	}
+	if (pid < 0 || waitpid(pid, &status, 0) != pid)
+		return -1;
+	*child_mapped = WIFEXITED(status) && WEXITSTATUS(status) == 3;
+	return status;
+}
+
+static void test_dontfork(void)
+{
+	struct ucma_config cfg = base_cfg(16 * MiB, 8 * MiB, UCMA_BACKING_NONE, UCMA_BACKING_NONE);
+	bool child_mapped = false;
+	uint32_t pfn;
+	int status;
+
+	if (!start(&cfg)) {
+		ok(0, "dontfork: ucma_init: %s", strerror(errno));
+		skip(2, "no arena");
+		return;
+	}
+	pfn = ucma_pages_alloc(a, 1, UCMA_GFP_MOVABLE);
+	status = fork_and_touch(ucma_pfn_to_addr(a, pfn), &child_mapped);
+	ok(status != -1 && child_mapped, "without UCMA_CMA_DONTFORK the child has the CMA range");
+	ucma_pages_free(a, pfn);
+
+	cfg.cma_dontfork = 1;
+	if (!start(&cfg)) {
+		ok(0, "dontfork: ucma_init: %s", strerror(errno));
+		skip(1, "no arena");
+		return;
+	}
+	pfn = ucma_pages_alloc(a, 1, UCMA_GFP_MOVABLE);
+	status = fork_and_touch(ucma_pfn_to_addr(a, pfn), &child_mapped);
+	ok(pfn != UCMA_PFN_NONE && ucma_pfn_zone(a, pfn)->id == UCMA_ZONE_CMA && !child_mapped &&
+		   ((WIFEXITED(status) && WEXITSTATUS(status) == 42) ||
+		    (WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV)),
+	   "with UCMA_CMA_DONTFORK the child has no CMA range: touching it faults (status %#x)",
+	   status);
+	ok(touch_zone(UCMA_ZONE_CMA, 16), "the parent still uses its CMA zone");
+	ucma_pages_free(a, pfn);
+}
+
+static long rss_kb(void)
+{
+	long size, resident;
+	FILE *f = fopen("/proc/self/statm", "r");
+
+	if (!f)
+		return -1;
+	if (fscanf(f, "%ld %ld", &size, &resident) != 2)
+		resident = -1;
+	fclose(f);
+	return resident < 0 ? -1 : resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+static void test_populate(void)
+{
+	const size_t arena = 16 * MiB;
+	struct ucma_config cfg = base_cfg(arena, 8 * MiB, UCMA_BACKING_NONE, UCMA_BACKING_NONE);
+	long before, plain, populated;
+
+	ucma_test_reset();
+	before = rss_kb();
+	start(&cfg);
+	plain = rss_kb() - before;
+	ucma_test_reset();
+	cfg.populate = 1;
+	before = rss_kb();
+	start(&cfg);
+	populated = rss_kb() - before;
+	diag("RSS growth at start-up: %ld kB plain, %ld kB with UCMA_POPULATE (arena %zu kB)",
+	     plain, populated, arena >> 10);
+	ok(a && populated >= (long)(arena >> 10) * 95 / 100,
+	   "UCMA_POPULATE: RSS grows by about the arena (%ld of %zu kB)", populated, arena >> 10);
+	ok(plain < (long)(arena >> 10) / 2, "without it the arena costs little (%ld kB)", plain);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Hugetlb cases, each in a child process holding the pool lock             */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Run @fn in a child process, which continues the TAP numbering and sends
+ * its counters back through a pipe.  If the child dies, its checks count as
+ * one failure.
+ */
+static void in_child(const char *what, void (*fn)(void))
+{
+	int fds[2], status;
+	int counts[2] = { 0, 0 };
+	pid_t pid;
+
+	if (pipe(fds) != 0)
+		bail_out("pipe: %s", strerror(errno));
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		close(fds[0]);
+		fn();
+		counts[0] = tap_n;
+		counts[1] = tap_failed;
+		if (write(fds[1], counts, sizeof(counts)) != (ssize_t)sizeof(counts))
+			_exit(2);
+		ucma_test_reset();
+		exit(0);	/* atexit: the hugepage pool is restored */
+	}
+	close(fds[1]);
+	if (pid < 0 || read(fds[0], counts, sizeof(counts)) != (ssize_t)sizeof(counts)) {
+		close(fds[0]);
+		if (pid > 0)
+			waitpid(pid, &status, 0);
+		ok(0, "%s: the child process died", what);
+		return;
+	}
+	close(fds[0]);
+	waitpid(pid, &status, 0);
+	tap_n = counts[0];
+	tap_failed += counts[1];
+}
+
+#define HUGE2M_CHECKS (3 * CASE_CHECKS + 3)
+
+static void case_hugetlb_2m(void)
+{
+	char why[256];
+	struct ucma_config cfg;
+	bool child_mapped = false;
+	uint32_t pfn;
+	int status;
+
+	/* 16 MiB CMA + 16 MiB NORMAL: 16 pages of 2 MiB. */
+	if (tu_hugepages_reserve(2048, 16, why, sizeof(why)) != 0) {
+		skip(HUGE2M_CHECKS, "hugetlb 2M: %s", why);
+		return;
+	}
+	check_config("cma 2M", base_cfg(32 * MiB, 16 * MiB, UCMA_BACKING_HUGETLB_2M,
+					UCMA_BACKING_NONE),
+		     UCMA_BACKING_HUGETLB_2M, UCMA_BACKING_NONE);
+	check_config("normal 2M", base_cfg(32 * MiB, 16 * MiB, UCMA_BACKING_NONE,
+					   UCMA_BACKING_HUGETLB_2M),
+		     UCMA_BACKING_NONE, UCMA_BACKING_HUGETLB_2M);
+	/* auto with a pool that has the pages (1 GiB pages need a 1 GiB zone) */
+	check_config("auto, 2M pool", base_cfg(32 * MiB, 16 * MiB, UCMA_BACKING_AUTO,
+					       UCMA_BACKING_HUGETLB_2M),
+		     UCMA_BACKING_HUGETLB_2M, UCMA_BACKING_HUGETLB_2M);
+
+	/* Private hugetlb memory and fork: DONTFORK spares the pool. */
+	cfg = base_cfg(32 * MiB, 16 * MiB, UCMA_BACKING_HUGETLB_2M, UCMA_BACKING_NONE);
+	cfg.cma_dontfork = 1;
+	ok(start(&cfg) && a->zones[UCMA_ZONE_CMA].backing == UCMA_BACKING_HUGETLB_2M,
+	   "cma 2M with UCMA_CMA_DONTFORK");
+	pfn = a ? ucma_pages_alloc(a, 1, UCMA_GFP_MOVABLE) : UCMA_PFN_NONE;
+	if (pfn == UCMA_PFN_NONE) {
+		ok(0, "a CMA page for the fork check");
+		ok(0, "the parent's hugetlb CMA zone after fork");
+		return;
+	}
+	memset(ucma_pfn_to_addr(a, pfn), 7, UCMA_PAGE_SIZE);
+	status = fork_and_touch(ucma_pfn_to_addr(a, pfn), &child_mapped);
+	ok(!child_mapped && status != -1, "the child of a fork has no hugetlb CMA range");
+	ok(((char *)ucma_pfn_to_addr(a, pfn))[0] == 7 && touch_zone(UCMA_ZONE_CMA, 512),
+	   "the parent's hugetlb CMA zone is intact after fork");
+	ucma_pages_free(a, pfn);
+}
+
+#define HUGE1G_CHECKS (3 * CASE_CHECKS + 2)
+
+static void case_hugetlb_1g(void)
+{
+	char why[256];
+
+	if (getenv("UCMA_TEST_NO_1G")) {
+		skip(HUGE1G_CHECKS, "hugetlb 1G: UCMA_TEST_NO_1G is set");
+		return;
+	}
+	if (tu_hugepages_reserve(1048576, 1, why, sizeof(why)) != 0) {
+		skip(HUGE1G_CHECKS, "hugetlb 1G: %s", why);
+		return;
+	}
+	check_config("cma 1G", base_cfg(GiB + 16 * MiB, GiB, UCMA_BACKING_HUGETLB_1G,
+					UCMA_BACKING_NONE),
+		     UCMA_BACKING_HUGETLB_1G, UCMA_BACKING_NONE);
+	ok(a && (uintptr_t)zone_addr(UCMA_ZONE_CMA) % GiB == 0,
+	   "a CMA zone on 1 GiB pages starts 1 GiB aligned (%p)",
+	   a ? zone_addr(UCMA_ZONE_CMA) : NULL);
+	check_config_touch("auto, 1G pool", base_cfg(GiB + 16 * MiB, GiB, UCMA_BACKING_AUTO,
+						     UCMA_BACKING_NONE),
+			   UCMA_BACKING_HUGETLB_1G, UCMA_BACKING_NONE, false);
+	check_config_touch("normal 1G", base_cfg(GiB + 16 * MiB, 16 * MiB, UCMA_BACKING_NONE,
+						 UCMA_BACKING_HUGETLB_1G),
+			   UCMA_BACKING_NONE, UCMA_BACKING_HUGETLB_1G, true);
+	ok(a && a->base % GiB == 0, "a NORMAL zone on 1 GiB pages starts 1 GiB aligned (%p)",
+	   a ? (void *)a->base : NULL);
+}
+
+int main(void)
+{
+	plan_no_plan();
+	clear_env();
+	thp_ok = ucma_os_thp_available();
+	diag("THP %s; free hugetlb pages: 2M %ld, 1G %ld; %s", thp_ok ? "usable" : "never",
+	     ucma_os_hugetlb_free_pages(UCMA_PAGEBLOCK_SIZE), ucma_os_hugetlb_free_pages(GiB),
+	     geteuid() == 0 ? "root" : "not root");
+
+	test_plain_and_thp();
+	test_names();
+	test_alignment();
+	test_node();
+	test_dontfork();
+	test_populate();
+	ucma_test_reset();
+	in_child("hugetlb 2M", case_hugetlb_2m);
+	in_child("hugetlb 1G", case_hugetlb_1g);
+	return done();
+}

@@ -1,0 +1,627 @@
+/*
+ * test_malloc.c - the malloc family: size classes and their boundaries,
+ * alignment, usable sizes, realloc growth and shrinking, calloc zeroing
+ * and overflow checks, ownership, counters, trimming, threads freeing
+ * each other's blocks (data stamped and checked), and fork in a
+ * multi-threaded process.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tap.h"
+#include "testutil.h"
+
+static uint64_t stat_of(const char *name)
+{
+	uint64_t v = 0;
+
+	if (ucma_stat(name, &v) != 0)
+		bail_out("ucma_stat(%s): %s", name, strerror(errno));
+	return v;
+}
+
+/* Every size up to 4 KiB, then around every class boundary and page
+ * multiple up to 1 MiB: usable >= requested, 16-byte alignment, bounded
+ * rounding, and the whole usable size writable without touching others. */
+static void test_sizes(void)
+{
+	int bad = 0, badalign = 0, badfrag = 0, badstamp = 0;
+	static void *keep[5000];
+	static size_t ksize[5000];
+	int nk = 0;
+
+	for (size_t size = 0; size <= 4096; size++) {
+		void *p = ucma_malloc(size);
+		size_t u = ucma_usable_size(p);
+
+		if (!p || u < size)
+			bad++;
+		if ((uintptr_t)p & 15)
+			badalign++;
+		if (size > 128 && (u - size) * 5 > u)
+			badfrag++;
+		memset(p, 0xa5, u);
+		if (nk < 5000) {
+			tu_fill(p, size, size);
+			keep[nk] = p;
+			ksize[nk++] = size;
+		} else {
+			ucma_free(p);
+		}
+	}
+	for (int i = 0; i < nk; i++) {
+		if (!tu_check(keep[i], ksize[i], ksize[i]))
+			badstamp++;
+		ucma_free(keep[i]);
+	}
+	ok(bad == 0, "usable size >= requested for every size up to 4096 (%d bad)", bad);
+	ok(badalign == 0, "16-byte alignment (%d bad)", badalign);
+	ok(badfrag == 0, "rounding wastes at most 20%% above 128 bytes (%d bad)", badfrag);
+	ok(badstamp == 0, "writing whole usable sizes disturbed no neighbour (%d bad)", badstamp);
+
+	bad = badfrag = 0;
+	for (unsigned c = 0; c < UCMA_NR_CLASSES; c++) {
+		size_t s = ucma_classes[c].size;
+		size_t tries[3] = { s - 1, s, s + 1 };
+
+		for (int k = 0; k < 3; k++) {
+			void *p = ucma_malloc(tries[k]);
+			size_t u = ucma_usable_size(p);
+
+			if (!p || u < tries[k])
+				bad++;
+			if (k < 2 && u != s)
+				bad++;
+			if (k == 2 && c + 1 < UCMA_NR_CLASSES && u != ucma_classes[c + 1].size)
+				bad++;
+			memset(p, 1, u);
+			ucma_free(p);
+		}
+	}
+	ok(bad == 0, "each class boundary s-1, s, s+1 lands in the right class (%d bad)", bad);
+
+	bad = 0;
+	for (size_t size = 4096; size <= (1u << 20); size += size / 7 + 1) {
+		size_t tries[3] = { size - 1, size, size + 1 };
+
+		for (int k = 0; k < 3; k++) {
+			void *p = ucma_malloc(tries[k]);
+			size_t u = ucma_usable_size(p);
+
+			if (!p || u < tries[k])
+				bad++;
+			if (tries[k] > UCMA_SMALL_MAX && u - tries[k] >= UCMA_PAGE_SIZE)
+				bad++;	/* large blocks are exact page runs */
+			if (p) {
+				tu_fill(p, tries[k], tries[k]);
+				if (!tu_check(p, tries[k], tries[k]))
+					bad++;
+			}
+			ucma_free(p);
+		}
+	}
+	ok(bad == 0, "large sizes up to 1 MiB: usable >= requested, within a page (%d bad)",
+	   bad);
+
+	void *z = ucma_malloc(0), *z2 = ucma_malloc(0);
+
+	ok(z && z2 && z != z2 && ucma_usable_size(z) >= 1, "malloc(0) returns unique blocks");
+	ucma_free(z);
+	ucma_free(z2);
+	ucma_free(NULL);
+	ok(1, "free(NULL) is harmless");
+
+	size_t big[] = { (size_t)3 << 20, (size_t)17 << 20 };
+
+	bad = 0;
+	for (int i = 0; i < 2; i++) {
+		char *p = ucma_malloc(big[i]);
+
+		if (!p || ucma_usable_size(p) < big[i])
+			bad++;
+		else {
+			p[0] = 1;
+			p[big[i] - 1] = 2;
+		}
+		ucma_free(p);
+	}
+	ok(bad == 0, "blocks larger than a pageblock (3 MiB, 17 MiB)");
+}
+
+static void test_alignment(void)
+{
+	int bad = 0;
+	size_t sizes[] = { 1, 24, 100, 1000, 5000, 40000, 300000 };
+
+	for (size_t al = 1; al <= ((size_t)1 << 22); al <<= 1) {
+		for (unsigned i = 0; i < UCMA_ARRAY_SIZE(sizes); i++) {
+			void *p = ucma_aligned_alloc(al, sizes[i]);
+
+			if (!p || ((uintptr_t)p & (al - 1)) || ucma_usable_size(p) < sizes[i]) {
+				diag("aligned_alloc(%zu, %zu) = %p", al, sizes[i], p);
+				bad++;
+			} else {
+				memset(p, 0x5a, sizes[i]);
+			}
+			ucma_free(p);
+		}
+	}
+	ok(bad == 0, "aligned_alloc for alignments 1..4 MiB and several sizes (%d bad)", bad);
+
+	/* Small alignments are served from a size class, not a page run. */
+	void *p = ucma_aligned_alloc(64, 100);
+
+	ok(p && !((uintptr_t)p & 63) && ucma_usable_size(p) == 128,
+	   "aligned_alloc(64, 100) takes the 128-byte class");
+	ucma_free(p);
+
+	p = ucma_aligned_alloc((size_t)1 << 30, 100);
+	ok(p && !((uintptr_t)p & (((size_t)1 << 30) - 1)), "aligned_alloc(1 GiB, 100)");
+	if (p)
+		memset(p, 1, 100);
+	ucma_free(p);
+
+	errno = 0;
+	ok(ucma_aligned_alloc(3, 16) == NULL && errno == EINVAL, "alignment 3: EINVAL");
+	errno = 0;
+	ok(ucma_aligned_alloc(0, 16) == NULL && errno == EINVAL, "alignment 0: EINVAL");
+	errno = 0;
+	ok(ucma_aligned_alloc((size_t)1 << 63, 16) == NULL && errno == ENOMEM,
+	   "alignment 2^63: ENOMEM");
+
+	void *q = (void *)1;
+
+	ok(ucma_posix_memalign(&q, 4, 16) == EINVAL && q == (void *)1,
+	   "posix_memalign below pointer size: EINVAL, *memptr untouched");
+	ok(ucma_posix_memalign(&q, 24, 16) == EINVAL, "posix_memalign(24): EINVAL");
+	ok(ucma_posix_memalign(&q, 256, 1000) == 0 && !((uintptr_t)q & 255),
+	   "posix_memalign(256, 1000)");
+	ucma_free(q);
+	q = ucma_memalign(24, 100);
+	ok(q && !((uintptr_t)q & 31), "memalign(24) rounds the alignment up to 32");
+	ucma_free(q);
+}
+
+static void test_realloc(void)
+{
+	size_t size = 2, moves = 0;
+	char *p = ucma_realloc(NULL, size);
+	int bad = 0;
+	uint64_t seed = 7;
+
+	p[0] = 'x';
+	p[1] = 2;
+	/* Grow in small steps up to 2 MiB; the prefix must survive. */
+	while (size < ((size_t)2 << 20)) {
+		size_t next = size + 1 + tu_rand(&seed) % (size / 8 + 64);
+		char *q = ucma_realloc(p, next);
+
+		if (!q) {
+			bad++;
+			break;
+		}
+		if (q != p)
+			moves++;
+		if (q[0] != 'x' || q[size - 1] != (char)(size & 0x7f))
+			bad++;
+		for (size_t i = size; i < next; i++)
+			q[i] = (char)(next & 0x7f);
+		q[0] = 'x';
+		p = q;
+		size = next;
+	}
+	ok(bad == 0, "realloc growth to 2 MiB keeps the contents");
+	ok(moves < 100, "growth in small steps moved the block %zu times (< 100)", moves);
+
+	/* Shrink in steps down to 1 byte. */
+	tu_fill(p, size, 99);
+	bad = 0;
+	while (size > 1) {
+		size_t next = size - size / 3 - 1;
+		char *q;
+
+		if (next == 0)
+			next = 1;
+		q = ucma_realloc(p, next);
+		if (!q || !tu_check(q, next, 99) || ucma_usable_size(q) < next)
+			bad++;
+		/* Shrinking far gives the memory back: the block moves down. */
+		if (q && ucma_usable_size(q) > 2 * next + 4096 && next > 16)
+			bad++;
+		p = q;
+		tu_fill(p, next, 99);
+		size = next;
+	}
+	ok(bad == 0, "realloc shrinking keeps the contents and releases the excess");
+
+	errno = 0;
+	ok(ucma_realloc(p, 0) == NULL, "realloc(p, 0) frees and returns NULL");
+
+	p = ucma_malloc(100);
+	tu_fill(p, 100, 5);
+	errno = 0;
+	ok(ucma_realloc(p, SIZE_MAX) == NULL && errno == ENOMEM && tu_check(p, 100, 5),
+	   "realloc to SIZE_MAX: ENOMEM, block untouched");
+	ok(ucma_realloc(p, 110) == p, "realloc within the class stays in place");
+	ucma_free(p);
+
+	p = ucma_malloc(100000);
+	ok(ucma_realloc(p, 99000) == p, "large realloc within the run stays in place");
+	ucma_free(p);
+}
+
+static void test_calloc(void)
+{
+	size_t sizes[] = { 1, 16, 100, 4096, 20000, 40000, 1 << 20 };
+	int bad = 0;
+
+	for (int round = 0; round < 3; round++) {
+		for (unsigned i = 0; i < UCMA_ARRAY_SIZE(sizes); i++) {
+			/* dirty a block of the same size first, so calloc can
+			 * get recycled memory */
+			char *d = ucma_malloc(sizes[i]);
+
+			memset(d, 0xff, sizes[i]);
+			ucma_free(d);
+			unsigned char *p = ucma_calloc(1, sizes[i]);
+
+			for (size_t k = 0; p && k < sizes[i]; k++)
+				if (p[k]) {
+					bad++;
+					break;
+				}
+			if (!p)
+				bad++;
+			memset(p, 0xee, sizes[i]);
+			ucma_free(p);
+		}
+	}
+	ok(bad == 0, "calloc zeroes, also recycled memory (%d bad)", bad);
+	errno = 0;
+	ok(ucma_calloc(SIZE_MAX / 2, 3) == NULL && errno == ENOMEM, "calloc n*m overflow: ENOMEM");
+	errno = 0;
+	ok(ucma_calloc((size_t)1 << 40, (size_t)1 << 40) == NULL && errno == ENOMEM,
+	   "calloc 2^40 * 2^40: ENOMEM");
+	errno = 0;
+	ok(ucma_malloc(SIZE_MAX) == NULL && errno == ENOMEM, "malloc(SIZE_MAX): ENOMEM");
+	errno = 0;
+	ok(ucma_malloc(SIZE_MAX - 4095) == NULL && errno == ENOMEM,
+	   "malloc(SIZE_MAX - 4095): ENOMEM");
+	void *z = ucma_calloc(0, 5);
+
+	ok(z != NULL, "calloc(0, 5) returns a block");
+	ucma_free(z);
+}
+
+static void test_owns(void)
+{
+	int local;
+	void *g = malloc(64);
+	void *s = ucma_malloc(64), *l = ucma_malloc(100000);
+
+	ok(ucma_owns(NULL) == 0, "owns(NULL) = 0");
+	ok(ucma_owns(&local) == 0, "owns(stack) = 0");
+	ok(ucma_owns(g) == 0, "owns(glibc block) = 0");
+	ok(ucma_owns(s) == 1 && ucma_owns(l) == 1, "owns(small), owns(large) = 1");
+	errno = 0;
+	ok(ucma_usable_size(g) == 0 && errno == EINVAL, "usable_size(foreign) = 0, EINVAL");
+	ok(ucma_usable_size(NULL) == 0, "usable_size(NULL) = 0");
+	ok(ucma_try_free(g) == 0, "try_free(glibc block) = 0, nothing done");
+	ok(ucma_try_free(NULL) == 1, "try_free(NULL) = 1");
+	{
+		void *a = ucma_malloc(40), *b = ucma_malloc(70000);
+		struct ucma_malloc_info m0, m1;
+
+		ucma_malloc_info(&m0);
+		ok(ucma_try_free(a) == 1 && ucma_try_free(b) == 1,
+		   "try_free(small), try_free(large) = 1");
+		ucma_malloc_info(&m1);
+		ok(m1.nfree - m0.nfree == 2, "try_free freed both");
+	}
+	free(g);
+	errno = 1234;
+	ucma_free(s);
+	ucma_free(l);
+	ok(errno == 1234, "free leaves errno alone");
+	errno = 4321;
+	s = ucma_malloc(300000);
+	ucma_free(s);
+	ok(s && errno == 4321, "a successful malloc leaves errno alone");
+}
+
+static void test_counters(void)
+{
+	struct ucma_malloc_info mi0, mi1, mi2;
+	void *p[100];
+
+	ok(ucma_malloc_info(NULL) == -1 && errno == EINVAL, "malloc_info(NULL): EINVAL");
+	ucma_malloc_info(&mi0);
+	for (int i = 0; i < 100; i++)
+		p[i] = ucma_malloc(1000);
+	void *l = ucma_malloc(200000);
+
+	ucma_malloc_info(&mi1);
+	ok(mi1.nmalloc - mi0.nmalloc == 101, "nmalloc counts 101 calls (%llu)",
+	   (unsigned long long)(mi1.nmalloc - mi0.nmalloc));
+	ok(mi1.allocated - mi0.allocated == 100 * 1024 + ucma_usable_size(l),
+	   "allocated bytes grew by the usable sizes");
+	ok(mi1.large_allocs == mi0.large_allocs + 1, "one more live large block");
+	for (int i = 0; i < 100; i++)
+		ucma_free(p[i]);
+	ucma_free(l);
+	ucma_malloc_info(&mi2);
+	ok(mi2.nfree - mi1.nfree == 101 && mi2.allocated == mi0.allocated,
+	   "nfree counts 101 frees, allocated bytes back where they were");
+	ok(stat_of("malloc_nmalloc") >= mi2.nmalloc, "ucma_stat(\"malloc_nmalloc\") agrees");
+}
+
+static void test_trim(void)
+{
+	enum { N = 40000 };
+	static void *p[N];
+	uint64_t before, after;
+	int r;
+
+	for (int i = 0; i < N; i++)
+		p[i] = ucma_malloc(16 + (size_t)(i % 64) * 16 * (i % 7 + 1));
+	for (int i = 0; i < N; i++)
+		ucma_free(p[i]);
+	before = stat_of("malloc_active");
+	r = ucma_trim();
+	after = stat_of("malloc_active");
+	ok(r == 1 && after < before, "trim returned %d; active bytes fell from %llu to %llu", r,
+	   (unsigned long long)before, (unsigned long long)after);
+	ok(stat_of("malloc_tcache_bytes") < 1u << 20, "the thread cache was flushed");
+}
+
+/* ------------------------------------------------------------------------ */
+/* Threads freeing each other's blocks                                       */
+/* ------------------------------------------------------------------------ */
+
+#define NTHREADS 4
+#define QLEN 256
+
+struct item {
+	void *p;
+	size_t size;
+	uint64_t seed;
+};
+
+struct queue {
+	pthread_mutex_t lock;
+	struct item items[QLEN];
+	int head, tail, count;
+};
+
+static struct queue queues[NTHREADS];
+static int thread_errors;
+static int thread_iters = 10000;
+static int threads_done;
+
+static bool q_try_push(struct queue *q, struct item it)
+{
+	bool done = false;
+
+	pthread_mutex_lock(&q->lock);
+	if (q->count < QLEN) {
+		q->items[q->tail] = it;
+		q->tail = (q->tail + 1) % QLEN;
+		q->count++;
+		done = true;
+	}
+	pthread_mutex_unlock(&q->lock);
+	return done;
+}
+
+static bool q_pop(struct queue *q, struct item *it)
+{
+	bool got = false;
+
+	pthread_mutex_lock(&q->lock);
+	if (q->count) {
+		*it = q->items[q->head];
+		q->head = (q->head + 1) % QLEN;
+		q->count--;
+		got = true;
+	}
+	pthread_mutex_unlock(&q->lock);
+	return got;
+}
+
+static void check_free(struct item *it)
+{
+	if (!tu_check(it->p, it->size, it->seed) || ucma_usable_size(it->p) < it->size)
+		__atomic_fetch_add(&thread_errors, 1, __ATOMIC_RELAXED);
+	ucma_free(it->p);
+}
+
+static void *worker(void *arg)
+{
+	int id = (int)(intptr_t)arg;
+	uint64_t rng = (uint64_t)id * 1234567 + 1;
+	struct queue *out = &queues[(id + 1) % NTHREADS], *in = &queues[id];
+	void *local[64] = { 0 };
+	size_t lsize[64];
+	struct item it, got;
+
+	for (int i = 0; i < thread_iters; i++) {
+		uint64_t r = tu_rand(&rng);
+		size_t size = r % 64 == 0 ? 32768 + r % 40000 : 1 + r % 1024;
+		unsigned k = (unsigned)(r >> 40) % 64;
+
+		/* own blocks: allocate, stamp, check, free */
+		if (local[k]) {
+			if (!tu_check(local[k], lsize[k], (uint64_t)k))
+				__atomic_fetch_add(&thread_errors, 1, __ATOMIC_RELAXED);
+			ucma_free(local[k]);
+		}
+		lsize[k] = size / 4 + 1;
+		local[k] = ucma_malloc(lsize[k]);
+		tu_fill(local[k], lsize[k], (uint64_t)k);
+
+		/* a block for the next thread to check and free */
+		it.size = size;
+		it.seed = r;
+		it.p = ucma_malloc(size);
+		tu_fill(it.p, size, r);
+		/* never wait on a full queue without draining our own:
+		 * the ring would deadlock */
+		while (!q_try_push(out, it)) {
+			while (q_pop(in, &got))
+				check_free(&got);
+			sched_yield();
+		}
+		while (q_pop(in, &got))
+			check_free(&got);
+	}
+	for (int k = 0; k < 64; k++)
+		ucma_free(local[k]);
+	/* keep draining until every thread stopped pushing */
+	__atomic_fetch_add(&threads_done, 1, __ATOMIC_RELEASE);
+	while (__atomic_load_n(&threads_done, __ATOMIC_ACQUIRE) < NTHREADS) {
+		while (q_pop(in, &got))
+			check_free(&got);
+		sched_yield();
+	}
+	return NULL;
+}
+
+static void test_threads(void)
+{
+	pthread_t t[NTHREADS];
+	struct ucma_malloc_info mi0, mi1;
+	struct item it;
+
+	ucma_malloc_info(&mi0);
+	for (int i = 0; i < NTHREADS; i++)
+		pthread_mutex_init(&queues[i].lock, NULL);
+	for (int i = 0; i < NTHREADS; i++)
+		pthread_create(&t[i], NULL, worker, (void *)(intptr_t)i);
+	for (int i = 0; i < NTHREADS; i++)
+		pthread_join(t[i], NULL);
+	for (int i = 0; i < NTHREADS; i++)
+		while (q_pop(&queues[i], &it))
+			check_free(&it);
+	ok(thread_errors == 0, "%d threads x %d blocks freed by another thread: all stamps intact",
+	   NTHREADS, thread_iters);
+	ucma_malloc_info(&mi1);
+	ok(mi1.allocated == mi0.allocated,
+	   "after the threads exited every block is counted free (%zu -> %zu)", mi0.allocated,
+	   mi1.allocated);
+	ok(mi1.nmalloc - mi0.nmalloc == mi1.nfree - mi0.nfree,
+	   "exited threads' counters are kept (nmalloc %llu, nfree %llu)",
+	   (unsigned long long)(mi1.nmalloc - mi0.nmalloc),
+	   (unsigned long long)(mi1.nfree - mi0.nfree));
+}
+
+/* ------------------------------------------------------------------------ */
+/* fork with other threads running                                           */
+/* ------------------------------------------------------------------------ */
+
+static bool churn_stop;	/* atomic */
+
+static void *churn(void *arg)
+{
+	uint64_t rng = (uint64_t)(intptr_t)arg;
+	void *slot[32] = { 0 };
+
+	for (unsigned i = 0; !__atomic_load_n(&churn_stop, __ATOMIC_RELAXED); i++) {
+		unsigned k = (unsigned)(tu_rand(&rng) % 32);
+
+		/* leave the forked children some of the two CPUs */
+		if (i % 64 == 0)
+			usleep(100);
+
+		ucma_free(slot[k]);
+		slot[k] = ucma_malloc(tu_rand(&rng) % 70000);
+	}
+	for (int k = 0; k < 32; k++)
+		ucma_free(slot[k]);
+	return NULL;
+}
+
+static void *child_thread(void *arg)
+{
+	void *p[100];
+
+	for (int i = 0; i < 100; i++)
+		p[i] = ucma_malloc((size_t)i * 100 + 1);
+	for (int i = 0; i < 100; i++)
+		ucma_free(p[i]);
+	return arg;
+}
+
+static void test_fork(void)
+{
+	pthread_t t[3];
+	int good = 0, rounds = 10;
+
+	for (int i = 0; i < 3; i++)
+		pthread_create(&t[i], NULL, churn, (void *)(intptr_t)(i + 1));
+	for (int r = 0; r < rounds; r++) {
+		pid_t pid;
+		int status;
+
+		fflush(NULL);
+		pid = fork();
+		if (pid == 0) {
+			pthread_t ct;
+			void *p[1000];
+
+			for (int i = 0; i < 1000; i++) {
+				p[i] = ucma_malloc((size_t)(i % 50) * 70 + 1);
+				tu_fill(p[i], (size_t)(i % 50) * 70 + 1, (uint64_t)i);
+			}
+			for (int i = 0; i < 1000; i++) {
+				if (!tu_check(p[i], (size_t)(i % 50) * 70 + 1, (uint64_t)i))
+					_exit(2);
+				ucma_free(p[i]);
+			}
+#ifndef UCMA_TSAN	/* TSan cannot start threads after such a fork */
+			if (pthread_create(&ct, NULL, child_thread, NULL) != 0 ||
+			    pthread_join(ct, NULL) != 0)
+				_exit(3);
+#else
+			(void)ct;
+			child_thread(NULL);
+#endif
+			ucma_trim();
+			_exit(0);
+		}
+		if (pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+		    WEXITSTATUS(status) == 0)
+			good++;
+	}
+	__atomic_store_n(&churn_stop, true, __ATOMIC_RELAXED);
+	for (int i = 0; i < 3; i++)
+		pthread_join(t[i], NULL);
+	ok(good == rounds, "fork while 3 threads allocate: %d of %d children could malloc, "
+	   "free and start a thread", good, rounds);
+}
+
+int main(void)
+{
+	if (getenv("UCMA_TEST_LONG"))
+		thread_iters = 400000;
+	plan_no_plan();
+	test_sizes();
+	test_alignment();
+	test_realloc();
+	test_calloc();
+	test_owns();
+	test_counters();
+	test_trim();
+	test_threads();
+	test_fork();
+	return done();
+}

@@ -1,0 +1,267 @@
+/*
+ * test_malloc_abort.c - the hostile-input policy of the malloc family:
+ * double frees (in the thread cache, in the slab, through another
+ * thread), frees of interior pointers, realloc of a freed block, frees of
+ * pointers that malloc never returned.  Each case runs in a child whose
+ * standard error the parent reads: the child must die of SIGABRT after
+ * one line naming the problem and the address.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tap.h"
+
+/* Where a child leaves the address it is about to misuse, before the bad
+ * call (shared memory: the child dies right after). */
+static void **victim;
+
+#define SET_VICTIM(p) (*victim = (p))
+
+/*
+ * Run @fn in a child with standard error captured.  Returns true when the
+ * child died of SIGABRT after writing exactly one line that contains @want
+ * and the victim's address (as %p prints it).
+ */
+static bool dies_with(void (*fn)(void), const char *want, const char *name)
+{
+	int fds[2], status = 0;
+	char err[4096], addr[32];
+	size_t n = 0;
+	ssize_t r;
+	pid_t pid;
+	bool good;
+
+	*victim = NULL;
+	if (pipe(fds) != 0)
+		bail_out("pipe: %s", strerror(errno));
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		close(fds[0]);
+		dup2(fds[1], STDERR_FILENO);
+		fn();
+		_exit(0);	/* not reached when the case aborts */
+	}
+	close(fds[1]);
+	while (n < sizeof(err) - 1 && (r = read(fds[0], err + n, sizeof(err) - 1 - n)) > 0)
+		n += (size_t)r;
+	err[n] = '\0';
+	close(fds[0]);
+	waitpid(pid, &status, 0);
+	snprintf(addr, sizeof(addr), "%p", *victim);
+	good = WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT && strstr(err, want) &&
+	       strstr(err, addr) && strchr(err, '\n') == err + n - 1;
+	if (!good)
+		diag("%s: status %#x, wanted \"%s\" and %s in: %s", name, status, want, addr,
+		     err);
+	return good;
+}
+
+static void case_double_free_cached(void)
+{
+	void *p = ucma_malloc(48);
+
+	SET_VICTIM(p);
+	ucma_free(p);
+	ucma_free(p);
+}
+
+static void case_double_free_slab(void)
+{
+	void *keep = ucma_malloc(200), *p = ucma_malloc(200), *others[2000];
+
+	/* @keep stays allocated, so the slab of @p stays (they are
+	 * neighbours: a fresh thread cache hands out in address order) */
+	if (ucma_slab_of(keep) != ucma_slab_of(p))
+		_exit(8);
+	for (int i = 0; i < 2000; i++)
+		others[i] = ucma_malloc(200);
+	SET_VICTIM(p);
+	ucma_free(p);
+	/* push p out of the thread cache into its slab */
+	for (int i = 0; i < 2000; i++)
+		ucma_free(others[i]);
+	ucma_trim();
+	ucma_free(p);
+}
+
+static void *free_it(void *p)
+{
+	ucma_free(p);
+	return NULL;
+}
+
+static void case_double_free_other_thread(void)
+{
+	void *p = ucma_malloc(1000);
+	pthread_t t;
+
+	SET_VICTIM(p);
+	pthread_create(&t, NULL, free_it, p);
+	pthread_join(t, NULL);	/* its cache went back to the slabs at exit */
+	ucma_free(p);
+}
+
+static void case_double_free_large(void)
+{
+	void *p = ucma_malloc(100000);
+
+	SET_VICTIM(p);
+	ucma_free(p);
+	ucma_free(p);
+}
+
+static void case_interior_small(void)
+{
+	char *p = ucma_malloc(64);
+
+	SET_VICTIM(p + 16);
+	ucma_free(p + 16);
+}
+
+static void case_interior_large(void)
+{
+	char *p = ucma_malloc(100000);
+
+	SET_VICTIM(p + 8192);
+	ucma_free(p + 8192);
+}
+
+static void case_realloc_freed(void)
+{
+	void *p = ucma_malloc(300);
+
+	SET_VICTIM(p);
+	ucma_free(p);
+	ucma_realloc(p, 600);
+}
+
+static void case_free_stack(void)
+{
+	char buf[64];
+
+	SET_VICTIM(buf);
+	ucma_free(buf);
+}
+
+static void case_free_contig(void)
+{
+	void *p = ucma_alloc(65536, 0, 0);
+
+	if (!p)
+		_exit(7);
+	SET_VICTIM(p);
+	ucma_free(p);
+}
+
+static void case_free_free_page(void)
+{
+	char *p = ucma_malloc(200000);
+
+	ucma_free(p);
+	SET_VICTIM(p + 4096);
+	ucma_free(p + 4096);
+}
+
+#ifdef UCMA_ASAN
+/* AddressSanitizer build: freed objects are poisoned, so a write through
+ * a stale pointer is reported (and the process exits non-zero). */
+static bool asan_reports(void (*fn)(void))
+{
+	int fds[2], status = 0;
+	char err[8192];
+	size_t n = 0;
+	ssize_t r;
+	pid_t pid;
+
+	if (pipe(fds) != 0)
+		bail_out("pipe: %s", strerror(errno));
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		close(fds[0]);
+		dup2(fds[1], STDERR_FILENO);
+		fn();
+		_exit(0);
+	}
+	close(fds[1]);
+	while (n < sizeof(err) - 1 && (r = read(fds[0], err + n, sizeof(err) - 1 - n)) > 0)
+		n += (size_t)r;
+	err[n] = '\0';
+	while (read(fds[0], &(char){ 0 }, 1) > 0)
+		;
+	close(fds[0]);
+	waitpid(pid, &status, 0);
+	return !(WIFEXITED(status) && WEXITSTATUS(status) == 0) &&
+	       strstr(err, "use-after-poison");
+}
+
+static void case_use_after_free(void)
+{
+	volatile char *p = ucma_malloc(64);
+
+	ucma_free((void *)p);
+	p[3] = 1;
+}
+
+static void case_use_after_free_slab(void)
+{
+	void *keep = ucma_malloc(3000);
+	volatile char *p = ucma_malloc(3000);
+
+	ucma_free((void *)p);
+	ucma_trim();	/* back in its slab, which @keep keeps */
+	p[100] = 1;
+	ucma_free(keep);
+}
+#endif
+
+int main(void)
+{
+	victim = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (victim == MAP_FAILED)
+		bail_out("mmap: %s", strerror(errno));
+	/* Initialise in the parent, so every child starts from the same
+	 * arena and key. */
+	ucma_free(ucma_malloc(1));
+	plan(12);
+	ok(dies_with(case_double_free_cached, "free(): double free of", "cached"),
+	   "double free of a block still in the thread cache aborts");
+	ok(dies_with(case_double_free_slab, "free(): double free of", "slab"),
+	   "double free of a block back in its slab aborts");
+	ok(dies_with(case_double_free_other_thread, "free(): double free of", "thread"),
+	   "double free after another thread freed the block aborts");
+	ok(dies_with(case_double_free_large, "free(): double free or invalid pointer", "large"),
+	   "double free of a large block aborts");
+	ok(dies_with(case_interior_small, "free(): invalid pointer", "interior small"),
+	   "free of a pointer inside a small block aborts");
+	ok(dies_with(case_interior_large, "free(): invalid pointer", "interior large"),
+	   "free of a pointer inside a large block aborts");
+	ok(dies_with(case_realloc_freed, "realloc(): invalid pointer", "realloc"),
+	   "realloc of a freed block aborts");
+	ok(dies_with(case_free_stack, "free(): invalid pointer", "stack"),
+	   "free of a stack address aborts");
+	ok(dies_with(case_free_contig, "free(): invalid pointer", "contig"),
+	   "free of a contiguous buffer (ucma_alloc) aborts");
+	ok(dies_with(case_free_free_page, "free(): double free or invalid pointer", "free page"),
+	   "free of a pointer into a free page aborts");
+#ifdef UCMA_ASAN
+	ok(asan_reports(case_use_after_free), "AddressSanitizer reports a write to a freed block");
+	ok(asan_reports(case_use_after_free_slab),
+	   "AddressSanitizer reports a write to a block back in its slab");
+#else
+	skip(2, "use-after-free reports need the AddressSanitizer build");
+#endif
+	return done();
+}

@@ -1,0 +1,198 @@
+/*
+ * test_malloc_start.c - start-up of the malloc family.
+ *
+ *  - Re-entry: under LD_PRELOAD, libnuma and liburcu call malloc while the
+ *    arena is being created, and those calls come back to ucma.  Here the
+ *    operating-system hook for mmap (test build) calls ucma_malloc() and
+ *    friends from inside the arena's creation; they must be served from
+ *    the bootstrap buffer, and the blocks must stay usable afterwards.
+ *  - No arena: when the arena cannot be reserved at all, malloc goes on
+ *    from overflow mappings.
+ *
+ * Each scenario needs a fresh process (the library initialises once), so
+ * each runs in a child that reports through its exit status.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tap.h"
+#include "testutil.h"
+
+static void *(*real_mmap)(void *, size_t, int, int, int, off_t);
+static bool in_hook;
+static char *boot_small, *boot_grown, *boot_big;
+static void *boot_aligned;
+static size_t boot_usable;
+
+/* An mmap that allocates re-entrantly, as libnuma would under preload. */
+static void *reentrant_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	if (!in_hook && !boot_small) {
+		char *tmp;
+
+		in_hook = true;
+		boot_small = ucma_malloc(100);
+		if (boot_small)
+			strcpy(boot_small, "bootstrap");
+		boot_usable = ucma_usable_size(boot_small);
+		tmp = ucma_calloc(10, 10);
+		if (tmp && tmp[99] == 0)
+			ucma_free(tmp);		/* ignored, but must not crash */
+		boot_grown = ucma_realloc(ucma_malloc(10), 5000);
+		if (boot_grown)
+			memset(boot_grown, 7, 5000);
+		boot_aligned = ucma_aligned_alloc(256, 64);
+		boot_big = ucma_malloc(300000);
+		if (boot_big)
+			memset(boot_big, 9, 300000);
+		in_hook = false;
+	}
+	return real_mmap(addr, len, prot, flags, fd, off);
+}
+
+static int scenario_reentry(void)
+{
+	void *p;
+
+	real_mmap = ucma_os.mmap;
+	ucma_os.mmap = reentrant_mmap;
+	p = ucma_malloc(64);	/* initialises; the hook re-enters */
+	ucma_os.mmap = real_mmap;
+	if (!p || !ucma_arena_peek())
+		return 10;
+	if (!boot_small || strcmp(boot_small, "bootstrap") != 0 || boot_usable < 100)
+		return 11;
+	if (!ucma_owns(boot_small) || ucma_usable_size(boot_small) < 100)
+		return 12;
+	if (!boot_grown || boot_grown[4999] != 7 || ucma_usable_size(boot_grown) < 5000)
+		return 13;
+	if (!boot_aligned || ((uintptr_t)boot_aligned & 255))
+		return 14;
+	if (!boot_big || boot_big[299999] != 9)
+		return 15;
+	/* Bootstrap blocks live outside the arena. */
+	if (ucma_addr_in_arena(ucma_arena_peek(), boot_small))
+		return 16;
+	/* After start-up: realloc out of the bootstrap buffer, free it. */
+	boot_small = ucma_realloc(boot_small, 10000);
+	if (!boot_small || strcmp(boot_small, "bootstrap") != 0 ||
+	    !ucma_addr_in_arena(ucma_arena_peek(), boot_small))
+		return 17;
+	ucma_free(boot_small);
+	ucma_free(boot_grown);
+	ucma_free(boot_aligned);
+	ucma_free(boot_big);
+	ucma_free(p);
+	return 0;
+}
+
+/* An mmap that refuses the arena's reservation (the large mappings) but
+ * lets the smaller metadata and overflow mappings through. */
+static void *no_arena_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	if (len >= ((size_t)256 << 20)) {
+		errno = ENOMEM;
+		return MAP_FAILED;
+	}
+	return real_mmap(addr, len, prot, flags, fd, off);
+}
+
+static void *thread_allocs(void *arg)
+{
+	int *bad = arg;
+
+	for (int i = 0; i < 2000; i++) {
+		size_t size = (size_t)(i % 200) * 300 + 1;
+		char *p = ucma_malloc(size);
+
+		if (!p) {
+			(*bad)++;
+			continue;
+		}
+		tu_fill(p, size, (uint64_t)i);
+		if (!tu_check(p, size, (uint64_t)i) || !ucma_owns(p))
+			(*bad)++;
+		ucma_free(p);
+	}
+	return NULL;
+}
+
+static int scenario_no_arena(void)
+{
+	void *p[500];
+	uint64_t ovf = 0;
+	pthread_t t;
+	int bad = 0;
+
+	real_mmap = ucma_os.mmap;
+	ucma_os.mmap = no_arena_mmap;
+	for (int i = 0; i < 500; i++) {
+		size_t size = (size_t)(i % 50) * 1000 + 1;
+
+		p[i] = ucma_malloc(size);
+		if (!p[i])
+			return 20;
+		tu_fill(p[i], size, (uint64_t)i);
+	}
+	if (ucma_arena_peek())
+		return 21;
+	ucma_stat("overflow_alloc", &ovf);
+	if (ovf == 0)
+		return 22;
+	for (int i = 0; i < 500; i++) {
+		size_t size = (size_t)(i % 50) * 1000 + 1;
+
+		if (!tu_check(p[i], size, (uint64_t)i) || !ucma_owns(p[i]) ||
+		    ucma_usable_size(p[i]) < size)
+			return 23;
+		p[i] = ucma_realloc(p[i], size + 5000);
+		if (!p[i] || !tu_check(p[i], size, (uint64_t)i))
+			return 24;
+		ucma_free(p[i]);
+	}
+	pthread_create(&t, NULL, thread_allocs, &bad);
+	pthread_join(t, NULL);
+	if (bad)
+		return 25;
+	ucma_trim();
+	ucma_os.mmap = real_mmap;
+	return 0;
+}
+
+static int run(int (*fn)(void))
+{
+	int status = 0;
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0)
+		_exit(fn());
+	if (pid < 0 || waitpid(pid, &status, 0) != pid)
+		return -1;
+	if (!WIFEXITED(status))
+		return 100 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+	return WEXITSTATUS(status);
+}
+
+int main(void)
+{
+	int r;
+
+	plan(2);
+	r = run(scenario_reentry);
+	ok(r == 0, "malloc re-entered during start-up is served and stays usable (%d)", r);
+	r = run(scenario_no_arena);
+	ok(r == 0, "without an arena, malloc goes on from overflow mappings (%d)", r);
+	return done();
+}
