@@ -12,7 +12,8 @@
  * hugetlb 2 MiB, transparent huge pages, plain pages, trying each step only
  * when it can work (hugetlb reserves at mmap, so the pool must have enough
  * free pages; a refused mapping falls through to the next step).  The
- * NORMAL zone uses THP unless UCMA_HUGEPAGES_NORMAL asks otherwise.
+ * NORMAL zone uses THP unless UCMA_HUGEPAGES_NORMAL asks otherwise, from
+ * the moment its heap reaches 16 MiB (plain pages before).
  * Falling back is never an error; the mode in effect is reported.
  *
  * Metadata lives in separate anonymous mappings (MAP_NORESERVE, touched
@@ -294,6 +295,14 @@ int ucma_arena_create(const struct ucma_options *o, struct ucma_arena **out)
 		  normal_backing);
 	init_zone(a, UCMA_ZONE_CMA, (uint32_t)(normal_size >> UCMA_PAGE_SHIFT), a->npages,
 		  cma_backing);
+	/*
+	 * NORMAL on THP starts on plain pages (also where THP is "always") and
+	 * asks for huge ones when the heap grows (zone.c, UCMA_THP_GROW_PAGES):
+	 * a small program keeps a small footprint.
+	 */
+	if (normal_backing == UCMA_BACKING_THP &&
+	    ucma_os.madvise((void *)a->base, normal_size, MADV_NOHUGEPAGE) == 0)
+		a->zones[UCMA_ZONE_NORMAL].thp_deferred = true;
 	if (cma_size && init_areas(a, o) != 0)
 		goto nomem;
 	ucma_arena_poison(a, true);

@@ -867,19 +867,28 @@ static bool valid_prio(int prio)
  * Return: 0, or -1 with errno EINVAL (unknown priority), EDEADLK (inside
  * ucma_read_lock()), or the error of the library's initialisation.
  */
-int ucma_compact(int prio)
+/*
+ * The checks every explicit compaction starts with: a known priority, not
+ * inside a read-side section (the grace period would never end), and an
+ * arena.  Returns the arena, or NULL with errno.
+ */
+static struct ucma_arena *compact_entry(int prio, bool order_ok)
 {
-	struct ucma_arena *a;
-
-	if (!valid_prio(prio)) {
+	if (!order_ok || !valid_prio(prio)) {
 		errno = EINVAL;
-		return -1;
+		return NULL;
 	}
 	if (ucma_in_read_section()) {
 		errno = EDEADLK;
-		return -1;
+		return NULL;
 	}
-	a = ucma_arena_get();
+	return ucma_arena_get();
+}
+
+int ucma_compact(int prio)
+{
+	struct ucma_arena *a = compact_entry(prio, true);
+
 	if (!a)
 		return -1;
 	ucma_compactd_register_fork();
@@ -901,17 +910,8 @@ int ucma_compact(int prio)
  */
 int ucma_compact_order(unsigned order, int prio)
 {
-	struct ucma_arena *a;
+	struct ucma_arena *a = compact_entry(prio, order <= UCMA_MAX_ORDER);
 
-	if (order > UCMA_MAX_ORDER || !valid_prio(prio)) {
-		errno = EINVAL;
-		return -1;
-	}
-	if (ucma_in_read_section()) {
-		errno = EDEADLK;
-		return -1;
-	}
-	a = ucma_arena_get();
 	if (!a)
 		return -1;
 	for (int i = 0; i < UCMA_ZONE_NR; i++)

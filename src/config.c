@@ -337,6 +337,9 @@ static void report(struct parse_ctx *c, const char *subject, const char *problem
 	char msg[768];
 	int n;
 
+	/* Strictness is read first: under it no default is used at all. */
+	if (c->o->strict)
+		outcome = "refused (UCMA_STRICT=1)";
 	n = snprintf(msg, sizeof(msg) - 1, "ucma: %s: %s (accepted: %s); %s",
 		     subject, problem, accepted, outcome);
 	if (n < 0)

@@ -162,6 +162,7 @@ struct ucma_zone {
 	uint64_t isolated_free_pages;	/* on ISOLATE lists */
 	uint64_t managed_pages;		/* end_pfn - start_pfn */
 	uint32_t purge_epoch;		/* decay: epoch of the last purge */
+	bool thp_deferred;		/* THP backing, not yet asked for (zone.c) */
 
 	/* compaction state (compact.c); protected by compact_lock */
 	pthread_mutex_t compact_lock;

@@ -237,10 +237,31 @@ static bool crossed_low_wmark(const struct ucma_zone *z, uint32_t npages)
 	return z->free_pages < wmark && z->free_pages + npages >= wmark;
 }
 
+/*
+ * A zone on transparent huge pages starts on plain pages and asks for huge
+ * ones (MADV_HUGEPAGE) once this much of it is in use: a small program
+ * would otherwise pay 2 MiB of resident memory for its first few objects,
+ * and huge TLB entries only matter for a heap larger than the TLB covers
+ * with 4 KiB pages.
+ */
+#define UCMA_THP_GROW_PAGES ((16u << 20) >> UCMA_PAGE_SHIFT)
+
+/* The zone grew past UCMA_THP_GROW_PAGES: ask for huge pages from now on. */
+static void thp_grow(struct ucma_zone *z)
+{
+	struct ucma_arena *a = z->arena;
+
+	if (ucma_os.madvise(ucma_pfn_to_addr(a, z->start_pfn),
+			    (size_t)z->managed_pages << UCMA_PAGE_SHIFT, MADV_HUGEPAGE) != 0 &&
+	    ucma_opt.verbose)
+		ucma_log("zone %s: madvise(MADV_HUGEPAGE) failed: %s; staying on plain pages",
+			 z->name, strerror(errno));
+}
+
 uint32_t ucma_pages_alloc_zone(struct ucma_zone *z, uint32_t npages, unsigned gfp)
 {
 	struct ucma_arena *a = z->arena;
-	bool dirty = true, wake = false;
+	bool dirty = true, wake = false, grow = false;
 	uint32_t pfn;
 
 	if (npages == 0 || npages > z->managed_pages)
@@ -270,6 +291,11 @@ uint32_t ucma_pages_alloc_zone(struct ucma_zone *z, uint32_t npages, unsigned gf
 				   z->name, pfn, npages);
 		set_run(a, pfn, npages, gfp & UCMA_GFP_MOVABLE);
 		wake = crossed_low_wmark(z, npages);
+		if (UCMA_UNLIKELY(z->thp_deferred) &&
+		    z->managed_pages - z->free_pages >= UCMA_THP_GROW_PAGES) {
+			z->thp_deferred = false;
+			grow = true;
+		}
 	}
 	pthread_mutex_unlock(&z->lock);
 
@@ -277,6 +303,8 @@ uint32_t ucma_pages_alloc_zone(struct ucma_zone *z, uint32_t npages, unsigned gf
 		return pfn;
 	if (UCMA_UNLIKELY(wake))
 		ucma_compactd_wakeup();
+	if (UCMA_UNLIKELY(grow))
+		thp_grow(z);
 	pages_unpoison(a, pfn, npages);
 	ucma_count(UCMA_STAT_PAGE_ALLOC, 1);
 	if ((gfp & UCMA_GFP_ZERO) && dirty)

@@ -1,14 +1,22 @@
 #!/bin/sh
 # run-all.sh - the whole test suite, from a clean checkout, on Debian 12 as
 # root: installs the build dependencies, builds the library in the normal
-# configuration with warnings as errors and runs `make check`, then
-# `make distcheck`, then the sanitizer builds (AddressSanitizer with
-# UBSan, ThreadSanitizer for the concurrency tests).  Ends with one line
+# configuration with warnings as errors and runs `make check` (with a
+# one-minute soak), runs the fuzzer for a minute, then `make distcheck`,
+# then the sanitizer builds (AddressSanitizer with UBSan, ThreadSanitizer
+# for the concurrency tests).  Ends with one line
 # "N passed, N failed, N skipped" counted over every run.
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 jobs=${UCMA_JOBS:-2}
 out=${UCMA_BUILD_ROOT:-$top/build-ci}
+quick=${UCMA_QUICK:-}
+check_args=${UCMA_CHECK_ARGS:-}
+fuzz_seconds=${UCMA_FUZZ_SECONDS:-60}
+# These knobs belong to this script, not to ucma: keep them out of the
+# tests' environment, where the library would warn about unknown UCMA_*
+# names and tests comparing standard error would fail.
+unset UCMA_JOBS UCMA_BUILD_ROOT UCMA_QUICK UCMA_CHECK_ARGS UCMA_FUZZ_SECONDS
 
 deps="build-essential autoconf automake libtool pkg-config libnuma-dev liburcu-dev \
 liburing-dev libjemalloc-dev libjemalloc2 libmimalloc-dev libgoogle-perftools-dev \
@@ -62,14 +70,33 @@ build() {
 	cd "$out/$v" || return
 	if step "$v-configure" "$top/configure" --enable-werror "$@" &&
 	   step "$v-make" make -j"$jobs"; then
-		step "$v-check" make -j"$jobs" check ${UCMA_CHECK_ARGS:-}
+		step "$v-check" make -j"$jobs" check $check_args
 		count_trs "$out/$v"
 	fi
 	cd "$top" || exit 1
 }
 
-build normal
-if [ -z "${UCMA_QUICK:-}" ]; then
+# The normal build soaks for a minute (tests/stress/soak.c; 10 s by default).
+if [ -z "${UCMA_SOAK_SECONDS:-}" ]; then
+	UCMA_SOAK_SECONDS=60; export UCMA_SOAK_SECONDS
+	build normal
+	unset UCMA_SOAK_SECONDS
+else
+	build normal
+fi
+
+# Fuzzing: tests/fuzz/run-fuzz.sh, through `make fuzz` of a build configured
+# with --enable-fuzz, runs the regression inputs and then libFuzzer for
+# UCMA_FUZZ_SECONDS (60 s).  One test: passed, or failed on a crash.
+fuzz_run() {
+	mkdir -p "$out/fuzz" && cd "$out/fuzz" &&
+		"$top/configure" --enable-fuzz &&
+		UCMA_FUZZ_SECONDS=$fuzz_seconds make fuzz
+}
+step fuzz fuzz_run && pass=$((pass + 1))
+cd "$top" || exit 1
+
+if [ -z "$quick" ]; then
 	cd "$out/normal" && step distcheck make -j"$jobs" distcheck && pass=$((pass + 1))
 	cd "$top"
 	build asan --enable-asan --enable-debug

@@ -232,6 +232,9 @@ static void check_config_touch(const char *what, struct ucma_config cfg, int wan
 			good = kb == 2048;
 		else if (b == UCMA_BACKING_HUGETLB_1G)
 			good = kb == 1048576;
+		else if (b == UCMA_BACKING_THP && a->zones[z].thp_deferred)
+			/* NORMAL asks for huge pages once its heap grows */
+			good = kb == 4 && has_vmflag(addr, "nh");
 		else if (b == UCMA_BACKING_THP)
 			good = kb == 4 && has_vmflag(addr, "hg");
 		else
@@ -291,6 +294,44 @@ static void test_plain_and_thp(void)
 	check_config("normal auto", base_cfg(32 * MiB, 16 * MiB, UCMA_BACKING_NONE, 0),
 		     UCMA_BACKING_NONE, thp_or_none());
 	unsetenv("UCMA_HUGEPAGES_NORMAL");
+}
+
+/*
+ * NORMAL on THP starts on plain pages (MADV_NOHUGEPAGE, so a small program
+ * stays small even where THP is "always") and asks for huge pages once
+ * 16 MiB of it are in use; the backing reported stays "thp".
+ */
+static void test_thp_grows(void)
+{
+	struct ucma_config cfg = base_cfg(64 * MiB, 16 * MiB, UCMA_BACKING_NONE, UCMA_BACKING_THP);
+	uint32_t pfn[8];
+	int n = 0;
+
+	if (!thp_ok) {
+		skip(4, "transparent huge pages are \"never\" here");
+		return;
+	}
+	if (!start(&cfg)) {
+		ok(0, "thp growth: ucma_init: %s", strerror(errno));
+		skip(3, "thp growth: no arena");
+		return;
+	}
+	ok(a->zones[UCMA_ZONE_NORMAL].thp_deferred && has_vmflag(zone_addr(UCMA_ZONE_NORMAL), "nh"),
+	   "thp growth: a new NORMAL zone is on plain pages (MADV_NOHUGEPAGE)");
+	/* 2 MiB runs up to 14 MiB: still below the 16 MiB threshold. */
+	while (n < 7 && (pfn[n] = ucma_pages_alloc(a, UCMA_PAGEBLOCK_PAGES, 0)) != UCMA_PFN_NONE)
+		n++;
+	ok(n == 7 && a->zones[UCMA_ZONE_NORMAL].thp_deferred,
+	   "thp growth: 14 MiB in use, still plain pages (%d runs)", n);
+	if (n == 7 && (pfn[n] = ucma_pages_alloc(a, UCMA_PAGEBLOCK_PAGES, 0)) != UCMA_PFN_NONE)
+		n++;
+	ok(n == 8 && !a->zones[UCMA_ZONE_NORMAL].thp_deferred &&
+		   has_vmflag(zone_addr(UCMA_ZONE_NORMAL), "hg"),
+	   "thp growth: at 16 MiB the zone asks for huge pages (MADV_HUGEPAGE)");
+	while (n > 0)
+		ucma_pages_free(a, pfn[--n]);
+	ok(strcmp(ucma_backing_name("normal"), "thp") == 0,
+	   "thp growth: the backing reported is thp throughout");
 }
 
 static void test_names(void)
@@ -662,6 +703,7 @@ int main(void)
 	     geteuid() == 0 ? "root" : "not root");
 
 	test_plain_and_thp();
+	test_thp_grows();
 	test_names();
 	test_alignment();
 	test_node();

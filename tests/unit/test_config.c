@@ -484,6 +484,8 @@ static void test_strict(void)
 	setenv("UCMA_STRICT", "1", 1);
 	setenv("UCMA_ARENA_SIZE", "12Q", 1);
 	ok(env_run(&o) == 1 && o.strict && nlines == 1, "UCMA_STRICT=1 with a bad value");
+	ok(one_line("UCMA_ARENA_SIZE='12Q'", "; refused (UCMA_STRICT=1)") && !strstr(out, "using"),
+	   "under UCMA_STRICT=1 the message says the value is refused, not replaced");
 
 	clear_env();
 	setenv("UCMA_POPULATE", "maybe", 1);
