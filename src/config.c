@@ -189,7 +189,7 @@ static const struct opt_def opt_table[O_NR] = {
 	[O_HUGEPAGES_NORMAL] = {
 		"hugepages_normal", "UCMA_HUGEPAGES_NORMAL", T_ENUM, 0, "thp", 0, 0,
 		backing_words, OFF(hugepages_normal), 0, BACKING_FORM,
-		"backing of the NORMAL zone, as for hugepages" },
+		"backing of the NORMAL zone, as for hugepages (auto means thp; thp from 16M in use)" },
 	[O_NODE] = {
 		"node", "UCMA_NODE", T_NODE, 0, "default", 0, OPT_NODE_MAX, node_words,
 		OFF(node), 0, "a NUMA node number, local, interleave or default",

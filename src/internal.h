@@ -544,6 +544,16 @@ UCMA_INTERNAL uint32_t ucma_mslab_slot_handle(struct ucma_mslab *s, void *addr);
  * call is NOT held; the callback must tolerate the slot being freed). */
 UCMA_INTERNAL int ucma_mslab_for_each(struct ucma_mslab *s,
 				      int (*fn)(uint32_t index, void *addr, void *arg), void *arg);
+/* One live slot of a movable slab, as ucma_mslab_live_slots() saw it. */
+struct ucma_mslab_slot {
+	uint32_t index;		/* handle index */
+	void *addr;
+};
+/* Snapshot of the live slots of @s into *@out (ucma_mslab_slots_free());
+ * the count, or -1 without memory.  Called inside a read-side section
+ * that found @s; the snapshot may be walked after leaving it. */
+UCMA_INTERNAL int ucma_mslab_live_slots(struct ucma_mslab *s, struct ucma_mslab_slot **out);
+UCMA_INTERNAL void ucma_mslab_slots_free(struct ucma_mslab_slot *v);
 
 /* Where a migrated object may go. */
 struct ucma_migrate_target {

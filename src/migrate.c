@@ -311,12 +311,25 @@ int ucma_migrate_run(struct ucma_arena *a, uint32_t head, const struct ucma_migr
 		if (pinned)
 			*pinned += rc.pinned;
 		return r == UCMA_MIGRATE_GONE ? UCMA_MIGRATE_OK : r;
-	case UCMA_OWN_MSLAB:
-		r = ucma_mslab_for_each((struct ucma_mslab *)(uintptr_t)owner, migrate_slot, &rc);
+	case UCMA_OWN_MSLAB: {
+		struct ucma_mslab_slot *v;
+		int n = ucma_mslab_live_slots((struct ucma_mslab *)(uintptr_t)owner, &v);
+
+		/*
+		 * Migrate outside the read-side section: moving a slab's
+		 * objects takes long, and a grace period that finds a reader
+		 * inside a section waits (liburcu-bp polls every 10 ms).
+		 * Each object is checked against its handle as it is moved.
+		 */
 		urcu_bp_read_unlock();
+		r = n < 0 ? UCMA_MIGRATE_NOMEM : 0;
+		for (int i = 0; i < n && r == 0; i++)
+			r = migrate_slot(v[i].index, v[i].addr, &rc);
+		ucma_mslab_slots_free(v);
 		if (pinned)
 			*pinned += rc.pinned;
 		return r ? r : rc.worst;
+	}
 	default:
 		urcu_bp_read_unlock();
 		return UCMA_MIGRATE_PINNED;	/* unmovable: cannot be emptied */

@@ -330,31 +330,32 @@ uint32_t ucma_mslab_slot_handle(struct ucma_mslab *s, void *addr)
 }
 
 /*
- * Snapshot the live slots under the class lock, then call @fn for each
- * without it (migration allocates and may need this very class lock).
+ * Snapshot the live slots of @s under the class lock: their handle
+ * indexes and addresses, in *@out (free it with ucma_mslab_slots_free()).
  * The caller found @s inside an RCU read-side section, which keeps the
- * descriptor alive; a slab destroyed meanwhile has no live slots.
- * Stops at the first non-zero return of @fn and returns it.
+ * descriptor alive; the snapshot needs no descriptor, so the caller may
+ * leave the section before walking it.  A slab destroyed meanwhile has no
+ * live slots.  Returns the number of slots, or -1 when there is no memory
+ * for the snapshot.
  */
-int ucma_mslab_for_each(struct ucma_mslab *s, int (*fn)(uint32_t index, void *addr, void *arg),
-			void *arg)
+int ucma_mslab_live_slots(struct ucma_mslab *s, struct ucma_mslab_slot **out)
 {
 	struct ucma_arena *a = ucma_arena_peek();
 	struct mslab_class *c = &classes[s->cls];
-	uint32_t n = 0, *idx, *slots;
+	struct ucma_mslab_slot *v;
 	char *base = ucma_pfn_to_addr(a, s->pfn);
 	bool destroy = false;
-	int rc = 0;
+	int n = 0;
 
-	idx = ucma_meta_alloc(2 * sizeof(uint32_t) * MSLAB_MAX_OBJS);
-	if (!idx)
-		return UCMA_MIGRATE_NOMEM;
-	slots = idx + MSLAB_MAX_OBJS;
+	v = ucma_meta_alloc(sizeof(*v) * MSLAB_MAX_OBJS);
+	*out = v;
+	if (!v)
+		return -1;
 	pthread_mutex_lock(&c->lock);
 	for (uint32_t i = 0; i < s->nr_objs && !s->dead; i++) {
 		if (s->bitmap[i / 64u] & (1ull << (i % 64u))) {
-			idx[n] = s->handles[i];
-			slots[n++] = i;
+			v[n].index = s->handles[i];
+			v[n++].addr = base + (size_t)i * s->obj_size;
 		}
 	}
 	/*
@@ -375,9 +376,32 @@ int ucma_mslab_for_each(struct ucma_mslab *s, int (*fn)(uint32_t index, void *ad
 	pthread_mutex_unlock(&c->lock);
 	if (destroy)
 		slab_destroy(a, s);
-	for (uint32_t i = 0; i < n && rc == 0; i++)
-		rc = fn(idx[i], base + (size_t)slots[i] * s->obj_size, arg);
-	ucma_meta_free(idx, 2 * sizeof(uint32_t) * MSLAB_MAX_OBJS);
+	return n;
+}
+
+void ucma_mslab_slots_free(struct ucma_mslab_slot *v)
+{
+	if (v)
+		ucma_meta_free(v, sizeof(*v) * MSLAB_MAX_OBJS);
+}
+
+/*
+ * Call @fn for each live slot of @s (a snapshot, taken under the class
+ * lock; @fn runs without it, since migration allocates and may need this
+ * very class lock).  Stops at the first non-zero return of @fn and
+ * returns it.
+ */
+int ucma_mslab_for_each(struct ucma_mslab *s, int (*fn)(uint32_t index, void *addr, void *arg),
+			void *arg)
+{
+	struct ucma_mslab_slot *v;
+	int n = ucma_mslab_live_slots(s, &v), rc = 0;
+
+	if (n < 0)
+		return UCMA_MIGRATE_NOMEM;
+	for (int i = 0; i < n && rc == 0; i++)
+		rc = fn(v[i].index, v[i].addr, arg);
+	ucma_mslab_slots_free(v);
 	return rc;
 }
 
