@@ -50,6 +50,9 @@ static void show_map(const char *title)
 
 	printf("\n== %s\n", title);
 	fflush(stdout);
+	/* The map ucmastat draws is the one this process last published. */
+	if (ucma_stats_refresh() != 0)
+		printf("(live statistics unavailable: %s)\n", strerror(errno));
 	snprintf(cmd, sizeof(cmd), "%s --map %d", tool, (int)getpid());
 	if (system(cmd) != 0)
 		printf("(the map needs the ucmastat program: set UCMASTAT)\n");

@@ -371,6 +371,16 @@ int ucma_stat(const char *name, uint64_t *value);
 /** ucma_stats_print() - the whole report, /proc/vmstat style, to @f. */
 void ucma_stats_print(FILE *f);
 
+/**
+ * ucma_stats_refresh() - bring the live statistics that ucmastat(1) reads
+ * up to date now.  The library refreshes them on its own (the compaction
+ * thread on each wake-up, allocations at most every 100 ms); call this
+ * before pointing ucmastat at a moment that matters.
+ * Return: 0, or -1 with errno (EAGAIN: another thread's refresh did not
+ * end; or why the segment in /dev/shm cannot be created).
+ */
+int ucma_stats_refresh(void);
+
 #if defined(__GNUC__)
 #pragma GCC visibility pop
 #endif

@@ -37,4 +37,5 @@ dist_man_MANS += \
 	man/ucma_config_from_env.3 \
 	man/ucma_backing_name.3 \
 	man/ucma_stat.3 \
-	man/ucma_stats_print.3
+	man/ucma_stats_print.3 \
+	man/ucma_stats_refresh.3

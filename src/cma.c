@@ -363,10 +363,12 @@ void *ucma_alloc_area(const char *name, size_t size, size_t align, unsigned flag
 
 		if (p) {
 			ucma_compactd_start_once();	/* the process has CMA memory (compactd.c) */
+			ucma_shm_tick(false);		/* live statistics (shm.c) */
 			return p;
 		}
 		err = errno;
 	}
+	ucma_shm_tick(false);
 	errno = err;
 	return NULL;
 }
@@ -450,6 +452,7 @@ int ucma_release(void *ptr)
 	area->nr_allocs--;
 	pthread_mutex_unlock(&area->lock);
 	ucma_count(UCMA_STAT_CMA_RELEASE, 1);
+	ucma_shm_tick(false);
 	return 0;
 }
 

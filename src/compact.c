@@ -888,6 +888,7 @@ static struct ucma_arena *compact_entry(int prio, bool order_ok)
 int ucma_compact(int prio)
 {
 	struct ucma_arena *a = compact_entry(prio, true);
+	int rc;
 
 	if (!a)
 		return -1;
@@ -895,7 +896,9 @@ int ucma_compact(int prio)
 	ucma_mslab_consolidate(prio);
 	for (int k = 0; k < UCMA_ZONE_NR; k++)
 		ucma_compact_zone(&a->zones[zonelist[k]], -1, prio, NULL);
-	return ucma_defer_drain();
+	rc = ucma_defer_drain();
+	ucma_shm_update();	/* the map a user looks at after compacting */
+	return rc;
 }
 
 /**

@@ -483,6 +483,11 @@ UCMA_INTERNAL unsigned ucma_stats_foreach(struct ucma_arena *a, bool values,
  * without holding any ucma lock. */
 UCMA_INTERNAL void ucma_shm_publish(void);
 UCMA_INTERNAL void ucma_shm_update(void);
+/* tick: ucma_shm_update() at most every 100 ms, from allocation paths
+ * holding no lock (@sampled: read the clock on every 64th call only).
+ * sync: refresh now, waiting for another thread's refresh; 0 or -1/errno. */
+UCMA_INTERNAL void ucma_shm_tick(bool sampled);
+UCMA_INTERNAL int ucma_shm_sync(void);
 UCMA_INTERNAL void ucma_shm_unpublish(void);
 
 /* ------------------------------------------------------------------------ */

@@ -80,6 +80,9 @@ static _Atomic bool exiting;
  * the writer lock at exit, so it is published after shm.path (release). */
 static _Atomic pid_t published_pid;
 
+/* When the segment was last refreshed (ucma_os_now_ns()), for the tick. */
+static _Atomic uint64_t last_refresh_ns;
+
 static bool writer_trylock(pid_t me)
 {
 	pid_t cur = 0;
@@ -325,6 +328,7 @@ static void refresh(struct ucma_arena *a)
 	h->updates++;
 	h->update_time_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 	__atomic_store_n(&h->seq, seq + 2, __ATOMIC_RELEASE);
+	atomic_store_explicit(&last_refresh_ns, ucma_os_now_ns(), memory_order_relaxed);
 }
 
 static void shm_atexit(void)
@@ -489,6 +493,70 @@ void ucma_shm_update(void)
 		}
 	}
 	writer_unlock();
+}
+
+/*
+ * How often the allocation paths refresh the segment at most.  A process
+ * without the compaction thread (UCMA_COMPACT=off, or a preloaded program
+ * with only unmovable memory) has no other writer, and ucmastat must not
+ * show it as it was at start-up.
+ */
+#define SHM_TICK_NS (100ull * 1000 * 1000)
+
+/**
+ * ucma_shm_tick() - refresh the segment if the last refresh is older than
+ * SHM_TICK_NS.  With @sampled, only every 64th call of a thread reads the
+ * clock (for paths taken millions of times a second).  Call it without
+ * holding any ucma lock; errno is left alone.
+ */
+void ucma_shm_tick(bool sampled)
+{
+	static __thread unsigned calls;
+	uint64_t now;
+	int saved;
+
+	if (sampled && (++calls & 63u))
+		return;
+	now = ucma_os_now_ns();
+	if (now - atomic_load_explicit(&last_refresh_ns, memory_order_relaxed) < SHM_TICK_NS)
+		return;
+	/* Whoever gets here first refreshes; the others see the new time. */
+	atomic_store_explicit(&last_refresh_ns, now, memory_order_relaxed);
+	saved = errno;
+	ucma_shm_update();
+	errno = saved;
+}
+
+/**
+ * ucma_shm_sync() - refresh the segment now, creating it if needed, and
+ * wait for a refresh in progress in another thread rather than skip.
+ * Returns 0, or -1 with errno (EAGAIN when another thread's refresh did
+ * not end within a second, or why the segment cannot be created).
+ */
+int ucma_shm_sync(void)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+	pid_t me = getpid();
+	int rc = 0;
+
+	if (!a) {
+		errno = EINVAL;
+		return -1;
+	}
+	if (!writer_lock_wait(me)) {
+		errno = EAGAIN;
+		return -1;
+	}
+	if (shm.hdr && (shm.pid != me || shm.arena != a))
+		drop(me);
+	if (shm.hdr)
+		refresh(a);
+	else
+		rc = create(a, me);
+	if (rc != 0)
+		rc = -1;	/* create() set errno */
+	writer_unlock();
+	return rc;
 }
 
 /**

@@ -882,6 +882,13 @@ static void report(struct sink *k, struct ucma_arena *a)
  * area, the fragmentation index per zone and order; last, the latency
  * histogram of ucma_alloc().  Also refreshes the live statistics segment.
  */
+int ucma_stats_refresh(void)
+{
+	if (!ucma_arena_get())
+		return -1;
+	return ucma_shm_sync();
+}
+
 void ucma_stats_print(FILE *f)
 {
 	struct sink k = { .f = f, .fd = -1 };

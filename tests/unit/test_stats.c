@@ -442,6 +442,69 @@ static void test_segment(struct ucma_arena *a, bool contig)
 	   "the child's segment is removed at its exit, the parent's is intact");
 }
 
+/* Pageblocks of the segment's map in @state. */
+static unsigned map_count(const struct ucma_shm_header *h, unsigned state)
+{
+	const uint8_t *map = (const uint8_t *)h + h->map_offset;
+	unsigned n = 0;
+
+	for (uint32_t b = 0; b < h->nr_pageblocks; b++)
+		n += UCMA_SHM_PB_STATE(map[b]) == state;
+	return n;
+}
+
+/*
+ * Without the compaction thread, the segment must still follow the
+ * process: ucma_stats_refresh() at once, contiguous allocations and
+ * releases when the last refresh is 100 ms old.
+ */
+static void test_refresh(void)
+{
+	char path[128];
+	struct stat st;
+	const struct ucma_shm_header *h;
+	uint64_t updates;
+	void *p, *buf;
+	int fd;
+
+	shm_path_of(getpid(), path, sizeof(path));
+	if (stat(path, &st) != 0) {
+		skip(5, "%s: %s (no /dev/shm?)", path, strerror(errno));
+		return;
+	}
+	fd = open(path, O_RDONLY);
+	p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (p == MAP_FAILED)
+		bail_out("cannot map %s", path);
+	h = p;
+
+	buf = ucma_alloc(2u << 20, 2u << 20, 0);
+	updates = h->updates;
+	ok(buf && ucma_stats_refresh() == 0 && h->updates > updates,
+	   "ucma_stats_refresh() refreshes the segment at once");
+	ok(buf && map_count(h, UCMA_SHM_PB_CONTIG) >= 3,
+	   "the map shows the new 2 MiB buffer (%u contiguous pageblocks)",
+	   map_count(h, UCMA_SHM_PB_CONTIG));
+
+	/* Older than 100 ms: the next contiguous operation refreshes. */
+	usleep(150 * 1000);
+	updates = h->updates;
+	if (buf)
+		ucma_release(buf);
+	ok(h->updates > updates, "a release 150 ms after the last refresh refreshes the segment");
+	ok(map_count(h, UCMA_SHM_PB_CONTIG) >= 2 && map_count(h, UCMA_SHM_PB_CONTIG) < 3,
+	   "the map no longer shows the released buffer (%u contiguous pageblocks left)",
+	   map_count(h, UCMA_SHM_PB_CONTIG));
+
+	usleep(150 * 1000);
+	updates = h->updates;
+	for (int i = 0; i < 64; i++)
+		ucma_hfree(ucma_halloc(100, 0));
+	ok(h->updates > updates, "movable allocations refresh it too (sampled)");
+	munmap(p, (size_t)st.st_size);
+}
+
 /* ------------------------------------------------------------------------ */
 /* The report at exit                                                        */
 /* ------------------------------------------------------------------------ */
@@ -564,6 +627,7 @@ int main(int argc, char **argv)
 
 	test_report(a, contig != NULL);
 	test_segment(a, contig != NULL);
+	test_refresh();
 	test_at_exit();
 
 	if (contig)
