@@ -182,20 +182,25 @@ static int empty_range(struct ucma_arena *a, uint32_t start, uint32_t end, bool 
 	return -1;
 }
 
-/* Are the physical frames of [p, p + len) contiguous?  -1: unknown. */
-static int phys_contiguous(void *p, size_t len)
+/*
+ * UCMA_ALLOC_PHYS_CONTIG: where does the physical contiguity of the
+ * candidate run at @p (@npages pages) break?  Returns @npages when it does
+ * not, the first page out of sequence otherwise (no run that holds both
+ * that page and the one before it can be contiguous, so the next
+ * candidate starts there), 0 with *@unknown when a page is not present
+ * yet, and -1 with errno ENOTSUP when frames are hidden from this process.
+ */
+static long phys_break(void *p, uint32_t npages, bool *unknown)
 {
-	uint64_t first, cur;
+	long k = ucma_os_phys_run(p, npages, unknown);
 
-	if (ucma_os_pagemap(p, &first) != 0)
+	if (k < 0) {
+		errno = ENOTSUP;
 		return -1;
-	for (size_t off = UCMA_PAGE_SIZE; off < len; off += UCMA_PAGE_SIZE) {
-		if (ucma_os_pagemap((char *)p + off, &cur) != 0)
-			return -1;
-		if (cur != first + off)
-			return 0;
 	}
-	return 1;
+	if (*unknown)
+		return 0;
+	return k;
 }
 
 static void *alloc_area(struct ucma_arena *a, struct ucma_cma_area *area, size_t size,
@@ -204,7 +209,8 @@ static void *alloc_area(struct ucma_arena *a, struct ucma_cma_area *area, size_t
 	uint64_t t0 = ucma_os_now_ns();
 	uint32_t npages, align_pages, from = 0;
 	int err = ENOMEM;
-	bool migrated = false, saw_busy = false, tried = false;
+	bool migrated = false, saw_busy = false, tried = false, phys_miss = false,
+	     other_fail = false;
 	struct ucma_compact_direct dc;
 
 	if (size > (size_t)area->npages << UCMA_PAGE_SHIFT) {
@@ -237,6 +243,29 @@ retry:
 
 		start = area->base_pfn + off;
 		end = start + npages;
+		/*
+		 * Physical contiguity is a property of the mapping, not of what
+		 * lives in the run: a run whose present pages already break it
+		 * is passed over before anything is migrated out of it.
+		 */
+		if (flags & UCMA_ALLOC_PHYS_CONTIG) {
+			bool unknown;
+			long k = phys_break(ucma_pfn_to_addr(a, start), npages, &unknown);
+
+			if (k < 0 || (!unknown && k < (long)npages)) {
+				pthread_mutex_lock(&area->lock);
+				bits_set(area->bitmap, off, npages, false);
+				pthread_mutex_unlock(&area->lock);
+				if (k < 0) {
+					err = ENOTSUP;
+					break;
+				}
+				err = ENOMEM;
+				phys_miss = true;
+				from = off + (uint32_t)k;
+				continue;
+			}
+		}
 		iso_start = UCMA_ALIGN_DOWN(start, UCMA_PAGEBLOCK_PAGES);
 		iso_end = UCMA_ALIGN_UP(end, UCMA_PAGEBLOCK_PAGES);
 		if (ucma_isolate_range(a, iso_start, iso_end) != 0)
@@ -267,14 +296,18 @@ retry:
 			if (flags & (UCMA_ALLOC_POPULATE | UCMA_ALLOC_PHYS_CONTIG))
 				ucma_os.madvise(p, len, MADV_POPULATE_WRITE);
 			if (flags & UCMA_ALLOC_PHYS_CONTIG) {
-				int c = phys_contiguous(p, len);
+				bool unknown;
+				long k = phys_break(p, npages, &unknown);
 
-				if (c != 1) {
+				if (k != (long)npages) {
 					ucma_release(p);
-					err = c < 0 ? ENOTSUP : ENOMEM;
-					if (c < 0)
+					if (k < 0) {
+						err = ENOTSUP;
 						break;
-					from = off + 1;
+					}
+					err = ENOMEM;
+					phys_miss = true;
+					from = off + (k > 0 ? (uint32_t)k : 1);
 					continue;
 				}
 			}
@@ -296,6 +329,7 @@ retry:
 		}
 		err = errno;
 		saw_busy |= err == EBUSY;
+		other_fail = true;	/* a failure compaction may help with */
 		pthread_mutex_lock(&area->lock);
 		bits_set(area->bitmap, off, npages, false);
 		pthread_mutex_unlock(&area->lock);
@@ -311,10 +345,11 @@ retry:
 			from = busy_end - area->base_pfn;
 	}
 	/* Every candidate failed: compact at the next priority, retry (compact.c). */
+	/* Compaction cannot change where the kernel put the frames. */
 	if (!(flags & UCMA_ALLOC_NOWAIT) && tried && (err == ENOMEM || err == EBUSY) &&
-	    ucma_compact_direct_next(&dc)) {
+	    (other_fail || !phys_miss) && ucma_compact_direct_next(&dc)) {
 		from = 0;
-		saw_busy = false;
+		saw_busy = other_fail = phys_miss = false;
 		goto retry;
 	}
 	ucma_compact_direct_done(&dc, false);

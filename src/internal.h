@@ -337,6 +337,10 @@ UCMA_INTERNAL void ucma_os_reset(void);
 UCMA_INTERNAL long ucma_os_hugetlb_free_pages(size_t page_size);
 UCMA_INTERNAL bool ucma_os_thp_available(void);
 UCMA_INTERNAL int ucma_os_pagemap(const void *addr, uint64_t *phys);
+/* Leading pages of [addr, addr + npages pages) present and physically
+ * contiguous with the first; *absent: the run ended at a page not present.
+ * -1 with errno EPERM / ENOTSUP when frames are unknown to this process. */
+UCMA_INTERNAL long ucma_os_phys_run(const void *addr, size_t npages, bool *absent);
 UCMA_INTERNAL uint64_t ucma_os_now_ns(void);
 
 /* ------------------------------------------------------------------------ */

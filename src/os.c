@@ -173,6 +173,65 @@ int ucma_os_pagemap(const void *addr, uint64_t *phys)
 	return 0;
 }
 
+/*
+ * ucma_os_phys_run() - how many of the @npages pages from the page-aligned
+ * @addr are present and physically contiguous with the first, read from
+ * /proc/self/pagemap in a few large reads.  *@absent tells whether the run
+ * ended at a page that is not present (so its frame is unknown yet)
+ * rather than at a frame out of sequence.  Returns the count (@npages
+ * when the whole range is contiguous), or -1 with errno EPERM when the
+ * kernel hides frame numbers from this process, ENOTSUP without pagemap.
+ */
+long ucma_os_phys_run(const void *addr, size_t npages, bool *absent)
+{
+	enum { CHUNK = 512 };
+	uint64_t entries[CHUNK], first = 0;
+	uintptr_t vpn = (uintptr_t)addr >> UCMA_PAGE_SHIFT;
+	size_t done = 0;
+	int fd;
+
+	*absent = false;
+	fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		errno = ENOTSUP;
+		return -1;
+	}
+	while (done < npages) {
+		size_t n = npages - done < CHUNK ? npages - done : CHUNK;
+		ssize_t got = pread(fd, entries, n * sizeof(entries[0]),
+				    (off_t)((vpn + done) * sizeof(entries[0])));
+
+		if (got != (ssize_t)(n * sizeof(entries[0]))) {
+			close(fd);
+			errno = ENOTSUP;
+			return -1;
+		}
+		for (size_t i = 0; i < n; i++) {
+			uint64_t pfn = entries[i] & ((1ull << 55) - 1);
+
+			if (!(entries[i] & (1ull << 63))) {
+				*absent = true;
+				close(fd);
+				return (long)(done + i);
+			}
+			if (pfn == 0) {
+				close(fd);
+				errno = EPERM;
+				return -1;
+			}
+			if (done + i == 0)
+				first = pfn;
+			else if (pfn != first + done + i) {
+				close(fd);
+				return (long)(done + i);
+			}
+		}
+		done += n;
+	}
+	close(fd);
+	return (long)npages;
+}
+
 uint64_t ucma_os_now_ns(void)
 {
 	struct timespec ts;

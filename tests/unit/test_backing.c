@@ -618,7 +618,49 @@ static void in_child(const char *what, void (*fn)(void))
 	tap_failed += counts[1];
 }
 
-#define HUGE2M_CHECKS (3 * CASE_CHECKS + 3)
+#define HUGE2M_CHECKS (3 * CASE_CHECKS + 5)
+
+/* Is every page of [p, p + len) physically where the first one says? */
+static bool phys_verified(const char *p, size_t len)
+{
+	uint64_t first, cur;
+
+	if (ucma_virt2phys(p, &first) != 0)
+		return false;
+	for (size_t off = UCMA_PAGE_SIZE; off < len; off += UCMA_PAGE_SIZE)
+		if (ucma_virt2phys(p + off, &cur) != 0 || cur != first + off)
+			return false;
+	return true;
+}
+
+/*
+ * UCMA_ALLOC_PHYS_CONTIG over hugetlb pages (root, so frames are known):
+ * one aligned 2 MiB page always is contiguous; 8 MiB is only when the
+ * kernel happened to hand out adjacent pages, and must then be verified,
+ * or fail with ENOMEM, quickly either way (each hugetlb page boundary is
+ * checked once, not every page offset of the area).
+ */
+static void check_phys_contig(void)
+{
+	uint64_t t0;
+	void *p;
+	int err;
+
+	p = ucma_alloc(2 * MiB, 2 * MiB, UCMA_ALLOC_PHYS_CONTIG);
+	ok(p && phys_verified(p, 2 * MiB),
+	   "PHYS_CONTIG: an aligned 2 MiB buffer on hugetlb is physically contiguous");
+	if (p)
+		ucma_release(p);
+	t0 = tu_now_ns();
+	p = ucma_alloc(8 * MiB, 0, UCMA_ALLOC_PHYS_CONTIG);
+	err = errno;
+	ok(((p && phys_verified(p, 8 * MiB)) || (!p && err == ENOMEM)) &&
+		   tu_now_ns() - t0 < 10ull * 1000 * 1000 * 1000,
+	   "PHYS_CONTIG: 8 MiB is verified contiguous or ENOMEM, in %.3f s (%s)",
+	   (double)(tu_now_ns() - t0) / 1e9, p ? "contiguous" : strerror(err));
+	if (p)
+		ucma_release(p);
+}
 
 static void case_hugetlb_2m(void)
 {
@@ -661,6 +703,7 @@ static void case_hugetlb_2m(void)
 	ok(((char *)ucma_pfn_to_addr(a, pfn))[0] == 7 && touch_zone(UCMA_ZONE_CMA, 512),
 	   "the parent's hugetlb CMA zone is intact after fork");
 	ucma_pages_free(a, pfn);
+	check_phys_contig();
 }
 
 #define HUGE1G_CHECKS (3 * CASE_CHECKS + 2)
