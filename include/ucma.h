@@ -85,8 +85,8 @@ struct ucma_config {
  *
  * The library also initialises itself on first use, from the environment.
  * Return: 0; -1 with errno EINVAL for a bad configuration, EBUSY when the
- * library is already initialised with another configuration, ENOMEM when
- * the arena cannot be reserved.
+ * library already runs and @cfg is not NULL, ENOMEM when the arena cannot
+ * be reserved.
  */
 int ucma_init(const struct ucma_config *cfg);
 
@@ -146,7 +146,7 @@ size_t ucma_alloc_size(const void *ptr);
 
 /**
  * ucma_virt2phys() - physical address of the byte at @ptr.
- * Return: 0, or -1 with errno EINVAL (not mapped), EPERM (frame numbers
+ * Return: 0, or -1 with errno EINVAL (no page present there yet), EPERM (frame numbers
  * hidden from this process), ENOTSUP (no pagemap).
  */
 int ucma_virt2phys(const void *ptr, uint64_t *phys);

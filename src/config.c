@@ -1302,7 +1302,12 @@ int ucma_config_from_env(struct ucma_config *cfg)
 
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->arena_size = o.arena_size;
-	cfg->cma_size = o.cma_size;
+	/*
+	 * A CMA size nobody chose follows the arena: left 0, so a caller who
+	 * changes arena_size afterwards gets the default for the new size
+	 * instead of a complaint about a value it never set.
+	 */
+	cfg->cma_size = o.nr_areas == 0 && o.cma_size == default_cma(o.arena_size) ? 0 : o.cma_size;
 	if (o.nr_areas) {
 		char areas[sizeof(env_areas)];
 

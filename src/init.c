@@ -133,6 +133,9 @@ static int init_locked(void)
 			return EINVAL;
 		}
 	}
+	/* UCMA_VERBOSE: every setting in effect, then (arena.c) the layout. */
+	if (ucma_opt.verbose)
+		ucma_options_print(2, &ucma_opt);
 	if (ucma_arena_create(&ucma_opt, &a) != 0) {
 		int err = errno;
 

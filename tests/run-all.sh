@@ -61,6 +61,12 @@ step() {
 }
 
 rm -rf "$out"; mkdir -p "$out"
+# The builds below are out of tree; Automake refuses them while the source
+# tree itself is configured (say, by an in-tree ./configure): clean it.
+if [ -f "$top/config.status" ]; then
+	echo "== the source tree is configured in place: make distclean there first"
+	(cd "$top" && make distclean >/dev/null 2>&1) || rm -f "$top/config.status"
+fi
 cd "$top" && step autoreconf autoreconf -fi || { echo "$pass passed, $fail failed, $skip skipped"; exit 1; }
 
 # build VARIANT CONFIGURE-ARGS...: configure, build and `make check` one variant.
