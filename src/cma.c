@@ -39,21 +39,49 @@
 #define CMA_MIGRATE_ROUNDS 6	/* rounds of migration before a run is abandoned */
 #define UCMA_PF_MLOCKED 0x04u	/* contiguous run head: mlocked by us */
 
+#define LONG_BITS (8u * (uint32_t)sizeof(long))
+
 static bool bit_test(const unsigned long *map, uint32_t i)
 {
-	return map[i / (8 * sizeof(long))] & (1ul << (i % (8 * sizeof(long))));
+	return map[i / LONG_BITS] & (1ul << (i % LONG_BITS));
 }
 
+static void bit_set(unsigned long *map, uint32_t i, bool on)
+{
+	unsigned long m = 1ul << (i % LONG_BITS);
+
+	if (on)
+		map[i / LONG_BITS] |= m;
+	else
+		map[i / LONG_BITS] &= ~m;
+}
+
+/* Set or clear @n bits from @start: whole words at a time in the middle. */
 static void bits_set(unsigned long *map, uint32_t start, uint32_t n, bool on)
 {
-	for (uint32_t i = start; i < start + n; i++) {
-		unsigned long m = 1ul << (i % (8 * sizeof(long)));
+	for (; n && start % LONG_BITS; start++, n--)
+		bit_set(map, start, on);
+	for (; n >= LONG_BITS; start += LONG_BITS, n -= LONG_BITS)
+		map[start / LONG_BITS] = on ? ~0ul : 0;
+	for (; n; start++, n--)
+		bit_set(map, start, on);
+}
 
-		if (on)
-			map[i / (8 * sizeof(long))] |= m;
-		else
-			map[i / (8 * sizeof(long))] &= ~m;
+/* The first bit in [@i, @end) that is @set, or @end: a word at a time. */
+static uint32_t next_bit(const unsigned long *map, uint32_t i, uint32_t end, bool set)
+{
+	while (i < end) {
+		unsigned long w = set ? map[i / LONG_BITS] : ~map[i / LONG_BITS];
+
+		w &= ~0ul << (i % LONG_BITS);
+		if (w) {
+			uint32_t r = (i / LONG_BITS) * LONG_BITS + (uint32_t)__builtin_ctzl(w);
+
+			return r < end ? r : end;
+		}
+		i = (i / LONG_BITS + 1) * LONG_BITS;
 	}
+	return end;
 }
 
 /*
@@ -63,6 +91,8 @@ static void bits_set(unsigned long *map, uint32_t start, uint32_t n, bool on)
  * @base_vpfn is the arena's base address in pages: pfns are relative to
  * it, and the arena is aligned only to its largest backing page, so an
  * alignment beyond that is a property of the address, not of the pfn.
+ * Set and clear stretches are crossed a word at a time, so a full area
+ * costs one pass over its words, not one test per page and candidate.
  */
 static uint32_t find_zero_area(const struct ucma_cma_area *area, uintptr_t base_vpfn,
 			       uint32_t from, uint32_t n, uint32_t align)
@@ -70,19 +100,19 @@ static uint32_t find_zero_area(const struct ucma_cma_area *area, uintptr_t base_
 	uint32_t off = from;
 
 	for (;;) {
-		uintptr_t abs = base_vpfn + area->base_pfn + off;
-		uint32_t i;
+		uintptr_t abs;
+		uint32_t busy;
 
+		off = next_bit(area->bitmap, off, area->npages, false);
+		abs = base_vpfn + area->base_pfn + off;
 		if (abs % align)
 			off += align - (uint32_t)(abs % align);
 		if (off > area->npages || area->npages - off < n)
 			return UINT32_MAX;
-		for (i = 0; i < n; i++)
-			if (bit_test(area->bitmap, off + i))
-				break;
-		if (i == n)
+		busy = next_bit(area->bitmap, off, off + n, true);
+		if (busy == off + n)
 			return off;
-		off += i + 1;
+		off = busy + 1;
 	}
 }
 

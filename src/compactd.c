@@ -75,8 +75,9 @@ static struct {
 	_Atomic int state;		/* enum kcd_state */
 	_Atomic uint32_t wake_seq;	/* futex: bumped to wake the thread */
 	_Atomic int demand;		/* a zone went below its low watermark */
-	_Atomic int park;		/* futex: 1 while the thread must stay parked */
-	_Atomic uint32_t park_seq;	/* bumped by each park request */
+	_Atomic int park;		/* 1 while the thread must stay parked */
+	_Atomic uint32_t park_seq;	/* futex: bumped by each park request,
+					 * unpark and stop */
 	_Atomic uint32_t parked_seq;	/* futex: the request the thread parked for */
 	_Atomic int stop;		/* with park: exit instead of parking */
 	pthread_t thread;
@@ -178,17 +179,41 @@ static void kcompactd_do_work(bool demand)
 	}
 }
 
-/* Park while a fork is under way.  Returns true if the thread must exit. */
+/*
+ * Park while a fork is under way.  Returns true if the thread must exit.
+ *
+ * The thread acknowledges the request it saw (parked_seq = park_seq) and
+ * sleeps on park_seq, which every request, every unpark and every stop
+ * changes.  Sleeping on the park flag instead lost wake-ups: between the
+ * acknowledgement and the sleep, the parent could unpark and the next
+ * fork park again, and the thread slept on a flag that was 1 again
+ * without acknowledging the new request, so that fork waited forever.
+ */
 static bool park_point(void)
 {
+	static const struct timespec recheck = { 0, 100 * 1000 * 1000 };
+
 	while (atomic_load(&kcd.park)) {
+		uint32_t seq;
+
 		if (atomic_load(&kcd.stop))
 			return true;
-		atomic_store(&kcd.parked_seq, atomic_load(&kcd.park_seq));
+		seq = atomic_load(&kcd.park_seq);
+		if (!atomic_load(&kcd.park))
+			break;	/* unparked between the two loads */
+		atomic_store(&kcd.parked_seq, seq);
 		futex_wake(&kcd.parked_seq);
-		futex_wait(&kcd.park, 1, NULL);
+		futex_wait(&kcd.park_seq, seq, &recheck);
 	}
 	return atomic_load(&kcd.stop) != 0;
+}
+
+/* Unpark: the flag first, then the word the thread sleeps on. */
+static void unpark(void)
+{
+	atomic_store(&kcd.park, 0);
+	atomic_fetch_add(&kcd.park_seq, 1);
+	futex_wake(&kcd.park_seq);
 }
 
 static void *kcompactd_main(void *arg)
@@ -232,6 +257,7 @@ static void kcd_prepare(void)
 
 		atomic_store(&kcd.park, 1);
 		kick();
+		futex_wake(&kcd.park_seq);	/* a thread still parked from before */
 		for (;;) {
 			uint32_t parked = atomic_load(&kcd.parked_seq);
 
@@ -258,10 +284,8 @@ static void unlock_zones(void)
 static void kcd_parent(void)
 {
 	unlock_zones();
-	if (atomic_load(&kcd.park)) {
-		atomic_store(&kcd.park, 0);
-		futex_wake(&kcd.park);
-	}
+	if (atomic_load(&kcd.park))
+		unpark();
 	pthread_mutex_unlock(&kcd.lock);
 }
 
@@ -363,7 +387,8 @@ void ucma_compactd_stop(void)
 		atomic_store(&kcd.stop, 1);
 		atomic_store(&kcd.park, 1);
 		kick();
-		futex_wake(&kcd.park);
+		atomic_fetch_add(&kcd.park_seq, 1);	/* wakes a parked thread */
+		futex_wake(&kcd.park_seq);
 		pthread_join(kcd.thread, NULL);
 		atomic_store(&kcd.stop, 0);
 		atomic_store(&kcd.park, 0);

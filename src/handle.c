@@ -30,6 +30,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <limits.h>
 #include <linux/futex.h>
 #include <string.h>
@@ -127,8 +128,22 @@ static uint32_t entry_alloc(void)
 	}
 	if (UCMA_UNLIKELY(!e))
 		ucma_fatal("internal error: handle entry %u has no chunk", index);
-	atomic_store_explicit(&e->state, UCMA_HS_MIGRATING, memory_order_relaxed);
 	pthread_mutex_unlock(&table_lock);
+	/*
+	 * Take the state word from 0, never store over it: a ucma_pin() of
+	 * the entry's previous, freed handle may hold a pin for a moment
+	 * before its generation check makes it let go.  A plain store would
+	 * lose that pin, and its later release would wrap the word around.
+	 */
+	for (;;) {
+		uint32_t idle = 0;
+
+		if (atomic_compare_exchange_weak_explicit(&e->state, &idle, UCMA_HS_MIGRATING,
+							  memory_order_acquire,
+							  memory_order_relaxed))
+			break;
+		sched_yield();
+	}
 	return index;
 }
 
@@ -477,15 +492,35 @@ int ucma_unpin(ucma_handle_t h)
 	return 0;
 }
 
+/*
+ * Sections the calling thread opened with ucma_read_lock(): an unlock
+ * without a lock must not reach liburcu, whose nesting counter would go
+ * negative (a crash, or every later grace period waiting forever).
+ */
+static __thread unsigned long user_read_depth;
+static atomic_bool unbalanced_reported;
+
 /** ucma_read_lock() - enter an RCU read-side section (nests). */
 void ucma_read_lock(void)
 {
 	urcu_bp_read_lock();
+	user_read_depth++;
 }
 
-/** ucma_read_unlock() - leave an RCU read-side section. */
+/**
+ * ucma_read_unlock() - leave an RCU read-side section.  An unlock without
+ * a matching ucma_read_lock() in this thread is ignored, with one message
+ * per process on stderr.
+ */
 void ucma_read_unlock(void)
 {
+	if (UCMA_UNLIKELY(user_read_depth == 0)) {
+		if (!atomic_exchange(&unbalanced_reported, true))
+			ucma_log("ucma_read_unlock() without ucma_read_lock() in this thread: "
+				 "ignored");
+		return;
+	}
+	user_read_depth--;
 	urcu_bp_read_unlock();
 }
 

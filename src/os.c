@@ -155,8 +155,9 @@ int ucma_os_pagemap(const void *addr, uint64_t *phys)
 	}
 	off = (off_t)((uintptr_t)addr / (uintptr_t)psize) * (off_t)sizeof(entry);
 	if (pread(fd, &entry, sizeof(entry), off) != (ssize_t)sizeof(entry)) {
+		/* No entry: an address outside the process's address space. */
 		close(fd);
-		errno = ENOTSUP;
+		errno = EINVAL;
 		return -1;
 	}
 	close(fd);

@@ -15,3 +15,11 @@ tests_stress_soak_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_stress_soak_LDADD = $(TEST_LDADD)
 tests_stress_fork_ops_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_stress_fork_ops_LDADD = $(TEST_LDADD)
+
+## races: legal calls racing each other (pin against the free and reuse of
+## a handle, fork against the compaction thread's park handshake, an
+## unlock without a lock).
+check_PROGRAMS += tests/stress/races
+TESTS += tests/stress/races
+tests_stress_races_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_stress_races_LDADD = $(TEST_LDADD)

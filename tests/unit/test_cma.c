@@ -343,6 +343,8 @@ static void test_bad_input(void)
 		else
 			ok(rc == -1 && errno == EPERM, "virt2phys without privilege: EPERM");
 		ok(ucma_virt2phys(NULL, &phys) == -1 && errno == EINVAL, "virt2phys(NULL): EINVAL");
+		ok(ucma_virt2phys((void *)-4096, &phys) == -1 && errno == EINVAL,
+		   "virt2phys of an address outside the process: EINVAL");
 		ucma_release(q);
 	}
 }
