@@ -133,6 +133,26 @@ bool ucma_os_thp_available(void)
 	return strstr(buf, "[never]") == NULL;
 }
 
+#define PAGEMAP_PRESENT (1ull << 63)
+#define PAGEMAP_PFN_MASK ((1ull << 55) - 1)
+
+/* Read @n pagemap entries from virtual page @vpn; false past the end of
+ * the address space (or on a short read). */
+static bool pagemap_read(int fd, uintptr_t vpn, uint64_t *entries, size_t n)
+{
+	return pread(fd, entries, n * sizeof(*entries), (off_t)(vpn * sizeof(*entries))) ==
+	       (ssize_t)(n * sizeof(*entries));
+}
+
+static int pagemap_open(void)
+{
+	int fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		errno = ENOTSUP;
+	return fd;
+}
+
 /*
  * ucma_os_pagemap() - physical address of the byte at @addr, read from
  * /proc/self/pagemap at the time of the call (the kernel may move ordinary
@@ -143,34 +163,25 @@ bool ucma_os_thp_available(void)
  */
 int ucma_os_pagemap(const void *addr, uint64_t *phys)
 {
-	long psize = sysconf(_SC_PAGESIZE);
 	uint64_t entry, pfn;
-	off_t off;
-	int fd;
+	int fd = pagemap_open();
+	bool got;
 
-	fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		errno = ENOTSUP;
+	if (fd < 0)
 		return -1;
-	}
-	off = (off_t)((uintptr_t)addr / (uintptr_t)psize) * (off_t)sizeof(entry);
-	if (pread(fd, &entry, sizeof(entry), off) != (ssize_t)sizeof(entry)) {
-		/* No entry: an address outside the process's address space. */
-		close(fd);
-		errno = EINVAL;
-		return -1;
-	}
+	got = pagemap_read(fd, (uintptr_t)addr >> UCMA_PAGE_SHIFT, &entry, 1);
 	close(fd);
-	if (!(entry & (1ull << 63))) {	/* not present */
+	/* No entry (outside the address space) or no page there yet. */
+	if (!got || !(entry & PAGEMAP_PRESENT)) {
 		errno = EINVAL;
 		return -1;
 	}
-	pfn = entry & ((1ull << 55) - 1);
+	pfn = entry & PAGEMAP_PFN_MASK;
 	if (pfn == 0) {
 		errno = EPERM;
 		return -1;
 	}
-	*phys = pfn * (uint64_t)psize + ((uintptr_t)addr % (uintptr_t)psize);
+	*phys = (pfn << UCMA_PAGE_SHIFT) + ((uintptr_t)addr & (UCMA_PAGE_SIZE - 1));
 	return 0;
 }
 
@@ -189,48 +200,44 @@ long ucma_os_phys_run(const void *addr, size_t npages, bool *absent)
 	uint64_t entries[CHUNK], first = 0;
 	uintptr_t vpn = (uintptr_t)addr >> UCMA_PAGE_SHIFT;
 	size_t done = 0;
-	int fd;
+	long ret = (long)npages;
+	int fd = pagemap_open();
 
 	*absent = false;
-	fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		errno = ENOTSUP;
+	if (fd < 0)
 		return -1;
-	}
-	while (done < npages) {
+	while (done < npages && ret == (long)npages) {
 		size_t n = npages - done < CHUNK ? npages - done : CHUNK;
-		ssize_t got = pread(fd, entries, n * sizeof(entries[0]),
-				    (off_t)((vpn + done) * sizeof(entries[0])));
 
-		if (got != (ssize_t)(n * sizeof(entries[0]))) {
-			close(fd);
+		if (!pagemap_read(fd, vpn + done, entries, n)) {
 			errno = ENOTSUP;
-			return -1;
+			ret = -1;
+			break;
 		}
 		for (size_t i = 0; i < n; i++) {
-			uint64_t pfn = entries[i] & ((1ull << 55) - 1);
+			uint64_t pfn = entries[i] & PAGEMAP_PFN_MASK;
 
-			if (!(entries[i] & (1ull << 63))) {
+			if (!(entries[i] & PAGEMAP_PRESENT)) {
 				*absent = true;
-				close(fd);
-				return (long)(done + i);
+				ret = (long)(done + i);
+				break;
 			}
 			if (pfn == 0) {
-				close(fd);
 				errno = EPERM;
-				return -1;
+				ret = -1;
+				break;
 			}
-			if (done + i == 0)
+			if (done + i == 0) {
 				first = pfn;
-			else if (pfn != first + done + i) {
-				close(fd);
-				return (long)(done + i);
+			} else if (pfn != first + done + i) {
+				ret = (long)(done + i);
+				break;
 			}
 		}
 		done += n;
 	}
 	close(fd);
-	return (long)npages;
+	return ret;
 }
 
 uint64_t ucma_os_now_ns(void)

@@ -470,28 +470,42 @@ fail_file:
  * often: one pass over the statistics and the pageblocks.  Returns at once
  * when another thread is refreshing.
  */
+/*
+ * Bring the segment up to date with the writer word held: drop it if it is
+ * a parent's or an old arena's, refresh it, or create it (once per process
+ * when creation fails, unless @retry).  Returns 0, or -1 with errno.
+ */
+static int update_locked(struct ucma_arena *a, pid_t me, bool retry)
+{
+	if (shm.hdr && (shm.pid != me || shm.arena != a))
+		drop(me);	/* forked child, or a new arena (test builds) */
+	if (shm.hdr) {
+		refresh(a);
+		return 0;
+	}
+	if (!retry && shm.failed_pid == me)
+		return -1;
+	if (create(a, me) != 0) {
+		shm.failed_pid = me;
+		return -1;
+	}
+	return 0;
+}
+
 void ucma_shm_update(void)
 {
 	struct ucma_arena *a = ucma_arena_peek();
 	pid_t me;
+	bool failed_before;
 
 	if (!a || atomic_load_explicit(&exiting, memory_order_relaxed))
 		return;
 	me = getpid();
 	if (!writer_trylock(me))
 		return;
-	if (shm.hdr && (shm.pid != me || shm.arena != a))
-		drop(me);	/* forked child, or a new arena (test builds) */
-	if (shm.hdr) {
-		refresh(a);
-	} else if (shm.failed_pid != me) {
-		if (create(a, me) != 0) {
-			shm.failed_pid = me;
-			if (ucma_opt.verbose)
-				ucma_log("no live statistics for ucmastat: %s: %s", shm.path,
-					 strerror(errno));
-		}
-	}
+	failed_before = shm.failed_pid == me;
+	if (update_locked(a, me, false) != 0 && !failed_before && ucma_opt.verbose)
+		ucma_log("no live statistics for ucmastat: %s: %s", shm.path, strerror(errno));
 	writer_unlock();
 }
 
@@ -536,25 +550,17 @@ void ucma_shm_tick(bool sampled)
 int ucma_shm_sync(void)
 {
 	struct ucma_arena *a = ucma_arena_peek();
-	pid_t me = getpid();
-	int rc = 0;
+	int rc;
 
 	if (!a) {
 		errno = EINVAL;
 		return -1;
 	}
-	if (!writer_lock_wait(me)) {
+	if (!writer_lock_wait(getpid())) {
 		errno = EAGAIN;
 		return -1;
 	}
-	if (shm.hdr && (shm.pid != me || shm.arena != a))
-		drop(me);
-	if (shm.hdr)
-		refresh(a);
-	else
-		rc = create(a, me);
-	if (rc != 0)
-		rc = -1;	/* create() set errno */
+	rc = update_locked(a, getpid(), true);
 	writer_unlock();
 	return rc;
 }

@@ -22,6 +22,20 @@ deps="build-essential autoconf automake libtool pkg-config libnuma-dev liburcu-d
 liburing-dev libjemalloc-dev libjemalloc2 libmimalloc-dev libgoogle-perftools-dev \
 clang libclang-rt-14-dev groff-base man-db python3 git gcc g++ numactl"
 
+pass=0 fail=0 skip=0
+failed_runs=""
+summary_done=""
+
+# summary: the closing line, printed exactly once on every way out (a
+# failed installation, an interrupted run, or the normal end).
+summary() {
+	[ -n "$summary_done" ] && return
+	summary_done=1
+	echo "$pass passed, $fail failed, $skip skipped"
+}
+trap summary EXIT
+trap 'fail=$((fail + 1)); exit 130' INT TERM
+
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
 	missing=""
 	for p in $deps; do
@@ -31,12 +45,9 @@ if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
 		echo "== installing:$missing"
 		export DEBIAN_FRONTEND=noninteractive
 		apt-get update -qq >/dev/null && apt-get install -y -qq $missing >/dev/null ||
-			{ echo "apt-get install failed"; exit 1; }
+			{ echo "apt-get install failed"; fail=1; exit 1; }
 	fi
 fi
-
-pass=0 fail=0 skip=0
-failed_runs=""
 
 # count_trs DIR: add the results of every .trs file under DIR.
 count_trs() {
@@ -67,7 +78,7 @@ if [ -f "$top/config.status" ]; then
 	echo "== the source tree is configured in place: make distclean there first"
 	(cd "$top" && make distclean >/dev/null 2>&1) || rm -f "$top/config.status"
 fi
-cd "$top" && step autoreconf autoreconf -fi || { echo "$pass passed, $fail failed, $skip skipped"; exit 1; }
+cd "$top" && step autoreconf autoreconf -fi || exit 1
 
 # build VARIANT CONFIGURE-ARGS...: configure, build and `make check` one variant.
 build() {
@@ -117,5 +128,5 @@ echo "== summary"
 [ -n "$failed_runs" ] && echo "failed steps:$failed_runs"
 find "$out" -name '*.trs' -exec grep -lE '^:test-result: (FAIL|ERROR|XPASS)' {} + 2>/dev/null |
 	sed 's/\.trs$/.log/; s/^/failed: /'
-echo "$pass passed, $fail failed, $skip skipped"
+summary
 [ "$fail" -eq 0 ]
