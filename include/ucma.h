@@ -169,6 +169,10 @@ int ucma_unpin(ucma_handle_t h);
 void ucma_read_lock(void);
 void ucma_read_unlock(void);
 const void *ucma_deref(ucma_handle_t h);
+/* Address and size as one consistent pair, inside a read-side section:
+ * ucma_hsize() and ucma_deref() called one after the other may straddle
+ * an ucma_hrealloc() of another thread.  @size may be NULL. */
+const void *ucma_deref_size(ucma_handle_t h, size_t *size);
 
 /* ---------------------------------------------------------------------------
  * Compaction

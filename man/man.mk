@@ -19,6 +19,7 @@ dist_man_MANS += \
 	man/ucma_read_lock.3 \
 	man/ucma_read_unlock.3 \
 	man/ucma_deref.3 \
+	man/ucma_deref_size.3 \
 	man/ucma_compact.3 \
 	man/ucma_compact_order.3 \
 	man/ucma_malloc.3 \

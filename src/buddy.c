@@ -3,7 +3,9 @@
  * and migratetype, splitting and merging.
  *
  * Mechanism only; zone.c decides which list to take from (zone rules,
- * fallback, stealing).  Every function here is called with z->lock held.
+ * fallback, stealing).  Every function here is called with z->lock held;
+ * stores to page fields that others read without it are atomic
+ * (UCMA_PG_SET, see struct ucma_page).
  *
  * Invariants (checked by ucma_zone_check()):
  *  - a free block of order o is 2^o pages aligned to 2^o pages, never
@@ -46,15 +48,15 @@ static void free_list_add(struct ucma_zone *z, uint32_t pfn, unsigned order, int
 	struct ucma_page *p = pg(z, pfn);
 	uint32_t first = fa->head[mt];
 
-	p->kind = UCMA_PK_FREE;
+	UCMA_PG_SET(p, kind, UCMA_PK_FREE);
 	p->order = (uint8_t)order;
-	p->owner_type = UCMA_OWN_NONE;
+	UCMA_PG_SET(p, owner_type, UCMA_OWN_NONE);
 	p->flags = flags;
-	p->aux = epoch;
-	p->link.prev = UCMA_PFN_NONE;
-	p->link.next = first;
+	UCMA_PG_SET(p, aux, epoch);
+	UCMA_PG_SET(p, link.prev, UCMA_PFN_NONE);
+	UCMA_PG_SET(p, link.next, first);
 	if (first != UCMA_PFN_NONE)
-		pg(z, first)->link.prev = pfn;
+		UCMA_PG_SET(pg(z, first), link.prev, pfn);
 	fa->head[mt] = pfn;
 	fa->nr_free[mt]++;
 	z->free_pages += 1u << order;
@@ -70,12 +72,12 @@ static void free_list_del(struct ucma_zone *z, uint32_t pfn, unsigned order, int
 	struct ucma_page *p = pg(z, pfn);
 
 	if (p->link.prev != UCMA_PFN_NONE)
-		pg(z, p->link.prev)->link.next = p->link.next;
+		UCMA_PG_SET(pg(z, p->link.prev), link.next, p->link.next);
 	else
 		fa->head[mt] = p->link.next;
 	if (p->link.next != UCMA_PFN_NONE)
-		pg(z, p->link.next)->link.prev = p->link.prev;
-	p->kind = UCMA_PK_UNUSED;
+		UCMA_PG_SET(pg(z, p->link.next), link.prev, p->link.prev);
+	UCMA_PG_SET(p, kind, UCMA_PK_UNUSED);
 	fa->nr_free[mt]--;
 	z->free_pages -= 1u << order;
 	if (mt == UCMA_MT_ISOLATE)

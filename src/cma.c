@@ -25,6 +25,8 @@
  */
 #include "internal.h"
 
+#include "rcu.h"
+
 #include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -151,7 +153,7 @@ static int empty_range(struct ucma_arena *a, uint32_t start, uint32_t end, bool 
 
 		if (ucma_range_free(a, start, end))
 			return 0;
-		if (ucma_in_read_section()) {
+		if (!ucma_rcu_can_wait()) {
 			errno = EDEADLK;
 			return -1;
 		}
@@ -250,7 +252,7 @@ static void *alloc_area(struct ucma_arena *a, struct ucma_cma_area *area, size_t
 	npages = (uint32_t)((size + UCMA_PAGE_SIZE - 1) >> UCMA_PAGE_SHIFT);
 	/* Objects freed recently still wait for readers: let their space
 	 * count (cheap when nothing waits). */
-	if (!ucma_in_read_section())
+	if (ucma_rcu_can_wait())
 		ucma_defer_drain();
 	align_pages = align > UCMA_PAGE_SIZE ? (uint32_t)(align >> UCMA_PAGE_SHIFT) : 1;
 	/* Direct compaction (compact.c), should every candidate fail. */
@@ -470,9 +472,10 @@ static struct ucma_cma_area *contig_owner(struct ucma_arena *a, const void *ptr,
 		return NULL;
 	*pfn = ucma_addr_to_pfn(a, ptr);
 	p = &a->pages[*pfn];
-	if (p->kind != UCMA_PK_RUN || p->owner_type != UCMA_OWN_CONTIG)
+	if (UCMA_PG_GET(p, kind) != UCMA_PK_RUN ||
+	    __atomic_load_n(&p->owner_type, __ATOMIC_ACQUIRE) != UCMA_OWN_CONTIG)
 		return NULL;
-	return (struct ucma_cma_area *)(uintptr_t)p->owner;
+	return (struct ucma_cma_area *)(uintptr_t)UCMA_PG_GET(p, owner);
 }
 
 /**
@@ -503,7 +506,7 @@ int ucma_release(void *ptr)
 		return -1;
 	}
 	npages = a->pages[pfn].aux;
-	a->pages[pfn].owner_type = UCMA_OWN_NONE;
+	UCMA_PG_SET(&a->pages[pfn], owner_type, UCMA_OWN_NONE);
 	pthread_mutex_unlock(&z->lock);
 
 	if (a->pages[pfn].flags & UCMA_PF_MLOCKED) {
@@ -531,7 +534,7 @@ size_t ucma_alloc_size(const void *ptr)
 		errno = EINVAL;
 		return 0;
 	}
-	return (size_t)a->pages[pfn].aux << UCMA_PAGE_SHIFT;
+	return (size_t)UCMA_PG_GET(&a->pages[pfn], aux) << UCMA_PAGE_SHIFT;
 }
 
 /**

@@ -95,14 +95,17 @@
  * Locking: zone->compact_lock serialises runs over a zone and protects the
  * compaction fields of struct ucma_zone and the skip hints of the zone's
  * pageblocks.  It is taken before anything a run needs (slab class locks,
- * the zone lock, drains) and never while holding one of them; compactd.c's
- * fork handler, the first to run, takes it.  The zone lock is held only to
+ * the zone lock, drains) and never while holding one of them; the first
+ * of fork.c's stages takes it.  The zone lock is held only to
  * snapshot one pageblock or to read counters.  Nothing here runs inside a
  * read-side section: a run waits for grace periods.
  *
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+
+#include "handle.h"
+#include "rcu.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -468,12 +471,14 @@ static bool run_pinned(struct ucma_compact_control *cc, const struct compact_run
 		return slot_pinned((uint32_t)r->owner, NULL, NULL);
 	/* A slab's descriptor is alive only inside a read-side section: look
 	 * it up again there, as ucma_migrate_run() does. */
-	ucma_read_lock();
-	if (p->kind == UCMA_PK_RUN &&
+	ucma_rcu_read_lock();
+	if (__atomic_load_n(&p->kind, __ATOMIC_RELAXED) == UCMA_PK_RUN &&
 	    __atomic_load_n(&p->owner_type, __ATOMIC_ACQUIRE) == UCMA_OWN_MSLAB)
-		pinned = ucma_mslab_for_each((struct ucma_mslab *)(uintptr_t)p->owner, slot_pinned,
-					     NULL) != 0;
-	ucma_read_unlock();
+		pinned = ucma_mslab_for_each(
+				 (struct ucma_mslab *)(uintptr_t)__atomic_load_n(&p->owner,
+										 __ATOMIC_RELAXED),
+				 slot_pinned, NULL) != 0;
+	ucma_rcu_read_unlock();
 	return pinned;
 }
 
@@ -685,7 +690,7 @@ int ucma_compact_zone(struct ucma_zone *z, int order, int prio, const _Atomic in
 	struct ucma_compact_control *cc;
 	int ret;
 
-	if (z->managed_pages == 0 || ucma_in_read_section())
+	if (z->managed_pages == 0 || !ucma_rcu_can_wait())
 		return UCMA_COMPACT_SKIPPED;
 	cc = ucma_meta_alloc(sizeof(*cc));
 	if (!cc)
@@ -741,10 +746,9 @@ bool ucma_compact_direct_next(struct ucma_compact_direct *dc)
 	bool first, any = false;
 	unsigned emptied;
 
-	if (!a || !ucma_opt.compact_direct || ucma_in_read_section() ||
+	if (!a || !ucma_opt.compact_direct || !ucma_rcu_can_wait() ||
 	    dc->prio >= UCMA_COMPACT_SYNC_FULL)
 		return false;
-	ucma_compactd_register_fork();
 	if (dc->prio < 0) {
 		for (int i = 0; i < UCMA_ZONE_NR; i++) {
 			struct ucma_zone *z = &a->zones[i];
@@ -878,8 +882,8 @@ static struct ucma_arena *compact_entry(int prio, bool order_ok)
 		errno = EINVAL;
 		return NULL;
 	}
-	if (ucma_in_read_section()) {
-		errno = EDEADLK;
+	if (!ucma_rcu_can_wait()) {
+		errno = EDEADLK;	/* the grace periods could never end */
 		return NULL;
 	}
 	return ucma_arena_get();
@@ -892,7 +896,6 @@ int ucma_compact(int prio)
 
 	if (!a)
 		return -1;
-	ucma_compactd_register_fork();
 	ucma_mslab_consolidate(prio);
 	for (int k = 0; k < UCMA_ZONE_NR; k++)
 		ucma_compact_zone(&a->zones[zonelist[k]], -1, prio, NULL);
@@ -920,7 +923,6 @@ int ucma_compact_order(unsigned order, int prio)
 	for (int i = 0; i < UCMA_ZONE_NR; i++)
 		if (a->zones[i].managed_pages && ucma_zone_has_free_block(&a->zones[i], order))
 			return 0;
-	ucma_compactd_register_fork();
 	ucma_mslab_consolidate(prio);
 	for (int k = 0; k < UCMA_ZONE_NR; k++) {
 		struct ucma_zone *z = &a->zones[zonelist[k]];

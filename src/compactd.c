@@ -36,22 +36,26 @@
  * created through ucma_os.thread_create with every signal blocked; if that
  * fails, one message says so and compaction happens on demand only.
  *
- * Fork.  The handler registered at order 10 runs first: it asks the
+ * Fork.  This is the first of fork.c's stages: it asks the
  * thread to park and waits until it has (the thread parks only at the top
  * of its loop, where it holds no lock; a compaction run in progress stops
  * at its next pageblock), then takes every zone's compact_lock so no other
  * thread is inside a compaction either.  The parent unparks the thread.
  * The child has no thread: it marks it not running, and the next movable
- * or contiguous allocation starts a new one.
+ * or contiguous allocation starts a new one.  A fork made inside a
+ * read-side section skips this stage (the thread may be waiting for that
+ * section's grace period); its child never starts the thread.
  *
- * Locking: kcd.lock serialises start, stop and the fork handlers; the
- * thread never takes it.  The thread's wake-up word and the park handshake
- * are futexes, so ucma_compactd_wakeup() takes no lock and may be called
- * from any allocation path.  The thread's own back-off state is its own.
+ * Locking: kcd.lock serialises start (a try-lock), stop and the fork
+ * handlers; the thread never takes it.  The thread's wake-up word and the
+ * park handshake are futexes, so ucma_compactd_wakeup() takes no lock and
+ * may be called from any allocation path.  The thread's own back-off state is its own.
  *
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+
+#include "fork.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -87,8 +91,6 @@ static struct {
 	unsigned defer_shift[UCMA_ZONE_NR];
 	unsigned cycle_score[UCMA_ZONE_NR];	/* score when the current cycle began; 0: none */
 } kcd = { .lock = PTHREAD_MUTEX_INITIALIZER };
-
-static pthread_once_t fork_once = PTHREAD_ONCE_INIT;
 
 static void futex_wait(void *word, uint32_t val, const struct timespec *ts)
 {
@@ -247,10 +249,11 @@ static void *kcompactd_main(void *arg)
 /* Fork handlers                                                             */
 /* ------------------------------------------------------------------------ */
 
-static void kcd_prepare(void)
-{
-	struct ucma_arena *a;
+/* The arena whose compact_locks this fork's prepare took. */
+static struct ucma_arena *fork_arena;
 
+void ucma_compactd_fork_prepare(void)
+{
 	pthread_mutex_lock(&kcd.lock);
 	if (atomic_load(&kcd.state) == KCD_RUNNING) {
 		uint32_t seq = atomic_fetch_add(&kcd.park_seq, 1) + 1;
@@ -266,22 +269,20 @@ static void kcd_prepare(void)
 			futex_wait(&kcd.parked_seq, parked, NULL);
 		}
 	}
-	a = ucma_arena_peek();
-	if (a)
+	fork_arena = ucma_arena_peek();
+	if (fork_arena)
 		for (int i = 0; i < UCMA_ZONE_NR; i++)
-			pthread_mutex_lock(&a->zones[i].compact_lock);
+			pthread_mutex_lock(&fork_arena->zones[i].compact_lock);
 }
 
 static void unlock_zones(void)
 {
-	struct ucma_arena *a = ucma_arena_peek();
-
-	if (a)
+	if (fork_arena)
 		for (int i = UCMA_ZONE_NR - 1; i >= 0; i--)
-			pthread_mutex_unlock(&a->zones[i].compact_lock);
+			pthread_mutex_unlock(&fork_arena->zones[i].compact_lock);
 }
 
-static void kcd_parent(void)
+void ucma_compactd_fork_parent(void)
 {
 	unlock_zones();
 	if (atomic_load(&kcd.park))
@@ -289,12 +290,10 @@ static void kcd_parent(void)
 	pthread_mutex_unlock(&kcd.lock);
 }
 
-static void kcd_child(void)
+/* The thread does not exist in a child: forget its state. */
+static void forget_thread(int state)
 {
-	unlock_zones();
-	/* The thread does not exist here: start a new one lazily. */
-	if (atomic_load(&kcd.state) == KCD_RUNNING)
-		atomic_store(&kcd.state, KCD_IDLE);
+	atomic_store(&kcd.state, state);
 	atomic_store(&kcd.park, 0);
 	atomic_store(&kcd.stop, 0);
 	atomic_store(&kcd.demand, 0);
@@ -303,17 +302,33 @@ static void kcd_child(void)
 	memset(kcd.defer, 0, sizeof(kcd.defer));
 	memset(kcd.defer_shift, 0, sizeof(kcd.defer_shift));
 	memset(kcd.cycle_score, 0, sizeof(kcd.cycle_score));
+}
+
+void ucma_compactd_fork_child(void)
+{
+	unlock_zones();
+	/* Started again lazily, by the next movable or contiguous allocation. */
+	forget_thread(atomic_load(&kcd.state) == KCD_RUNNING ? KCD_IDLE : atomic_load(&kcd.state));
 	pthread_mutex_unlock(&kcd.lock);
 }
 
-static void register_fork(void)
+/*
+ * The child of a fork made inside a read-side section: the thread was not
+ * parked and the locks were not taken, so any of them may be held by a
+ * thread that does not exist here, and a compaction may have stopped
+ * half-way.  This child cannot wait for grace periods, so it cannot
+ * compact anyway (rcu.h): the locks are made anew and the thread never
+ * starts.
+ */
+void ucma_compactd_fork_child_unprepared(void)
 {
-	ucma_atfork_register(10, kcd_prepare, kcd_parent, kcd_child);
-}
+	struct ucma_arena *a = ucma_arena_peek();
 
-void ucma_compactd_register_fork(void)
-{
-	pthread_once(&fork_once, register_fork);
+	pthread_mutex_init(&kcd.lock, NULL);
+	if (a)
+		for (int i = 0; i < UCMA_ZONE_NR; i++)
+			pthread_mutex_init(&a->zones[i].compact_lock, NULL);
+	forget_thread(KCD_FAILED);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -327,8 +342,14 @@ static void start_slow(void)
 
 	if (!ucma_arena_peek())
 		return;
-	ucma_compactd_register_fork();
-	pthread_mutex_lock(&kcd.lock);
+	/*
+	 * A try-lock: this runs inside allocations, possibly inside a
+	 * read-side section, and a fork's prepare stage holds the lock while
+	 * it waits for this thread's grace periods (fork.c).  The next
+	 * allocation tries again.
+	 */
+	if (pthread_mutex_trylock(&kcd.lock) != 0)
+		return;
 	if (atomic_load(&kcd.state) != KCD_IDLE || !ucma_opt.compact)
 		goto out;
 	atomic_store(&kcd.park, 0);

@@ -17,13 +17,21 @@
  * MIGRATING.  So a pinned object is never moved or freed, and a pin never
  * sees an object half-moved.
  *
- * Readers without a pin use RCU (liburcu's bulletproof flavour: a library
- * cannot ask its callers to register threads).  ucma_deref() checks the
- * generation before and after loading the address, so a handle freed and
- * reused concurrently yields EINVAL rather than another object.
+ * Readers without a pin use RCU (rcu.c).  ucma_deref() and
+ * ucma_deref_size() read generation, address and size as one snapshot
+ * (struct ucma_hentry's sequence count), so a handle freed, reused or
+ * resized concurrently yields EINVAL or a consistent old or new object,
+ * never the new size with the old address.
+ *
+ * An entry is published only once its storage exists: ucma_halloc()
+ * allocates (and drains and compacts if it must) while the entry is still
+ * free, and holds it exclusively only for the few stores that publish it.
+ * No exclusive hold spans a wait, so ucma_pin() inside a read-side
+ * section, which sleeps while an entry is held, cannot wait for a grace
+ * period.
  *
  * Locking: table_lock protects the free list and the high-water mark;
- * entries are otherwise changed only with atomics.
+ * entries are otherwise changed only with atomics (handle.h).
  *
  * SPDX-License-Identifier: MIT
  */
@@ -37,7 +45,10 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-#include <urcu-bp.h>
+
+#include "fork.h"
+#include "handle.h"
+#include "rcu.h"
 
 #define CHUNK_SHIFT 16
 #define CHUNK_ENTRIES (1u << CHUNK_SHIFT)
@@ -49,27 +60,109 @@ static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint32_t next_index = 1;		/* high-water mark */
 static uint32_t free_head;		/* 0 = empty */
 static _Atomic uint64_t live_handles, live_bytes;
-static pthread_once_t handle_once = PTHREAD_ONCE_INIT;
 
-static void table_prepare(void)
+/* ------------------------------------------------------------------------ */
+/* Exclusive holds, and fork                                                 */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A fork waits for every exclusive hold to end (fork.c): a child must not
+ * inherit an entry held by a thread it does not have, or its pins and
+ * frees of that handle would wait forever.  ucma_entry_grab() swaps the
+ * state first and then looks at fork_pending; the fork handler sets
+ * fork_pending first and then looks at every entry's state.  Both are
+ * sequentially consistent, so either the grab sees the fork coming (and
+ * backs off until it is over) or the fork sees the hold (and waits for
+ * it): the grab pays one load of a word that changes only at fork.
+ */
+static _Atomic uint32_t fork_pending;	/* futex word: 1 while a fork prepares */
+
+#define FORK_HOLD_WAIT_NS (2ull * 1000 * 1000 * 1000)
+
+static void futex_wait(_Atomic uint32_t *word, uint32_t val)
 {
+	struct timespec ts = { 0, 10 * 1000 * 1000 };
+
+	syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, val, &ts, NULL, 0);
+}
+
+static void futex_wake_all(_Atomic uint32_t *word)
+{
+	syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+bool ucma_entry_grab(struct ucma_hentry *e)
+{
+	for (;;) {
+		uint32_t idle = 0;
+
+		if (!atomic_compare_exchange_strong(&e->state, &idle, UCMA_HS_MIGRATING))
+			return false;
+		if (UCMA_LIKELY(!atomic_load(&fork_pending)))
+			return true;
+		/* A fork is waiting for holds to end: let it go first. */
+		ucma_entry_release(e);
+		while (atomic_load(&fork_pending))
+			futex_wait(&fork_pending, 1);
+	}
+}
+
+void ucma_entry_release(struct ucma_hentry *e)
+{
+	uint32_t old = atomic_exchange_explicit(&e->state, 0, memory_order_release);
+
+	if (old & UCMA_HS_WAITERS)
+		syscall(SYS_futex, &e->state, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+
+/* Wait until no entry is held.  Bounded, so a hold that can never end (a
+ * fork from a signal handler that interrupted one) costs a message, not a
+ * hang. */
+static void wait_for_holds(void)
+{
+	uint64_t deadline = ucma_os_now_ns() + FORK_HOLD_WAIT_NS;
+	uint32_t end = __atomic_load_n(&next_index, __ATOMIC_ACQUIRE);
+
+	for (uint32_t i = 1; i < end; i++) {
+		struct ucma_hentry *e = ucma_handle_entry(i);
+
+		if (!e) {
+			i |= CHUNK_ENTRIES - 1;	/* no chunk: skip it */
+			continue;
+		}
+		while (atomic_load(&e->state) & UCMA_HS_MIGRATING) {
+			if (ucma_os_now_ns() > deadline) {
+				ucma_log("fork: handle entry %u stays held; the child cannot use it", i);
+				return;
+			}
+			sched_yield();
+		}
+	}
+}
+
+void ucma_handle_fork_prepare(void)
+{
+	atomic_store(&fork_pending, 1);
+	wait_for_holds();
 	pthread_mutex_lock(&table_lock);
 }
 
-static void table_release(void)
+void ucma_handle_fork_parent(void)
 {
 	pthread_mutex_unlock(&table_lock);
+	atomic_store(&fork_pending, 0);
+	futex_wake_all(&fork_pending);
 }
 
-static void handle_init(void)
+void ucma_handle_fork_child(void)
 {
-	ucma_atfork_register(30, table_prepare, table_release, table_release);
-	ucma_migrate_init_once();
-	/* liburcu-bp's own fork hooks, after our locks that nest outside its
-	 * grace-period lock (drains hold drain_lock around synchronize). */
-	ucma_atfork_register(33, urcu_bp_before_fork, urcu_bp_after_fork_parent,
-			     urcu_bp_after_fork_child);
+	pthread_mutex_unlock(&table_lock);
+	atomic_store(&fork_pending, 0);
 }
+
+/* ------------------------------------------------------------------------ */
+/* Entries                                                                   */
+/* ------------------------------------------------------------------------ */
 
 struct ucma_hentry *ucma_handle_entry(uint32_t index)
 {
@@ -81,9 +174,45 @@ struct ucma_hentry *ucma_handle_entry(uint32_t index)
 	return chunk ? &chunk[index & (CHUNK_ENTRIES - 1)] : NULL;
 }
 
-bool ucma_in_read_section(void)
+/* One write section of the entry's sequence count (see handle.h). */
+static void entry_write(struct ucma_hentry *e, uint32_t gen, void *addr, size_t size)
 {
-	return urcu_bp_read_ongoing();
+	uint32_t seq = atomic_load_explicit(&e->seq, memory_order_relaxed);
+
+	atomic_store_explicit(&e->seq, seq + 1, memory_order_relaxed);
+	atomic_store_explicit(&e->gen, gen, memory_order_release);
+	__atomic_store_n(&e->addr, addr, __ATOMIC_RELEASE);
+	__atomic_store_n(&e->size, size, __ATOMIC_RELEASE);
+	atomic_store_explicit(&e->seq, seq + 2, memory_order_release);
+}
+
+void ucma_entry_set(struct ucma_hentry *e, void *addr, size_t size)
+{
+	entry_write(e, atomic_load_explicit(&e->gen, memory_order_relaxed), addr, size);
+}
+
+/*
+ * Acquire loads throughout: the second load of the count cannot be
+ * answered before the loads of the fields, on any architecture, and the
+ * object behind a new address is visible with it.  A writer's section is
+ * a few stores; a reader that finds one open yields after a few tries, in
+ * case the writer was preempted inside it.
+ */
+void ucma_entry_read(struct ucma_hentry *e, struct ucma_entry_view *v)
+{
+	for (unsigned tries = 0;; tries++) {
+		uint32_t seq = atomic_load_explicit(&e->seq, memory_order_acquire);
+
+		if (!(seq & 1)) {
+			v->gen = atomic_load_explicit(&e->gen, memory_order_acquire);
+			v->addr = __atomic_load_n(&e->addr, __ATOMIC_ACQUIRE);
+			v->size = __atomic_load_n(&e->size, __ATOMIC_ACQUIRE);
+			if (atomic_load_explicit(&e->seq, memory_order_acquire) == seq)
+				return;
+		}
+		if (tries > 16)
+			sched_yield();
+	}
 }
 
 void ucma_handle_counters(uint64_t *live, uint64_t *bytes)
@@ -92,17 +221,19 @@ void ucma_handle_counters(uint64_t *live, uint64_t *bytes)
 	*bytes = atomic_load_explicit(&live_bytes, memory_order_relaxed);
 }
 
-/* A free entry, with state MIGRATING so nobody touches it until ready. */
+/*
+ * A free entry for a new object.  It stays free (even generation, state
+ * untouched) until ucma_halloc() publishes it, so nothing waits on it
+ * while its storage is found.
+ */
 static uint32_t entry_alloc(void)
 {
-	struct ucma_hentry *e;
 	uint32_t index;
 
 	pthread_mutex_lock(&table_lock);
 	if (free_head) {
 		index = free_head;
-		e = ucma_handle_entry(index);
-		free_head = e->next_free;
+		free_head = ucma_handle_entry(index)->next_free;
 	} else {
 		index = next_index;
 		if ((index >> CHUNK_SHIFT) >= DIR_ENTRIES) {
@@ -123,27 +254,11 @@ static uint32_t entry_alloc(void)
 			}
 			__atomic_store_n(&dir[index >> CHUNK_SHIFT], chunk, __ATOMIC_RELEASE);
 		}
-		next_index++;
-		e = ucma_handle_entry(index);
+		__atomic_store_n(&next_index, index + 1, __ATOMIC_RELEASE);
 	}
-	if (UCMA_UNLIKELY(!e))
+	if (UCMA_UNLIKELY(!ucma_handle_entry(index)))
 		ucma_fatal("internal error: handle entry %u has no chunk", index);
 	pthread_mutex_unlock(&table_lock);
-	/*
-	 * Take the state word from 0, never store over it: a ucma_pin() of
-	 * the entry's previous, freed handle may hold a pin for a moment
-	 * before its generation check makes it let go.  A plain store would
-	 * lose that pin, and its later release would wrap the word around.
-	 */
-	for (;;) {
-		uint32_t idle = 0;
-
-		if (atomic_compare_exchange_weak_explicit(&e->state, &idle, UCMA_HS_MIGRATING,
-							  memory_order_acquire,
-							  memory_order_relaxed))
-			break;
-		sched_yield();
-	}
 	return index;
 }
 
@@ -184,21 +299,15 @@ static struct ucma_hentry *lookup(ucma_handle_t h, uint32_t *index)
  * Being moved: wait until the mover is done (it never takes long). */
 static int grab_exclusive(struct ucma_hentry *e, uint32_t gen)
 {
-	for (;;) {
-		uint32_t s = 0;
-
-		if (atomic_compare_exchange_strong_explicit(&e->state, &s, UCMA_HS_MIGRATING,
-							    memory_order_acquire,
-							    memory_order_relaxed))
-			break;
-		if (s & UCMA_HS_PINS) {
+	while (!ucma_entry_grab(e)) {
+		if (atomic_load_explicit(&e->state, memory_order_relaxed) & UCMA_HS_PINS) {
 			errno = EBUSY;
 			return -1;
 		}
 		sched_yield();
 	}
 	if (atomic_load_explicit(&e->gen, memory_order_acquire) != gen) {
-		ucma_handle_state_release(e);
+		ucma_entry_release(e);
 		errno = EINVAL;
 		return -1;
 	}
@@ -230,18 +339,22 @@ ucma_handle_t ucma_halloc(size_t size, unsigned flags)
 		errno = ENOMEM;
 		return 0;
 	}
-	pthread_once(&handle_once, handle_init);
 	index = entry_alloc();
 	if (!index)
 		return 0;
 	e = ucma_handle_entry(index);
+	/*
+	 * The entry is still free: these waits (a drain, direct compaction)
+	 * hold nothing that a pin of the entry's previous handle could wait
+	 * for.  Compaction finds the new storage by the index and leaves it
+	 * alone, as it leaves every object of a free entry.
+	 */
 	p = ucma_movable_storage_alloc(size, index, NULL);
-	if (!p && !ucma_in_read_section() && ucma_defer_drain() == 0)
+	if (!p && ucma_rcu_can_wait() && ucma_defer_drain() == 0)
 		p = ucma_movable_storage_alloc(size, index, NULL);
 	if (!p)	/* direct compaction (compact.c): compact, retry after each priority */
 		p = ucma_compact_direct_movable(size, index);
 	if (!p) {
-		ucma_handle_state_release(e);
 		entry_free(index);
 		ucma_count(UCMA_STAT_HALLOC_FAIL, 1);
 		errno = ENOMEM;
@@ -249,11 +362,13 @@ ucma_handle_t ucma_halloc(size_t size, unsigned flags)
 	}
 	if (flags & UCMA_H_ZERO)
 		memset(p, 0, size);
-	e->size = size;
-	rcu_assign_pointer(e->addr, p);
+	/* Publish.  A pin of the previous handle may hold the state for a
+	 * moment before its generation check lets go: wait it out. */
+	while (!ucma_entry_grab(e))
+		sched_yield();
 	gen = atomic_load_explicit(&e->gen, memory_order_relaxed) + 1;
-	atomic_store_explicit(&e->gen, gen, memory_order_release);
-	ucma_handle_state_release(e);
+	entry_write(e, gen, p, size);
+	ucma_entry_release(e);
 	atomic_fetch_add_explicit(&live_handles, 1, memory_order_relaxed);
 	atomic_fetch_add_explicit(&live_bytes, size, memory_order_relaxed);
 	ucma_count(UCMA_STAT_HALLOC, 1);
@@ -280,14 +395,13 @@ int ucma_hfree(ucma_handle_t h)
 	size = e->size;
 	if (gen == UINT32_MAX) {
 		/* The next generation would wrap: retire the entry. */
-		atomic_store_explicit(&e->gen, GEN_RETIRED, memory_order_release);
+		entry_write(e, GEN_RETIRED, NULL, 0);
 		e->next_free = UINT32_MAX;
 	} else {
-		atomic_store_explicit(&e->gen, gen + 1, memory_order_release);
+		entry_write(e, gen + 1, NULL, 0);
 		e->next_free = 0;
 	}
-	rcu_assign_pointer(e->addr, NULL);
-	ucma_handle_state_release(e);
+	ucma_entry_release(e);
 	ucma_defer_free(addr);
 	entry_free(index);
 	atomic_fetch_sub_explicit(&live_handles, 1, memory_order_relaxed);
@@ -308,8 +422,8 @@ int ucma_hrealloc(ucma_handle_t h, size_t size)
 	uint32_t index, gen = (uint32_t)(h >> 32);
 	struct ucma_hentry *e;
 	struct ucma_arena *a = ucma_arena_peek();
+	void *was = NULL, *p;
 	size_t old;
-	void *p;
 
 	if (size == 0) {
 		errno = EINVAL;
@@ -325,26 +439,25 @@ int ucma_hrealloc(ucma_handle_t h, size_t size)
 	if (grab_exclusive(e, gen) != 0)
 		return -1;
 	old = e->size;
-	if ((old <= UCMA_MSLAB_MAX_SIZE && size <= UCMA_MSLAB_MAX_SIZE &&
-	     ucma_mslab_class_size(old) == ucma_mslab_class_size(size)) ||
-	    (old > UCMA_MSLAB_MAX_SIZE && size > UCMA_MSLAB_MAX_SIZE &&
-	     UCMA_ALIGN_UP(old, UCMA_PAGE_SIZE) == UCMA_ALIGN_UP(size, UCMA_PAGE_SIZE))) {
-		e->size = size;	/* fits where it is */
-	} else {
+	p = e->addr;
+	if (!((old <= UCMA_MSLAB_MAX_SIZE && size <= UCMA_MSLAB_MAX_SIZE &&
+	       ucma_mslab_class_size(old) == ucma_mslab_class_size(size)) ||
+	      (old > UCMA_MSLAB_MAX_SIZE && size > UCMA_MSLAB_MAX_SIZE &&
+	       UCMA_ALIGN_UP(old, UCMA_PAGE_SIZE) == UCMA_ALIGN_UP(size, UCMA_PAGE_SIZE)))) {
+		/* It does not fit where it is: a new copy (no waiting here). */
+		was = p;
 		p = ucma_movable_storage_alloc(size, index, NULL);
 		if (!p) {
-			ucma_handle_state_release(e);
+			ucma_entry_release(e);
 			errno = ENOMEM;
 			return -1;
 		}
-		memcpy(p, e->addr, old < size ? old : size);
-		void *was = e->addr;
-
-		e->size = size;
-		rcu_assign_pointer(e->addr, p);
-		ucma_defer_free(was);
+		memcpy(p, was, old < size ? old : size);
 	}
-	ucma_handle_state_release(e);
+	entry_write(e, gen, p, size);
+	ucma_entry_release(e);
+	if (was)
+		ucma_defer_free(was);
 	if (size > old)
 		atomic_fetch_add_explicit(&live_bytes, size - old, memory_order_relaxed);
 	else
@@ -352,20 +465,34 @@ int ucma_hrealloc(ucma_handle_t h, size_t size)
 	return 0;
 }
 
-/** ucma_hsize() - the size of a movable object, or 0 with errno EINVAL. */
-size_t ucma_hsize(ucma_handle_t h)
+/*
+ * The entry's current snapshot for handle @h, or -1 with errno EINVAL when
+ * the handle is not live (stale, freed, forged).
+ */
+static int entry_view(ucma_handle_t h, struct ucma_entry_view *v)
 {
 	struct ucma_hentry *e = lookup(h, NULL);
-	size_t size;
 
 	if (!e)
-		return 0;
-	size = e->size;
-	if (atomic_load_explicit(&e->gen, memory_order_acquire) != (uint32_t)(h >> 32)) {
+		return -1;
+	ucma_entry_read(e, v);
+	if (v->gen != (uint32_t)(h >> 32) || !v->addr) {
 		errno = EINVAL;
-		return 0;
+		return -1;
 	}
-	return size;
+	return 0;
+}
+
+/**
+ * ucma_hsize() - the size of a movable object, or 0 with errno EINVAL.
+ * The size alone: with ucma_hrealloc() running concurrently, an address
+ * from a separate call may belong to another size (ucma_deref_size()).
+ */
+size_t ucma_hsize(ucma_handle_t h)
+{
+	struct ucma_entry_view v;
+
+	return entry_view(h, &v) == 0 ? v.size : 0;
 }
 
 /* Take one pin, sleeping while the object is being moved. */
@@ -435,21 +562,23 @@ void *ucma_pin(ucma_handle_t h, unsigned flags)
 	if (!(flags & UCMA_PIN_LONGTERM)) {
 		if (pin_once(e, gen) != 0)
 			return NULL;
-		return e->addr;
+		/* Stable while pinned; acquire: the copy a mover made is seen. */
+		return __atomic_load_n(&e->addr, __ATOMIC_ACQUIRE);
 	}
-	if (ucma_in_read_section()) {
+	if (!ucma_rcu_can_wait()) {
 		errno = EDEADLK;
 		return NULL;
 	}
 	for (int attempt = 0; attempt < 8; attempt++) {
-		void *p = __atomic_load_n(&e->addr, __ATOMIC_ACQUIRE);
 		struct ucma_migrate_target t = { 0, 0, true, true };
+		void *p;
 		int r;
 
 		if (pin_once(e, gen) != 0)
 			return NULL;
-		if (!in_cma(a, e->addr))
-			return e->addr;
+		p = __atomic_load_n(&e->addr, __ATOMIC_ACQUIRE);
+		if (!in_cma(a, p))
+			return p;
 		/* In a CMA area: drop our pin and move the object out. */
 		atomic_fetch_sub_explicit(&e->state, 1, memory_order_release);
 		r = ucma_migrate_object(index, p, &t);
@@ -492,36 +621,53 @@ int ucma_unpin(ucma_handle_t h)
 	return 0;
 }
 
-/*
- * Sections the calling thread opened with ucma_read_lock(): an unlock
- * without a lock must not reach liburcu, whose nesting counter would go
- * negative (a crash, or every later grace period waiting forever).
- */
-static __thread unsigned long user_read_depth;
 static atomic_bool unbalanced_reported;
 
 /** ucma_read_lock() - enter an RCU read-side section (nests). */
 void ucma_read_lock(void)
 {
-	urcu_bp_read_lock();
-	user_read_depth++;
+	ucma_rcu_read_lock();
 }
 
 /**
  * ucma_read_unlock() - leave an RCU read-side section.  An unlock without
  * a matching ucma_read_lock() in this thread is ignored, with one message
- * per process on stderr.
+ * per process on stderr: liburcu's nesting counter must never go negative
+ * (a crash, or every later grace period waiting forever).  The library's
+ * own sections never stay open across a return to the caller, so the
+ * depth the thread has open is the caller's.
  */
 void ucma_read_unlock(void)
 {
-	if (UCMA_UNLIKELY(user_read_depth == 0)) {
+	if (UCMA_UNLIKELY(ucma_rcu_depth() == 0)) {
 		if (!atomic_exchange(&unbalanced_reported, true))
 			ucma_log("ucma_read_unlock() without ucma_read_lock() in this thread: "
 				 "ignored");
 		return;
 	}
-	user_read_depth--;
-	urcu_bp_read_unlock();
+	ucma_rcu_read_unlock();
+}
+
+/**
+ * ucma_deref_size() - the current address and size of a movable object,
+ * one consistent pair, for reading inside ucma_read_lock() ...
+ * ucma_read_unlock().  @size may be NULL.
+ * Return: the address, or NULL with errno EINVAL (bad handle) or EPERM
+ * (called outside a read-side section).
+ */
+const void *ucma_deref_size(ucma_handle_t h, size_t *size)
+{
+	struct ucma_entry_view v;
+
+	if (UCMA_UNLIKELY(ucma_rcu_depth() == 0)) {
+		errno = EPERM;
+		return NULL;
+	}
+	if (entry_view(h, &v) != 0)
+		return NULL;
+	if (size)
+		*size = v.size;
+	return v.addr;
 }
 
 /**
@@ -532,21 +678,5 @@ void ucma_read_unlock(void)
  */
 const void *ucma_deref(ucma_handle_t h)
 {
-	uint32_t gen = (uint32_t)(h >> 32);
-	struct ucma_hentry *e;
-	const void *p;
-
-	if (!urcu_bp_read_ongoing()) {
-		errno = EPERM;
-		return NULL;
-	}
-	e = lookup(h, NULL);
-	if (!e)
-		return NULL;
-	p = rcu_dereference(e->addr);
-	if (atomic_load_explicit(&e->gen, memory_order_acquire) != gen || !p) {
-		errno = EINVAL;
-		return NULL;
-	}
-	return p;
+	return ucma_deref_size(h, NULL);
 }

@@ -10,13 +10,14 @@
  * Other threads wait on the init lock.  No allocator lock is held while
  * libnuma or liburcu are called.
  *
- * Fork: one pthread_atfork registration here runs the handlers that other
- * files registered with ucma_atfork_register(), in lock order, so a child
- * never inherits a lock held by a thread that does not exist in it.
+ * Fork: fork.c runs every lock owner's handlers in lock order; the ones
+ * for the CMA area and zone locks are here.
  *
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+
+#include "fork.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -32,66 +33,35 @@ static int init_errno;		/* init_lock: why it failed, 0 if it did not */
 static bool options_set;	/* init_lock: ucma_init() supplied options */
 
 /* ------------------------------------------------------------------------ */
-/* Fork handlers                                                             */
+/* Fork handlers of the arena's locks (fork.c runs them in its order)       */
 /* ------------------------------------------------------------------------ */
 
-#define UCMA_MAX_ATFORK 16
-
-struct atfork_entry {
-	int order;
-	void (*prepare)(void);
-	void (*parent)(void);
-	void (*child)(void);
-};
-
-static struct atfork_entry atfork_table[UCMA_MAX_ATFORK];
-static int atfork_count;
-static pthread_mutex_t atfork_lock = PTHREAD_MUTEX_INITIALIZER;
-
-void ucma_atfork_register(int order, void (*prepare)(void), void (*parent)(void),
-			  void (*child)(void))
+/*
+ * Start-up, outermost of all: a fork while another thread creates the
+ * arena waits for it, or the child would inherit init_lock held and its
+ * first call would wait forever.  Start-up waits for nothing that a
+ * fork's prepare stage holds.
+ */
+void ucma_init_fork_prepare(void)
 {
-	int i;
-
-	pthread_mutex_lock(&atfork_lock);
-	if (atfork_count == UCMA_MAX_ATFORK)
-		ucma_fatal("internal error: too many fork handlers");
-	/* Keep the table sorted by order (insertion sort: tiny table). */
-	for (i = atfork_count; i > 0 && atfork_table[i - 1].order > order; i--)
-		atfork_table[i] = atfork_table[i - 1];
-	atfork_table[i] = (struct atfork_entry){ order, prepare, parent, child };
-	atfork_count++;
-	pthread_mutex_unlock(&atfork_lock);
+	pthread_mutex_lock(&init_lock);
 }
 
-static void fork_prepare(void)
+void ucma_init_fork_parent(void)
 {
-	pthread_mutex_lock(&atfork_lock);
-	for (int i = 0; i < atfork_count; i++)
-		if (atfork_table[i].prepare)
-			atfork_table[i].prepare();
-}
-
-static void fork_parent(void)
-{
-	for (int i = atfork_count - 1; i >= 0; i--)
-		if (atfork_table[i].parent)
-			atfork_table[i].parent();
-	pthread_mutex_unlock(&atfork_lock);
-}
-
-static void fork_child(void)
-{
-	for (int i = atfork_count - 1; i >= 0; i--)
-		if (atfork_table[i].child)
-			atfork_table[i].child();
-	pthread_mutex_unlock(&atfork_lock);
+	pthread_mutex_unlock(&init_lock);
 }
 
 /* Zone and area locks: innermost, taken in a fixed order. */
-static void zones_prepare(void)
+/* The arena whose locks this fork's prepare stage took: another thread
+ * may create the arena between prepare and parent. */
+static struct ucma_arena *fork_arena;
+
+void ucma_zones_fork_prepare(void)
 {
-	struct ucma_arena *a = ucma_the_arena;
+	struct ucma_arena *a = ucma_arena_peek();
+
+	fork_arena = a;
 
 	if (!a)
 		return;
@@ -101,9 +71,9 @@ static void zones_prepare(void)
 		pthread_mutex_lock(&a->zones[z].lock);
 }
 
-static void zones_release(void)
+void ucma_zones_fork_parent(void)
 {
-	struct ucma_arena *a = ucma_the_arena;
+	struct ucma_arena *a = fork_arena;
 
 	if (!a)
 		return;
@@ -120,14 +90,14 @@ static void zones_release(void)
  * allocations in the child work; what the parent had there reads as
  * zeros (ucma(7): the child must not touch those buffers and objects).
  */
-static void zones_child(void)
+void ucma_zones_fork_child(void)
 {
 	struct ucma_arena *a = ucma_the_arena;
 	struct ucma_zone *z;
 	size_t len;
 	void *p;
 
-	zones_release();
+	ucma_zones_fork_parent();
 	if (!a || !ucma_opt.cma_dontfork)
 		return;
 	z = &a->zones[UCMA_ZONE_CMA];
@@ -147,8 +117,6 @@ static void zones_child(void)
 /* ------------------------------------------------------------------------ */
 /* Start-up                                                                  */
 /* ------------------------------------------------------------------------ */
-
-static bool zones_atfork_registered;
 
 /* Called with init_lock held and `initializing` set. */
 static int init_locked(void)
@@ -175,23 +143,8 @@ static int init_locked(void)
 			 strerror(err));
 		return err;
 	}
-	/* Once per process: a test build may create the arena again. */
-	if (!zones_atfork_registered) {
-		ucma_atfork_register(50, zones_prepare, zones_release, zones_child);
-		zones_atfork_registered = true;
-	}
 	__atomic_store_n(&ucma_the_arena, a, __ATOMIC_RELEASE);
 	return 0;
-}
-
-static void register_fork_handlers_once(void)
-{
-	static bool registered;
-
-	if (!registered) {
-		registered = true;
-		pthread_atfork(fork_prepare, fork_parent, fork_child);
-	}
 }
 
 /*
@@ -221,13 +174,13 @@ struct ucma_arena *ucma_arena_get(void)
 		errno = EAGAIN;
 		return NULL;
 	}
+	ucma_fork_init();	/* before the first lock is taken (fork.c) */
 	pthread_mutex_lock(&init_lock);
 	if (!init_done) {
 		initializing = true;
 		init_errno = init_locked();
 		initializing = false;
 		init_done = true;
-		register_fork_handlers_once();
 	}
 	a = ucma_the_arena;
 	if (!a)
@@ -254,6 +207,7 @@ int ucma_init(const struct ucma_config *cfg)
 		errno = EBUSY;
 		return -1;
 	}
+	ucma_fork_init();
 	pthread_mutex_lock(&init_lock);
 	/*
 	 * Already running: fine if nothing new was asked for.  A failed
@@ -283,7 +237,6 @@ int ucma_init(const struct ucma_config *cfg)
 	init_errno = init_locked();
 	initializing = false;
 	init_done = true;
-	register_fork_handlers_once();
 	err = init_errno;
 	if (err)
 		options_set = false;

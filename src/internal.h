@@ -91,9 +91,26 @@ enum ucma_run_owner {
  * meaning, plus the tail pages of allocated runs (kind TAIL, aux = head;
  * owner_type and owner mirror the head's, see ucma_run_set_owner()).
  * Tail pages of free blocks may hold stale data: nobody reads them, because
- * every walk steps from head to head.  Protected by the zone lock of the
- * zone the page belongs to, except `owner` of allocated runs, which belongs
- * to the run's allocator.
+ * every walk steps from head to head.
+ *
+ * Locking, field by field:
+ *  - kind, aux, link: written only under the lock of the page's zone.
+ *    Read under it by the buddy allocator and the walks of zone.c, cma.c
+ *    and compact.c; read WITHOUT it by pointer classification (free(),
+ *    ucma_owns(), ucma_alloc_size()) and by migration looking at a run it
+ *    found earlier (migrate.c).  Those readers revalidate what they find
+ *    (a generation, an owner, a second look under the lock), so a stale
+ *    value is harmless; but the accesses must be atomic, so every store
+ *    and every lock-free load goes through UCMA_PG_SET()/UCMA_PG_GET()
+ *    (relaxed: they order nothing else; plain loads under the lock are
+ *    fine, since all stores hold it).  link shares its bytes with owner,
+ *    which lock-free readers load.
+ *  - owner_type, owner: of an allocated run, written by the run's
+ *    allocator without the zone lock (ucma_run_set_owner(): owner, then
+ *    owner_type with release), and reset under the zone lock when the run
+ *    is made or freed.  Readers load owner_type with acquire, then owner.
+ *  - order, flags: under the zone lock, except the flags of an allocated
+ *    run's head, which belong to the run's owner until it is freed.
  */
 struct ucma_page {
 	uint8_t kind;		/* enum ucma_page_kind */
@@ -110,6 +127,12 @@ struct ucma_page {
 	};
 };
 _Static_assert(sizeof(struct ucma_page) == 16, "page metadata is 16 bytes");
+
+/* Atomic (relaxed) access to the fields of struct ucma_page that are read
+ * without the zone lock; see the rule above the struct. */
+#define UCMA_PG_SET(p, field, v) \
+	__atomic_store_n(&(p)->field, (__typeof__((p)->field))(v), __ATOMIC_RELAXED)
+#define UCMA_PG_GET(p, field) __atomic_load_n(&(p)->field, __ATOMIC_RELAXED)
 
 /* ------------------------------------------------------------------------ */
 /* Pageblocks, migratetypes, zones                                           */
@@ -406,15 +429,6 @@ UCMA_INTERNAL void ucma_log(const char *fmt, ...) __attribute__((format(printf, 
 /* Has initialisation finished (successfully or not)?  Never initialises. */
 UCMA_INTERNAL struct ucma_arena *ucma_arena_peek(void);
 
-/*
- * Fork handling: every file that holds locks registers its handlers once
- * (from its own lazy initialisation).  Prepare handlers run in ascending
- * @order, parent and child handlers in descending order, so a lower order
- * means an outer lock.  Orders used: 10 compaction thread, 20 malloc,
- * 30 handles and RCU, 40 CMA areas, 50 zones.
- */
-UCMA_INTERNAL void ucma_atfork_register(int order, void (*prepare)(void), void (*parent)(void),
-					void (*child)(void));
 UCMA_INTERNAL void ucma_fatal(const char *fmt, ...)
 	__attribute__((format(printf, 1, 2), noreturn));
 
@@ -507,32 +521,8 @@ UCMA_INTERNAL void ucma_meta_free(void *p, size_t size);
 /* Handles, movable slabs, migration (handle.c, mslab.c, migrate.c)          */
 /* ------------------------------------------------------------------------ */
 
-/* Entry state word: pin count in the low bits plus flags. */
-#define UCMA_HS_MIGRATING 0x80000000u	/* being moved, freed or resized */
-#define UCMA_HS_WAITERS   0x40000000u	/* a pinner sleeps on the futex */
-#define UCMA_HS_PINS      0x3fffffffu
-
-/*
- * struct ucma_hentry - one entry of the handle table.
- *
- * @gen is odd while the entry is live and even while it is free; a handle
- * carries the odd generation it was created with, so a stale handle never
- * matches.  @addr is published with rcu_assign_pointer() and read with
- * rcu_dereference().  @state is changed only by compare-and-swap: pinners
- * add one while MIGRATING is clear; the mover sets MIGRATING only from 0.
- */
-struct ucma_hentry {
-	void *addr;			/* RCU-protected object address */
-	_Atomic uint32_t state;		/* UCMA_HS_* */
-	_Atomic uint32_t gen;		/* odd = live */
-	size_t size;			/* requested size */
-	uint32_t next_free;		/* free-list link (table lock) */
-	uint32_t pad;
-};
-
-UCMA_INTERNAL struct ucma_hentry *ucma_handle_entry(uint32_t index);
-/* Is the calling thread inside ucma_read_lock()? */
-UCMA_INTERNAL bool ucma_in_read_section(void);
+/* handle.h: the handle table's entries and the rules for changing them. */
+/* Live handles and their bytes, for the statistics. */
 UCMA_INTERNAL void ucma_handle_counters(uint64_t *live, uint64_t *bytes);
 
 /* Movable slabs: small movable objects share pages of one size class. */
@@ -589,12 +579,10 @@ UCMA_INTERNAL void ucma_defer_free(void *addr);
 /* Metadata (meta.c) freed after an RCU grace period. */
 UCMA_INTERNAL void ucma_defer_meta_free(void *p, size_t size);
 /* Wait for a grace period and free what was deferred before the call.
- * Returns 0, or -1 with EDEADLK inside ucma_read_lock(). */
+ * Returns 0, or -1 with EDEADLK where no grace period can be waited for
+ * (rcu.h: inside a read-side section, or in a degraded child). */
 UCMA_INTERNAL int ucma_defer_drain(void);
 UCMA_INTERNAL void ucma_movable_storage_free(void *addr);
-/* Clear an entry's state after moving/freeing and wake sleeping pinners. */
-UCMA_INTERNAL void ucma_handle_state_release(struct ucma_hentry *e);
-UCMA_INTERNAL void ucma_migrate_init_once(void);
 /* Allocate storage for a movable object of @size for handle @index. */
 UCMA_INTERNAL void *ucma_movable_storage_alloc(size_t size, uint32_t index,
 					       const struct ucma_migrate_target *t);
@@ -799,8 +787,7 @@ UCMA_INTERNAL void ucma_tcache_atfork_parent(void);
 UCMA_INTERNAL void ucma_tcache_atfork_child(void);
 
 /* malloc.c: fork handlers of the malloc family (slab bins, thread-cache
- * registry, overflow); registered with ucma_atfork_register(20, ...) by
- * malloc.c's own lazy initialisation. */
+ * registry, overflow), run by fork.c; safe before the family is used. */
 UCMA_INTERNAL void ucma_malloc_atfork_prepare(void);
 UCMA_INTERNAL void ucma_malloc_atfork_parent(void);
 UCMA_INTERNAL void ucma_malloc_atfork_child(void);
@@ -932,10 +919,6 @@ UCMA_INTERNAL void ucma_compactd_start_once(void);
 UCMA_INTERNAL void ucma_compactd_wakeup(void);
 UCMA_INTERNAL void ucma_compactd_stop(void);
 UCMA_INTERNAL bool ucma_compactd_running(void);
-/* compactd.c: register the fork handler (order 10) that parks the thread
- * and takes every zone's compact_lock; compact.c calls it before the
- * first compaction of any kind.  Cheap after the first call. */
-UCMA_INTERNAL void ucma_compactd_register_fork(void);
 /* The low watermark that wakes the compaction thread: a quarter of the
  * zone free. */
 #define UCMA_COMPACTD_WMARK(z) ((z)->managed_pages / 4)

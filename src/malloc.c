@@ -44,6 +44,8 @@
  */
 #include "internal.h"
 
+#include "fork.h"
+
 #include <errno.h>
 #include <string.h>
 #include <sys/random.h>
@@ -92,13 +94,12 @@ static void malloc_init_once(void)
 {
 	if (__atomic_load_n(&minit_done, __ATOMIC_ACQUIRE))
 		return;
+	ucma_fork_init();	/* before the first malloc lock exists in use */
 	pthread_mutex_lock(&minit_lock);
 	if (!minit_done) {
 		ucma_slab_init();
 		free_key = make_key();
 		ucma_tcache_init();
-		ucma_atfork_register(20, ucma_malloc_atfork_prepare, ucma_malloc_atfork_parent,
-				     ucma_malloc_atfork_child);
 		__atomic_store_n(&minit_done, true, __ATOMIC_RELEASE);
 	}
 	pthread_mutex_unlock(&minit_lock);
@@ -260,7 +261,7 @@ static int classify(const void *p, struct ptr_info *pi, const char *who)
 		int type = __atomic_load_n(&pg->owner_type, __ATOMIC_ACQUIRE);
 
 		if (type == UCMA_OWN_SLAB) {
-			pi->slab = (struct ucma_slab *)(uintptr_t)pg->owner;
+			pi->slab = (struct ucma_slab *)(uintptr_t)UCMA_PG_GET(pg, owner);
 			if (ucma_slab_offset_bad(pi->slab, p)) {
 				why = "inside a small object";
 				goto bad;
@@ -269,13 +270,13 @@ static int classify(const void *p, struct ptr_info *pi, const char *who)
 			return PK_SMALL;
 		}
 		if (type == UCMA_OWN_LARGE) {
-			if (pg->owner != pfn || ((uintptr_t)p & (UCMA_PAGE_SIZE - 1))) {
+			if (UCMA_PG_GET(pg, owner) != pfn || ((uintptr_t)p & (UCMA_PAGE_SIZE - 1))) {
 				why = "inside a large block";
 				goto bad;
 			}
 			pi->a = a;
 			pi->head = ucma_run_head(a, pfn);
-			pi->usable = (size_t)(pi->head + a->pages[pi->head].aux - pfn)
+			pi->usable = (size_t)(pi->head + UCMA_PG_GET(&a->pages[pi->head], aux) - pfn)
 				     << UCMA_PAGE_SHIFT;
 			return PK_LARGE;
 		}
@@ -609,8 +610,8 @@ static inline bool free_fast(void *p)
 	if (UCMA_LIKELY(off < __atomic_load_n(&mg.size, __ATOMIC_ACQUIRE))) {
 		const struct ucma_page *pg = &mg.pages[off >> UCMA_PAGE_SHIFT];
 
-		if (UCMA_LIKELY(pg->owner_type == UCMA_OWN_SLAB)) {
-			struct ucma_slab *s = (struct ucma_slab *)(uintptr_t)pg->owner;
+		if (UCMA_LIKELY(__atomic_load_n(&pg->owner_type, __ATOMIC_ACQUIRE) == UCMA_OWN_SLAB)) {
+			struct ucma_slab *s = (struct ucma_slab *)(uintptr_t)UCMA_PG_GET(pg, owner);
 			struct ucma_tcache *tc = ucma_tcache_tls;
 
 			if (UCMA_UNLIKELY(ucma_slab_offset_bad(s, p)))
@@ -813,7 +814,7 @@ int ucma_owns(const void *p)
 	uintptr_t off = (uintptr_t)p - __atomic_load_n(&mg.base, __ATOMIC_RELAXED);
 
 	if (UCMA_LIKELY(off < __atomic_load_n(&mg.size, __ATOMIC_ACQUIRE))) {
-		unsigned type = mg.pages[off >> UCMA_PAGE_SHIFT].owner_type;
+		unsigned type = UCMA_PG_GET(&mg.pages[off >> UCMA_PAGE_SHIFT], owner_type);
 
 		if (UCMA_LIKELY(type == UCMA_OWN_SLAB || type == UCMA_OWN_LARGE))
 			return 1;
@@ -873,20 +874,37 @@ void ucma_malloc_counters_read(struct ucma_malloc_counters *out)
 	out->overflow_bytes = ucma_overflow_bytes();
 }
 
+/*
+ * fork.c runs these on every fork, also before the family was ever used:
+ * the prepare handler remembers whether it took the locks, so the parent
+ * and child handlers of the same fork release exactly those.
+ */
+static bool fork_locked;
+
 void ucma_malloc_atfork_prepare(void)
 {
-	ucma_tcache_atfork_prepare();
-	ucma_slab_atfork_prepare();
+	pthread_mutex_lock(&minit_lock);
+	fork_locked = minit_done;
+	if (fork_locked) {
+		ucma_tcache_atfork_prepare();
+		ucma_slab_atfork_prepare();
+	}
 }
 
 void ucma_malloc_atfork_parent(void)
 {
-	ucma_slab_atfork_parent();
-	ucma_tcache_atfork_parent();
+	if (fork_locked) {
+		ucma_slab_atfork_parent();
+		ucma_tcache_atfork_parent();
+	}
+	pthread_mutex_unlock(&minit_lock);
 }
 
 void ucma_malloc_atfork_child(void)
 {
-	ucma_slab_atfork_child();
-	ucma_tcache_atfork_child();
+	if (fork_locked) {
+		ucma_slab_atfork_child();
+		ucma_tcache_atfork_child();
+	}
+	pthread_mutex_unlock(&minit_lock);
 }

@@ -9,11 +9,13 @@
  * 2 MiB chunks mapped on demand.  Larger requests get their own mapping.
  * One lock: metadata is allocated on slow paths only.  It is the innermost
  * lock (nothing else is taken under it), so its fork handler comes last
- * (order 60): a child never inherits it held by a thread it does not have.
+ * (fork.c): a child never inherits it held by a thread it does not have.
  *
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+
+#include "fork.h"
 
 #include <errno.h>
 #include <string.h>
@@ -26,27 +28,23 @@
 
 struct meta_free {
 	struct meta_free *next;
+	uint64_t marker;	/* debug builds: META_FREED while on a free list */
 };
+
+#define META_FREED 0x6d65746166726565ull	/* "metafree" */
 
 static pthread_mutex_t meta_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct meta_free *meta_free_list[META_NR_CLASSES];
 static char *meta_cur, *meta_end;
 
-static pthread_once_t meta_once = PTHREAD_ONCE_INIT;
-
-static void meta_prepare(void)
+void ucma_meta_fork_prepare(void)
 {
 	pthread_mutex_lock(&meta_lock);
 }
 
-static void meta_release(void)
+void ucma_meta_fork_parent(void)
 {
 	pthread_mutex_unlock(&meta_lock);
-}
-
-static void meta_init(void)
-{
-	ucma_atfork_register(60, meta_prepare, meta_release, meta_release);
 }
 
 static unsigned meta_class(size_t size)
@@ -78,13 +76,13 @@ void *ucma_meta_alloc(size_t size)
 			errno = ENOMEM;
 		return p;
 	}
-	pthread_once(&meta_once, meta_init);
 	c = meta_class(size);
 	csize = (size_t)1 << (c + META_MIN_SHIFT);
 	pthread_mutex_lock(&meta_lock);
 	if (meta_free_list[c]) {
 		p = meta_free_list[c];
 		meta_free_list[c] = meta_free_list[c]->next;
+		((struct meta_free *)p)->marker = 0;
 		pthread_mutex_unlock(&meta_lock);
 		memset(p, 0, csize);
 		return p;
@@ -127,7 +125,13 @@ void ucma_meta_free(void *p, size_t size)
 	}
 	c = meta_class(size);
 	pthread_mutex_lock(&meta_lock);
+	/* Debug builds: a block freed twice would be handed out twice. */
+	if (ucma_config_debug && f->marker == META_FREED)
+		for (struct meta_free *q = meta_free_list[c]; q; q = q->next)
+			if (q == f)
+				ucma_fatal("internal error: metadata block %p freed twice", p);
 	f->next = meta_free_list[c];
+	f->marker = META_FREED;
 	meta_free_list[c] = f;
 	pthread_mutex_unlock(&meta_lock);
 }

@@ -7,7 +7,8 @@
  *      otherwise busy) object is not moved: pgmigrate_fail;
  *   2. allocate the new copy where the caller allows (struct
  *      ucma_migrate_target), copy;
- *   3. publish the new address with rcu_assign_pointer();
+ *   3. publish the new address (handle.h: a release store inside the
+ *      entry's write section);
  *   4. clear the state and wake pinners that sleep on it;
  *   5. queue the old copy; it is freed after an RCU grace period, so a
  *      reader inside ucma_read_lock() that loaded the old address keeps
@@ -20,8 +21,10 @@
  * A drain from inside a read-side section would wait for itself: EDEADLK.
  *
  * Locking: queue_lock protects the queue; drain_lock serialises drains and
- * is held across synchronize_rcu (readers never take it).  Neither is held
- * while migrating.
+ * is held across the grace period (readers never take it).  Neither is
+ * held while migrating.  A fork takes both (fork.c, second stage), unless
+ * it is made inside a read-side section: its child keeps what it would
+ * free after a grace period instead (rcu.h, degraded).
  *
  * SPDX-License-Identifier: MIT
  */
@@ -35,7 +38,10 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
-#include <urcu-bp.h>
+
+#include "fork.h"
+#include "handle.h"
+#include "rcu.h"
 
 #define DEFER_AUTO_DRAIN 1024	/* queue length that triggers a drain on free */
 #define PIN_WAIT_NS (20ull * 1000 * 1000)
@@ -53,17 +59,20 @@ static unsigned long queue_len;
 
 static void defer_push(void *ptr, size_t meta_size)
 {
-	struct deferred *d = ucma_meta_alloc(sizeof(*d));
+	struct deferred *d;
 	unsigned long len;
 
+	/* No grace period will ever end in this process (rcu.h): keep it. */
+	if (UCMA_UNLIKELY(ucma_rcu_degraded()))
+		return;
+	d = ucma_meta_alloc(sizeof(*d));
 	if (!d) {
 		/*
 		 * No memory to remember it: waiting for readers here is the
-		 * only safe choice; from inside a read-side section, leak it
-		 * rather than free memory a reader may hold.
+		 * only safe choice; where that is impossible, leak it rather
+		 * than free memory a reader may hold.
 		 */
-		if (!ucma_in_read_section()) {
-			urcu_bp_synchronize_rcu();
+		if (ucma_rcu_synchronize() == 0) {
 			if (meta_size)
 				ucma_meta_free(ptr, meta_size);
 			else
@@ -78,7 +87,7 @@ static void defer_push(void *ptr, size_t meta_size)
 	queue = d;
 	len = ++queue_len;
 	pthread_mutex_unlock(&queue_lock);
-	if (len >= DEFER_AUTO_DRAIN && !ucma_in_read_section() &&
+	if (len >= DEFER_AUTO_DRAIN && ucma_rcu_can_wait() &&
 	    pthread_mutex_trylock(&drain_lock) == 0) {
 		pthread_mutex_unlock(&drain_lock);
 		ucma_defer_drain();
@@ -99,7 +108,7 @@ int ucma_defer_drain(void)
 {
 	struct deferred *list, *next;
 
-	if (ucma_in_read_section()) {
+	if (!ucma_rcu_can_wait()) {
 		errno = EDEADLK;
 		return -1;
 	}
@@ -110,7 +119,7 @@ int ucma_defer_drain(void)
 	queue_len = 0;
 	pthread_mutex_unlock(&queue_lock);
 	if (list) {
-		urcu_bp_synchronize_rcu();
+		ucma_rcu_synchronize();
 		for (; list; list = next) {
 			next = list->next;
 			if (list->meta_size)
@@ -124,21 +133,35 @@ int ucma_defer_drain(void)
 	return 0;
 }
 
-static void defer_prepare(void)
+void ucma_defer_fork_prepare(void)
 {
 	pthread_mutex_lock(&drain_lock);
 	pthread_mutex_lock(&queue_lock);
 }
 
-static void defer_release(void)
+void ucma_defer_fork_parent(void)
 {
 	pthread_mutex_unlock(&queue_lock);
 	pthread_mutex_unlock(&drain_lock);
 }
 
-void ucma_migrate_init_once(void)
+void ucma_defer_fork_child(void)
 {
-	ucma_atfork_register(32, defer_prepare, defer_release, defer_release);
+	ucma_defer_fork_parent();
+}
+
+/*
+ * A fork made inside a read-side section took neither lock: a thread
+ * that does not exist here may hold them, and the queue may be half
+ * taken.  This child never drains (rcu.h): forget the queue (what it
+ * held stays allocated) and make the locks anew.
+ */
+void ucma_defer_fork_child_unprepared(void)
+{
+	pthread_mutex_init(&queue_lock, NULL);
+	pthread_mutex_init(&drain_lock, NULL);
+	queue = NULL;
+	queue_len = 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -172,7 +195,7 @@ void ucma_movable_storage_free(void *addr)
 	struct ucma_arena *a = ucma_arena_peek();
 	uint32_t pfn = ucma_addr_to_pfn(a, addr);
 
-	switch (a->pages[pfn].owner_type) {
+	switch (__atomic_load_n(&a->pages[pfn].owner_type, __ATOMIC_ACQUIRE)) {
 	case UCMA_OWN_MSLAB:
 		ucma_mslab_free(addr);
 		break;
@@ -189,26 +212,15 @@ void ucma_movable_storage_free(void *addr)
 /* Migration                                                                 */
 /* ------------------------------------------------------------------------ */
 
-void ucma_handle_state_release(struct ucma_hentry *e)
-{
-	uint32_t old = atomic_exchange_explicit(&e->state, 0, memory_order_release);
-
-	if (old & UCMA_HS_WAITERS)
-		syscall(SYS_futex, &e->state, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
-}
-
 /* Take the object for moving: state 0 -> MIGRATING, waiting for pins if
- * asked.  Returns true on success. */
+ * asked (the hold itself never waits: it is taken only when free).
+ * Returns true on success. */
 static bool grab(struct ucma_hentry *e, bool wait_pins)
 {
 	uint64_t deadline = 0;
 
 	for (;;) {
-		uint32_t expect = 0;
-
-		if (atomic_compare_exchange_strong_explicit(&e->state, &expect, UCMA_HS_MIGRATING,
-							    memory_order_acquire,
-							    memory_order_relaxed))
+		if (ucma_entry_grab(e))
 			return true;
 		if (!wait_pins)
 			return false;
@@ -229,6 +241,7 @@ int ucma_migrate_object(uint32_t index, void *old_addr, const struct ucma_migrat
 	struct ucma_hentry *e = ucma_handle_entry(index);
 	uint32_t gen;
 	void *new_addr;
+	size_t size;
 
 	if (!e)
 		return UCMA_MIGRATE_GONE;
@@ -242,18 +255,19 @@ int ucma_migrate_object(uint32_t index, void *old_addr, const struct ucma_migrat
 	/* Freed, reused or moved between the first look and the grab? */
 	if (atomic_load_explicit(&e->gen, memory_order_acquire) != gen ||
 	    __atomic_load_n(&e->addr, __ATOMIC_ACQUIRE) != old_addr) {
-		ucma_handle_state_release(e);
+		ucma_entry_release(e);
 		return UCMA_MIGRATE_GONE;
 	}
-	new_addr = ucma_movable_storage_alloc(e->size, index, t);
+	size = e->size;
+	new_addr = ucma_movable_storage_alloc(size, index, t);
 	if (!new_addr) {
-		ucma_handle_state_release(e);
+		ucma_entry_release(e);
 		ucma_count(UCMA_STAT_PGMIGRATE_FAIL, 1);
 		return UCMA_MIGRATE_NOMEM;
 	}
-	memcpy(new_addr, old_addr, e->size);
-	rcu_assign_pointer(e->addr, new_addr);
-	ucma_handle_state_release(e);
+	memcpy(new_addr, old_addr, size);
+	ucma_entry_set(e, new_addr, size);
+	ucma_entry_release(e);
 	ucma_defer_free(old_addr);
 	ucma_count(UCMA_STAT_PGMIGRATE_SUCCESS, 1);
 	return UCMA_MIGRATE_OK;
@@ -295,16 +309,21 @@ int ucma_migrate_run(struct ucma_arena *a, uint32_t head, const struct ucma_migr
 	uint64_t owner;
 	int r;
 
-	urcu_bp_read_lock();
+	/*
+	 * The page's metadata changes under the zone lock while this runs
+	 * without it: atomic loads, and a section that keeps a movable
+	 * slab's descriptor alive (it is freed after a grace period).
+	 */
+	ucma_rcu_read_lock();
 	type = __atomic_load_n(&p->owner_type, __ATOMIC_ACQUIRE);
 	owner = __atomic_load_n(&p->owner, __ATOMIC_RELAXED);
-	if (p->kind != UCMA_PK_RUN) {
-		urcu_bp_read_unlock();
+	if (__atomic_load_n(&p->kind, __ATOMIC_RELAXED) != UCMA_PK_RUN) {
+		ucma_rcu_read_unlock();
 		return UCMA_MIGRATE_GONE;
 	}
 	switch (type) {
 	case UCMA_OWN_MOVABLE:
-		urcu_bp_read_unlock();
+		ucma_rcu_read_unlock();
 		r = ucma_migrate_object((uint32_t)owner, ucma_pfn_to_addr(a, head), t);
 		if (r == UCMA_MIGRATE_PINNED)
 			rc.pinned++;
@@ -321,7 +340,7 @@ int ucma_migrate_run(struct ucma_arena *a, uint32_t head, const struct ucma_migr
 		 * inside a section waits (liburcu-bp polls every 10 ms).
 		 * Each object is checked against its handle as it is moved.
 		 */
-		urcu_bp_read_unlock();
+		ucma_rcu_read_unlock();
 		r = n < 0 ? UCMA_MIGRATE_NOMEM : 0;
 		for (int i = 0; i < n && r == 0; i++)
 			r = migrate_slot(v[i].index, v[i].addr, &rc);
@@ -331,7 +350,7 @@ int ucma_migrate_run(struct ucma_arena *a, uint32_t head, const struct ucma_migr
 		return r ? r : rc.worst;
 	}
 	default:
-		urcu_bp_read_unlock();
+		ucma_rcu_read_unlock();
 		return UCMA_MIGRATE_PINNED;	/* unmovable: cannot be emptied */
 	}
 }

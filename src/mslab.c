@@ -36,6 +36,9 @@
  */
 #include "internal.h"
 
+#include "fork.h"
+#include "rcu.h"
+
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -74,18 +77,21 @@ struct mslab_class {
 	unsigned nr_empty;		/* empty slabs kept on the partial list */
 };
 
-static struct mslab_class classes[NR_CLASSES];
-static pthread_once_t classes_once = PTHREAD_ONCE_INIT;
+/* The locks exist from the start, so the fork handlers (fork.c) can take
+ * them whether or not a movable slab was ever made. */
+static struct mslab_class classes[NR_CLASSES] = {
+	[0 ... NR_CLASSES - 1] = { .lock = PTHREAD_MUTEX_INITIALIZER },
+};
 static _Atomic int consolidating;	/* a consolidation pass runs */
-static _Atomic bool classes_ready;	/* classes_init() ran: slabs may exist */
+static _Atomic bool classes_ready;	/* a movable slab may exist */
 
-static void mslab_prepare(void)
+void ucma_mslab_fork_prepare(void)
 {
 	for (size_t i = 0; i < NR_CLASSES; i++)
 		pthread_mutex_lock(&classes[i].lock);
 }
 
-static void mslab_release(void)
+void ucma_mslab_fork_parent(void)
 {
 	for (size_t i = NR_CLASSES; i-- > 0;)
 		pthread_mutex_unlock(&classes[i].lock);
@@ -95,20 +101,12 @@ static void undrain_class(struct mslab_class *c);
 
 /* In the child, a consolidation pass of another thread never finishes:
  * forget it and its marks. */
-static void mslab_child(void)
+void ucma_mslab_fork_child(void)
 {
 	for (size_t i = 0; i < NR_CLASSES; i++)
 		undrain_class(&classes[i]);
 	atomic_store_explicit(&consolidating, 0, memory_order_relaxed);
-	mslab_release();
-}
-
-static void classes_init(void)
-{
-	for (size_t i = 0; i < NR_CLASSES; i++)
-		pthread_mutex_init(&classes[i].lock, NULL);
-	ucma_atfork_register(35, mslab_prepare, mslab_release, mslab_child);
-	atomic_store_explicit(&classes_ready, true, memory_order_release);
+	ucma_mslab_fork_parent();
 }
 
 static int class_of(size_t size)
@@ -241,7 +239,8 @@ void *ucma_mslab_alloc(size_t size, uint32_t index, bool no_cma, uint32_t avoid_
 		return NULL;
 	/* Without lending, movable objects stay out of the CMA areas. */
 	no_cma |= ucma_opt.cma_policy == UCMA_CMA_RESERVED;
-	pthread_once(&classes_once, classes_init);
+	if (UCMA_UNLIKELY(!atomic_load_explicit(&classes_ready, memory_order_relaxed)))
+		atomic_store_explicit(&classes_ready, true, memory_order_release);
 	c = &classes[cls];
 	pthread_mutex_lock(&c->lock);
 	for (s = c->partial; s; s = s->next) {
@@ -278,7 +277,7 @@ void ucma_mslab_free(void *addr)
 {
 	struct ucma_arena *a = ucma_arena_peek();
 	uint32_t pfn = ucma_addr_to_pfn(a, addr);
-	struct ucma_mslab *s = (struct ucma_mslab *)(uintptr_t)a->pages[pfn].owner;
+	struct ucma_mslab *s = (struct ucma_mslab *)(uintptr_t)UCMA_PG_GET(&a->pages[pfn], owner);
 	struct mslab_class *c = &classes[s->cls];
 	size_t off = (size_t)((char *)addr - (char *)ucma_pfn_to_addr(a, s->pfn));
 	uint32_t slot = (uint32_t)(off / s->obj_size);
@@ -496,10 +495,8 @@ unsigned ucma_mslab_consolidate(int prio)
 	unsigned emptied = 0;
 	bool moved = false;
 
-	/* Before the first movable slab there is nothing to do; and the
-	 * compaction thread must not run the lazy initialisation (it
-	 * registers fork handlers, which a fork in progress holds). */
-	if (!a || ucma_in_read_section() ||
+	/* Before the first movable slab there is nothing to do. */
+	if (!a || !ucma_rcu_can_wait() ||
 	    !atomic_load_explicit(&classes_ready, memory_order_acquire))
 		return 0;
 	if (atomic_exchange_explicit(&consolidating, 1, memory_order_acquire))

@@ -527,7 +527,7 @@ struct ucma_slab *ucma_slab_of(const void *p)
 
 		if (__atomic_load_n(&pg->owner_type, __ATOMIC_ACQUIRE) != UCMA_OWN_SLAB)
 			return NULL;
-		return (struct ucma_slab *)(uintptr_t)pg->owner;
+		return (struct ucma_slab *)(uintptr_t)UCMA_PG_GET(pg, owner);
 	}
 	if (ucma_overflow_find(p, &ref) == UCMA_OVF_SLAB)
 		return ref.slab;

@@ -10,6 +10,7 @@ UCMA_SOURCES = \
 	src/buddy.c \
 	src/zone.c \
 	src/meta.c \
+	src/handle.h \
 	src/handle.c \
 	src/mslab.c \
 	src/migrate.c \
@@ -23,7 +24,10 @@ UCMA_SOURCES = \
 	src/shm.h \
 	src/shm.c \
 	src/init.c \
-	src/tsan_urcu.c
+	src/fork.h \
+	src/fork.c \
+	src/rcu.h \
+	src/rcu.c
 
 UCMA_LIBADD = $(NUMA_LIBS) $(URCU_LIBS) -lpthread
 

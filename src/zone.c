@@ -102,21 +102,21 @@ static void set_run(struct ucma_arena *a, uint32_t pfn, uint32_t npages, bool mo
 {
 	struct ucma_page *head = &a->pages[pfn];
 
-	head->kind = UCMA_PK_RUN;
+	UCMA_PG_SET(head, kind, UCMA_PK_RUN);
 	head->order = 0;
-	head->owner_type = UCMA_OWN_NONE;
+	UCMA_PG_SET(head, owner_type, UCMA_OWN_NONE);
 	head->flags = movable ? UCMA_PF_MOVABLE : 0;
-	head->aux = npages;
-	head->owner = 0;
+	UCMA_PG_SET(head, aux, npages);
+	UCMA_PG_SET(head, owner, 0);
 	for (uint32_t i = 1; i < npages; i++) {
 		struct ucma_page *t = &a->pages[pfn + i];
 
-		t->kind = UCMA_PK_TAIL;
+		UCMA_PG_SET(t, kind, UCMA_PK_TAIL);
 		t->order = 0;
-		t->owner_type = UCMA_OWN_NONE;
+		UCMA_PG_SET(t, owner_type, UCMA_OWN_NONE);
 		t->flags = head->flags;
-		t->aux = pfn;
-		t->owner = 0;
+		UCMA_PG_SET(t, aux, pfn);
+		UCMA_PG_SET(t, owner, 0);
 	}
 }
 
@@ -536,9 +536,9 @@ void ucma_pages_free(struct ucma_arena *a, uint32_t pfn)
 	npages = head->aux;
 	/* Forget the run first, so a stale pointer into it finds nothing. */
 	for (uint32_t i = 0; i < npages; i++) {
-		a->pages[pfn + i].kind = UCMA_PK_UNUSED;
-		a->pages[pfn + i].owner_type = UCMA_OWN_NONE;
-		a->pages[pfn + i].owner = 0;
+		UCMA_PG_SET(&a->pages[pfn + i], kind, UCMA_PK_UNUSED);
+		UCMA_PG_SET(&a->pages[pfn + i], owner_type, UCMA_OWN_NONE);
+		UCMA_PG_SET(&a->pages[pfn + i], owner, 0);
 	}
 	pages_poison(a, pfn, npages);
 	ucma_buddy_free_range(z, pfn, npages);
@@ -547,14 +547,16 @@ void ucma_pages_free(struct ucma_arena *a, uint32_t pfn)
 	maybe_purge(z);
 }
 
+/* Without the zone lock: the caller owns the run, or revalidates. */
 uint32_t ucma_run_head(const struct ucma_arena *a, uint32_t pfn)
 {
 	const struct ucma_page *p = &a->pages[pfn];
+	uint8_t kind = UCMA_PG_GET(p, kind);
 
-	if (p->kind == UCMA_PK_RUN)
+	if (kind == UCMA_PK_RUN)
 		return pfn;
-	if (p->kind == UCMA_PK_TAIL)
-		return p->aux;
+	if (kind == UCMA_PK_TAIL)
+		return UCMA_PG_GET(p, aux);
 	return UCMA_PFN_NONE;
 }
 
@@ -793,7 +795,8 @@ int ucma_zone_check(struct ucma_zone *z, char *why, size_t whylen)
 				 * claims any free range) may start inside a
 				 * pageblock and run past its end. */
 				if (pfn + p->aux > end)
-					CHECK(pfn == start || p->owner_type == UCMA_OWN_CONTIG,
+					CHECK(pfn == start || UCMA_PG_GET(p, owner_type) ==
+								      UCMA_OWN_CONTIG,
 					      "run at %u crosses a pageblock", pfn);
 				pfn += p->aux;
 			} else if (p->kind == UCMA_PK_TAIL) {

@@ -34,3 +34,10 @@ endif
 # TEST_LDADD comes from configure, so Automake cannot see that the test
 # programs depend on the test build of the library: say it here.
 $(check_PROGRAMS): libucma_test.la
+
+## Race hunting in a ThreadSanitizer build: every threaded test ROUNDS
+## times (20 by default), then races and the soak for a minute each.
+EXTRA_DIST += tests/tsan-repeat.sh
+check-tsan-repeat: $(check_PROGRAMS)
+	$(SHELL) $(top_srcdir)/tests/tsan-repeat.sh $(ROUNDS)
+.PHONY: check-tsan-repeat

@@ -23,3 +23,10 @@ check_PROGRAMS += tests/stress/races
 TESTS += tests/stress/races
 tests_stress_races_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_stress_races_LDADD = $(TEST_LDADD)
+
+## hangs: deadlocks between fork, grace periods and pins, each scenario in
+## a child process waited for with a time limit.
+check_PROGRAMS += tests/stress/hangs
+TESTS += tests/stress/hangs
+tests_stress_hangs_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_stress_hangs_LDADD = $(TEST_LDADD)

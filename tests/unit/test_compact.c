@@ -12,6 +12,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "handle.h"
 #include "tap.h"
 #include "testutil.h"
 

@@ -1,0 +1,58 @@
+/*
+ * fork.h - fork handling (fork.c): one table of every lock owner's
+ * handlers, run in lock order around fork().
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef UCMA_FORK_H
+#define UCMA_FORK_H
+
+#include "internal.h"
+
+/*
+ * Register the handlers with pthread_atfork, once per process.  Called
+ * by every way into the library that may take a lock (ucma_arena_get(),
+ * the malloc family's start-up) before it takes one; cheap afterwards.
+ */
+UCMA_INTERNAL void ucma_fork_init(void);
+
+/*
+ * Handlers of each lock owner, listed in fork.c in the order their
+ * prepare stages run.  Each prepare takes that owner's locks (or
+ * quiesces its thread); parent and child release them; the child also
+ * repairs what threads that do not exist there left behind.  A stage
+ * that may wait for a grace period also has a child_unprepared handler:
+ * a fork made inside a read-side section skips the stage's prepare and
+ * parent handlers and runs child_unprepared in the child instead (rcu.h).
+ */
+/* init.c: the start-up lock. */
+UCMA_INTERNAL void ucma_init_fork_prepare(void);
+UCMA_INTERNAL void ucma_init_fork_parent(void);
+/* compactd.c: park the thread, take every zone's compact_lock. */
+UCMA_INTERNAL void ucma_compactd_fork_prepare(void);
+UCMA_INTERNAL void ucma_compactd_fork_parent(void);
+UCMA_INTERNAL void ucma_compactd_fork_child(void);
+UCMA_INTERNAL void ucma_compactd_fork_child_unprepared(void);
+/* migrate.c: the deferred-free queue and the drain lock. */
+UCMA_INTERNAL void ucma_defer_fork_prepare(void);
+UCMA_INTERNAL void ucma_defer_fork_parent(void);
+UCMA_INTERNAL void ucma_defer_fork_child(void);
+UCMA_INTERNAL void ucma_defer_fork_child_unprepared(void);
+/* handle.c: the table lock; waits for entries held MIGRATING. */
+UCMA_INTERNAL void ucma_handle_fork_prepare(void);
+UCMA_INTERNAL void ucma_handle_fork_parent(void);
+UCMA_INTERNAL void ucma_handle_fork_child(void);
+/* mslab.c: the size-class locks. */
+UCMA_INTERNAL void ucma_mslab_fork_prepare(void);
+UCMA_INTERNAL void ucma_mslab_fork_parent(void);
+UCMA_INTERNAL void ucma_mslab_fork_child(void);
+/* init.c: CMA area locks, then zone locks; the child re-maps
+ * UCMA_CMA_DONTFORK areas. */
+UCMA_INTERNAL void ucma_zones_fork_prepare(void);
+UCMA_INTERNAL void ucma_zones_fork_parent(void);
+UCMA_INTERNAL void ucma_zones_fork_child(void);
+/* meta.c: the metadata lock, innermost of all. */
+UCMA_INTERNAL void ucma_meta_fork_prepare(void);
+UCMA_INTERNAL void ucma_meta_fork_parent(void);
+
+#endif /* UCMA_FORK_H */

@@ -1,0 +1,153 @@
+/*
+ * rcu.c - read-side sections and grace periods on liburcu-bp (the
+ * bulletproof flavour: a library cannot ask its callers to register their
+ * threads, and urcu-bp has the fork hooks a preloaded library needs).
+ *
+ * Sections.  Each thread counts the sections it opened through ucma in
+ * ucma_rcu_self.depth; only the outermost lock and unlock reach liburcu,
+ * through its inline read side (_LGPL_SOURCE: a store of the grace-period
+ * counter and a compiler barrier, with sys_membarrier on the writer's
+ * side).  liburcu's own nesting stays correct when the program also uses
+ * liburcu-bp directly: its counter is incremented, never overwritten.
+ *
+ * Grace periods.  ucma_rcu_synchronize() refuses to wait (EDEADLK) where
+ * the wait could never end: inside any section of the calling thread, and
+ * in a degraded child (below).  Callers hold no lock that a reader might
+ * need while they wait (see migrate.c and compact.c).
+ *
+ * Fork.  liburcu-bp's before-fork hook takes its grace-period lock, which
+ * a thread inside urcu_bp_synchronize_rcu() holds while it waits for
+ * readers.  If the forking thread is itself inside a section, that wait
+ * waits for the fork, and the hook for the wait: a deadlock no ordering
+ * avoids.  fork.c therefore skips the hooks for a fork made inside a
+ * section.  The child then inherits liburcu's state as it was, possibly
+ * with its locks held by threads the child does not have; it is marked
+ * degraded: sections no longer reach liburcu (so no thread of the child
+ * ever takes those locks), grace periods are refused, and memory that
+ * would be freed after one is kept instead.  The sections the forking
+ * thread had open end normally.  ucma(7) documents what this costs.
+ *
+ * ThreadSanitizer: liburcu is not instrumented and orders with its own
+ * barriers, so the grace period is stated with annotations: the outermost
+ * unlock releases a token that ucma_rcu_synchronize() acquires after the
+ * wait.  This is a little stronger than RCU (a reader that began after the
+ * wait started is also ordered before its end), which can only hide a
+ * race, never invent one.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#define _LGPL_SOURCE
+#include "rcu.h"
+
+#include <errno.h>
+#include <urcu-bp.h>
+
+#ifdef UCMA_TSAN
+#include <sanitizer/tsan_interface.h>
+static char grace_period_token;
+#define TSAN_RELEASE_READER() __tsan_release(&grace_period_token)
+#define TSAN_ACQUIRE_GRACE()  __tsan_acquire(&grace_period_token)
+#else
+#define TSAN_RELEASE_READER() ((void)0)
+#define TSAN_ACQUIRE_GRACE()  ((void)0)
+#endif
+
+/*
+ * struct ucma_rcu_thread - the calling thread's sections.  Only the
+ * thread itself reads or writes it (initial-exec TLS: no call to reach it).
+ */
+struct ucma_rcu_thread {
+	unsigned long depth;	/* sections open through ucma */
+	bool in_urcu;		/* the outermost one entered liburcu */
+};
+
+static __thread struct ucma_rcu_thread ucma_rcu_self
+	__attribute__((tls_model("initial-exec")));
+
+/* Set once, in the child of a fork made inside a section (single-threaded
+ * then; threads made later see it through pthread_create). */
+static _Atomic bool degraded;
+
+void ucma_rcu_read_lock(void)
+{
+	struct ucma_rcu_thread *t = &ucma_rcu_self;
+
+	if (t->depth++ == 0 &&
+	    UCMA_LIKELY(!atomic_load_explicit(&degraded, memory_order_relaxed))) {
+		urcu_bp_read_lock();
+		t->in_urcu = true;
+	}
+}
+
+void ucma_rcu_read_unlock(void)
+{
+	struct ucma_rcu_thread *t = &ucma_rcu_self;
+
+	if (--t->depth == 0 && t->in_urcu) {
+		t->in_urcu = false;
+		TSAN_RELEASE_READER();
+		urcu_bp_read_unlock();
+	}
+}
+
+unsigned long ucma_rcu_depth(void)
+{
+	return ucma_rcu_self.depth;
+}
+
+/* A section the thread opened with liburcu-bp itself.  Reads liburcu's
+ * per-thread reader without registering the thread (urcu_bp_read_ongoing()
+ * would register it, taking liburcu's registry lock). */
+static bool foreign_section(void)
+{
+	struct urcu_bp_reader *r = URCU_TLS(urcu_bp_reader);
+
+	return r && (CMM_LOAD_SHARED(r->ctr) & URCU_BP_GP_CTR_NEST_MASK);
+}
+
+bool ucma_rcu_in_section(void)
+{
+	return ucma_rcu_self.depth > 0 ||
+	       (!atomic_load_explicit(&degraded, memory_order_relaxed) && foreign_section());
+}
+
+bool ucma_rcu_degraded(void)
+{
+	return atomic_load_explicit(&degraded, memory_order_relaxed);
+}
+
+bool ucma_rcu_can_wait(void)
+{
+	return !ucma_rcu_degraded() && !ucma_rcu_in_section();
+}
+
+int ucma_rcu_synchronize(void)
+{
+	if (!ucma_rcu_can_wait()) {
+		errno = EDEADLK;
+		return -1;
+	}
+	urcu_bp_synchronize_rcu();
+	TSAN_ACQUIRE_GRACE();
+	return 0;
+}
+
+void ucma_rcu_fork_prepare(void)
+{
+	urcu_bp_before_fork();
+}
+
+void ucma_rcu_fork_parent(void)
+{
+	urcu_bp_after_fork_parent();
+}
+
+void ucma_rcu_fork_child(void)
+{
+	urcu_bp_after_fork_child();
+}
+
+void ucma_rcu_fork_child_unprepared(void)
+{
+	atomic_store_explicit(&degraded, true, memory_order_relaxed);
+}

@@ -1,0 +1,88 @@
+#!/bin/sh
+# tsan-repeat.sh - hunt data races: run every test that starts threads
+# again and again in a ThreadSanitizer build, then the race and soak
+# stress tests for longer.  A race that shows once in twenty runs is a
+# race; this is how it is found before it fails somebody's CI run.
+#
+# Usage, from a build configured with --enable-tsan (`make check-tsan-repeat`
+# runs it there):
+#   tests/tsan-repeat.sh [ROUNDS]        ROUNDS defaults to 20
+# Environment: UCMA_TSAN_REPEAT_SOAK (seconds of soak and races at the end,
+# default 60; 0 skips that part).
+#
+# Every round runs the tests through `make check`, so each is counted and
+# logged by the harness as usual.  The first round with a failure stops the
+# hunt and prints the name of each failed test and its first sanitizer
+# report.  Exit status: 0 when every round passed.
+set -u
+rounds=${1:-20}
+soak=${UCMA_TSAN_REPEAT_SOAK:-60}
+here=$(pwd)
+if ! grep -q 'UCMA_TSAN 1' "$here/config.h" 2>/dev/null; then
+	echo "tsan-repeat.sh: $here is not a ThreadSanitizer build (configure --enable-tsan)" >&2
+	exit 2
+fi
+
+# Every test program that starts a thread: its own, or the compaction
+# thread that the first movable or contiguous allocation starts.  The
+# shell tests run programs under LD_PRELOAD, which a TSan build skips.
+threaded="tests/unit/test_handles tests/unit/test_cma tests/unit/test_compact
+tests/unit/test_stats tests/unit/test_backing tests/unit/test_faults
+tests/unit/test_malloc tests/unit/test_malloc_abort tests/unit/test_malloc_overflow
+tests/unit/test_malloc_start tests/stress/stress_handles tests/stress/races
+tests/stress/soak tests/stress/fork_ops tests/fuzz/fuzz_replay"
+present=$(echo $threaded)
+
+# report LOG: the first sanitizer report of a test's log.
+report() {
+	awk '/^(WARNING: ThreadSanitizer|==[0-9]+==ERROR)/ { on = 1 }
+	     on { print; n++ }
+	     on && /^SUMMARY: / { exit }
+	     n >= 80 { exit }' "$1"
+}
+
+# failed_tests: the logs of the tests that did not pass in the last run.
+failed_tests() {
+	for t in $present; do
+		trs="$t.trs"
+		[ -f "$trs" ] || continue
+		grep -qE '^:test-result: (FAIL|ERROR|XPASS)' "$trs" && echo "$t.log"
+	done
+}
+
+run_round() {
+	# Soak and fuzz replay stay short here: the long run comes at the end.
+	UCMA_SOAK_SECONDS=5 make -s check TESTS="$present" >/dev/null 2>&1
+	bad=$(failed_tests)
+	[ -z "$bad" ] && return 0
+	for log in $bad; do
+		echo "!! failed: ${log%.log}"
+		report "$log"
+	done
+	return 1
+}
+
+make -s check TESTS= >/dev/null 2>&1	# build the programs once
+i=1
+while [ "$i" -le "$rounds" ]; do
+	if ! run_round; then
+		echo "tsan-repeat: round $i of $rounds failed"
+		exit 1
+	fi
+	echo "tsan-repeat: round $i of $rounds passed ($(echo $present | wc -w) tests)"
+	i=$((i + 1))
+done
+
+if [ "$soak" -gt 0 ]; then
+	for t in tests/stress/races tests/stress/soak; do
+		UCMA_SOAK_SECONDS=$soak UCMA_STRESS_SECONDS=$soak make -s check TESTS="$t" \
+			>/dev/null 2>&1
+		if grep -qE '^:test-result: (FAIL|ERROR|XPASS)' "$t.trs" 2>/dev/null; then
+			echo "!! failed: $t ($soak s)"
+			report "$t.log"
+			exit 1
+		fi
+		echo "tsan-repeat: $t for $soak s passed"
+	done
+fi
+echo "tsan-repeat: $rounds rounds passed, no report"
