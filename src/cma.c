@@ -135,11 +135,65 @@ uint32_t ucma_cma_maxchunk(struct ucma_cma_area *area)
 }
 
 /*
+ * One step of a walk over [start, end), head to head from the pageblock
+ * start (nothing crosses a pageblock boundary but whole-pageblock runs,
+ * which begin on one).  Under the zone lock: returns where the next step
+ * starts and, in *@head, the allocated run at @pfn (UCMA_PFN_NONE for free
+ * pages).  The lock is dropped between steps, so a walk that migrates
+ * resumes from the next head, re-read.
+ */
+static uint32_t walk_step(struct ucma_arena *a, struct ucma_zone *z, uint32_t pfn, uint32_t *head)
+{
+	struct ucma_page *p;
+	uint32_t next;
+
+	*head = UCMA_PFN_NONE;
+	pthread_mutex_lock(&z->lock);
+	p = &a->pages[pfn];
+	if (p->kind == UCMA_PK_FREE) {
+		next = pfn + (1u << p->order);
+	} else if (p->kind == UCMA_PK_RUN) {
+		*head = pfn;
+		next = pfn + p->aux;
+	} else if (p->kind == UCMA_PK_TAIL) {
+		*head = p->aux;
+		next = p->aux + a->pages[p->aux].aux;
+	} else {
+		next = pfn + 1;	/* raced with a free: re-read */
+	}
+	pthread_mutex_unlock(&z->lock);
+	return next > pfn ? next : pfn + 1;
+}
+
+/*
+ * Does [start, end) hold an object that cannot be moved now (pinned, or
+ * not movable)?  Looked at before anything is migrated, so a candidate
+ * that would fail is passed over without moving its other objects in
+ * vain; *@busy_end is then the end of the first such run (no candidate
+ * overlapping it can be emptied either).
+ */
+static bool range_pinned(struct ucma_arena *a, uint32_t start, uint32_t end, uint32_t *busy_end)
+{
+	struct ucma_zone *z = ucma_pfn_zone(a, start);
+
+	for (uint32_t pfn = UCMA_ALIGN_DOWN(start, UCMA_PAGEBLOCK_PAGES), head, next; pfn < end;
+	     pfn = next) {
+		next = walk_step(a, z, pfn, &head);
+		if (head != UCMA_PFN_NONE && next > start && ucma_run_pinned(a, head)) {
+			*busy_end = next;
+			return true;
+		}
+	}
+	return false;
+}
+
+/*
  * Empty [start, end) of every movable object.  Returns 0 when the range is
  * free, else -1 with errno EBUSY (pinned or unmovable content), ENOMEM (no
- * room for the copies) or EDEADLK (inside a read-side section).
+ * room for the copies) or EDEADLK (no grace period can be waited for).
+ * *@moved counts the objects moved out.
  */
-static int empty_range(struct ucma_arena *a, uint32_t start, uint32_t end, bool *migrated,
+static int empty_range(struct ucma_arena *a, uint32_t start, uint32_t end, unsigned *moved,
 		       uint32_t *busy_end)
 {
 	struct ucma_zone *z = ucma_pfn_zone(a, start);
@@ -157,34 +211,11 @@ static int empty_range(struct ucma_arena *a, uint32_t start, uint32_t end, bool 
 			errno = EDEADLK;
 			return -1;
 		}
-		/*
-		 * Walk head to head from the pageblock start (nothing crosses
-		 * a pageblock boundary but whole-pageblock runs, which begin
-		 * on one).  The lock is dropped to migrate: the walk then
-		 * resumes from the next head, re-read under the lock.
-		 */
-		for (uint32_t pfn = pb_start; pfn < end;) {
-			struct ucma_page *p;
-			uint32_t head = UCMA_PFN_NONE, next;
-
-			pthread_mutex_lock(&z->lock);
-			p = &a->pages[pfn];
-			if (p->kind == UCMA_PK_FREE) {
-				next = pfn + (1u << p->order);
-			} else if (p->kind == UCMA_PK_RUN) {
-				head = pfn;
-				next = pfn + p->aux;
-			} else if (p->kind == UCMA_PK_TAIL) {
-				head = p->aux;
-				next = p->aux + a->pages[p->aux].aux;
-			} else {
-				next = pfn + 1;	/* raced with a free: re-read */
-			}
-			pthread_mutex_unlock(&z->lock);
+		for (uint32_t pfn = pb_start, head, next; pfn < end; pfn = next) {
+			next = walk_step(a, z, pfn, &head);
 			if (head != UCMA_PFN_NONE && next > start) {
-				int r = ucma_migrate_run(a, head, &t, &pinned);
+				int r = ucma_migrate_run(a, head, &t, &pinned, moved);
 
-				*migrated = true;
 				if (r == UCMA_MIGRATE_NOMEM) {
 					nomem = true;
 				} else if (r == UCMA_MIGRATE_PINNED) {
@@ -193,7 +224,6 @@ static int empty_range(struct ucma_arena *a, uint32_t start, uint32_t end, bool 
 						*busy_end = next;
 				}
 			}
-			pfn = next > pfn ? next : pfn + 1;
 		}
 		/* The old copies are free only after readers have left. */
 		if (ucma_defer_drain() != 0)
@@ -241,8 +271,8 @@ static void *alloc_area(struct ucma_arena *a, struct ucma_cma_area *area, size_t
 	uint64_t t0 = ucma_os_now_ns();
 	uint32_t npages, align_pages, from = 0;
 	int err = ENOMEM;
-	bool migrated = false, saw_busy = false, tried = false, phys_miss = false,
-	     other_fail = false;
+	unsigned moved = 0, in_vain = 0;
+	bool saw_busy = false, tried = false, phys_miss = false, other_fail = false;
 	struct ucma_compact_direct dc;
 
 	if (size > (size_t)area->npages << UCMA_PAGE_SHIFT) {
@@ -261,6 +291,7 @@ static void *alloc_area(struct ucma_arena *a, struct ucma_cma_area *area, size_t
 retry:
 	for (;;) {
 		uint32_t off, start, end, iso_start, iso_end, busy_end = 0;
+		unsigned moved_here = 0;
 		int rc;
 
 		pthread_mutex_lock(&area->lock);
@@ -305,8 +336,11 @@ retry:
 				   iso_end);
 		if (flags & UCMA_ALLOC_NOWAIT)
 			rc = ucma_range_free(a, start, end) ? 0 : (errno = EBUSY, -1);
+		else if (range_pinned(a, start, end, &busy_end))
+			rc = (errno = EBUSY, -1);	/* nothing moved in vain */
 		else
-			rc = empty_range(a, start, end, &migrated, &busy_end);
+			rc = empty_range(a, start, end, &moved_here, &busy_end);
+		moved += moved_here;
 		if (rc == 0)
 			rc = ucma_claim_free_range(a, start, end, UCMA_OWN_CONTIG,
 						   (uint64_t)(uintptr_t)area);
@@ -333,6 +367,7 @@ retry:
 
 				if (k != (long)npages) {
 					ucma_release(p);
+					in_vain += moved_here;
 					if (k < 0) {
 						err = ENOTSUP;
 						break;
@@ -356,10 +391,13 @@ retry:
 			area->alloc_success++;
 			pthread_mutex_unlock(&area->lock);
 			ucma_count(UCMA_STAT_CMA_ALLOC_SUCCESS, 1);
-			ucma_stats_alloc_latency(ucma_os_now_ns() - t0, migrated);
+			ucma_stats_alloc_latency(ucma_os_now_ns() - t0, moved > 0);
+			if (in_vain)
+				ucma_count(UCMA_STAT_CMA_MIGRATED_IN_VAIN, in_vain);
 			return p;
 		}
 		err = errno;
+		in_vain += moved_here;	/* moved out of a run that was then abandoned */
 		saw_busy |= err == EBUSY;
 		other_fail = true;	/* a failure compaction may help with */
 		pthread_mutex_lock(&area->lock);
@@ -385,6 +423,8 @@ retry:
 		goto retry;
 	}
 	ucma_compact_direct_done(&dc, false);
+	if (in_vain)
+		ucma_count(UCMA_STAT_CMA_MIGRATED_IN_VAIN, in_vain);
 	/* Every candidate failed: say why in the most useful terms. */
 	errno = err == EDEADLK || err == ENOTSUP ? err : saw_busy ? EBUSY : err;
 fail:

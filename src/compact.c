@@ -451,37 +451,6 @@ static bool snapshot_pageblock(struct ucma_compact_control *cc)
 	return ok;
 }
 
-static int slot_pinned(uint32_t index, void *addr, void *arg)
-{
-	struct ucma_hentry *e = ucma_handle_entry(index);
-
-	(void)addr;
-	(void)arg;
-	return e && (atomic_load_explicit(&e->state, memory_order_relaxed) &
-		     (UCMA_HS_PINS | UCMA_HS_MIGRATING));
-}
-
-/* Returns true if the run @r holds a pinned or busy object right now. */
-static bool run_pinned(struct ucma_compact_control *cc, const struct compact_run *r)
-{
-	const struct ucma_page *p = &cc->arena->pages[r->head];
-	bool pinned = false;
-
-	if (r->owner_type == UCMA_OWN_MOVABLE)
-		return slot_pinned((uint32_t)r->owner, NULL, NULL);
-	/* A slab's descriptor is alive only inside a read-side section: look
-	 * it up again there, as ucma_migrate_run() does. */
-	ucma_rcu_read_lock();
-	if (__atomic_load_n(&p->kind, __ATOMIC_RELAXED) == UCMA_PK_RUN &&
-	    __atomic_load_n(&p->owner_type, __ATOMIC_ACQUIRE) == UCMA_OWN_MSLAB)
-		pinned = ucma_mslab_for_each(
-				 (struct ucma_mslab *)(uintptr_t)__atomic_load_n(&p->owner,
-										 __ATOMIC_RELAXED),
-				 slot_pinned, NULL) != 0;
-	ucma_rcu_read_unlock();
-	return pinned;
-}
-
 /*
  * select_runs() - mark the runs of the snapshot worth moving; returns how
  * many.  With a chunk order, only chunks that can come free whole are
@@ -502,7 +471,7 @@ static unsigned select_runs(struct ucma_compact_control *cc)
 	}
 	if (cc->skip_on_failure) {
 		for (unsigned i = 0; i < cc->nr_runs; i++)
-			if (!cc->runs[i].blocked && run_pinned(cc, &cc->runs[i]))
+			if (!cc->runs[i].blocked && ucma_run_pinned(cc->arena, cc->runs[i].head))
 				cc->runs[i].blocked = true;
 	}
 	cs = 1u << cc->chunk_order;
@@ -545,7 +514,7 @@ static bool migrate_one(struct ucma_compact_control *cc, const struct compact_ru
 	for (;;) {
 		bool waiting = cc->target.wait_pins;
 		unsigned pinned = 0;
-		int m = ucma_migrate_run(cc->arena, r->head, &cc->target, &pinned);
+		int m = ucma_migrate_run(cc->arena, r->head, &cc->target, &pinned, NULL);
 
 		if (waiting && pinned) {
 			cc->pin_waits = pinned >= cc->pin_waits ? 0 : cc->pin_waits - pinned;

@@ -456,6 +456,7 @@ enum ucma_vmstat_item {
 	UCMA_STAT_CMA_ALLOC_SUCCESS,
 	UCMA_STAT_CMA_ALLOC_FAIL,
 	UCMA_STAT_CMA_RELEASE,
+	UCMA_STAT_CMA_MIGRATED_IN_VAIN,
 	UCMA_STAT_PIN_LONGTERM_MIGRATED,
 	UCMA_STAT_HALLOC,
 	UCMA_STAT_HFREE,
@@ -573,7 +574,10 @@ UCMA_INTERNAL int ucma_migrate_object(uint32_t index, void *old_addr,
 				      const struct ucma_migrate_target *t);
 /* Move every movable object out of the allocated run at @head. */
 UCMA_INTERNAL int ucma_migrate_run(struct ucma_arena *a, uint32_t head,
-				   const struct ucma_migrate_target *t, unsigned *pinned);
+				   const struct ucma_migrate_target *t, unsigned *pinned,
+				   unsigned *moved);
+/* Does the run at @head hold something that cannot be moved right now? */
+UCMA_INTERNAL bool ucma_run_pinned(struct ucma_arena *a, uint32_t head);
 /* Storage of a movable object, freed after an RCU grace period. */
 UCMA_INTERNAL void ucma_defer_free(void *addr);
 /* Metadata (meta.c) freed after an RCU grace period. */

@@ -276,6 +276,7 @@ int ucma_migrate_object(uint32_t index, void *old_addr, const struct ucma_migrat
 struct run_ctx {
 	const struct ucma_migrate_target *t;
 	unsigned pinned;
+	unsigned moved;
 	int worst;
 };
 
@@ -286,6 +287,8 @@ static int migrate_slot(uint32_t index, void *addr, void *arg)
 
 	if (r == UCMA_MIGRATE_PINNED)
 		rc->pinned++;
+	if (r == UCMA_MIGRATE_OK)
+		rc->moved++;
 	if (r == UCMA_MIGRATE_NOMEM)
 		return r;	/* no room anywhere: stop early */
 	if (r > rc->worst && r != UCMA_MIGRATE_GONE)
@@ -298,12 +301,13 @@ static int migrate_slot(uint32_t index, void *addr, void *arg)
  * whose head is @head: one object, or every live object of a movable slab.
  * Returns UCMA_MIGRATE_OK when nothing movable is left in it (apart from
  * what waits for a grace period), else the reason; *@pinned counts objects
- * that were pinned.  Runs that are not movable are UCMA_MIGRATE_PINNED.
+ * that were pinned, *@moved (may be NULL) those moved.  Runs that are not
+ * movable are UCMA_MIGRATE_PINNED.
  */
 int ucma_migrate_run(struct ucma_arena *a, uint32_t head, const struct ucma_migrate_target *t,
-		     unsigned *pinned)
+		     unsigned *pinned, unsigned *moved)
 {
-	struct run_ctx rc = { t, 0, UCMA_MIGRATE_OK };
+	struct run_ctx rc = { t, 0, 0, UCMA_MIGRATE_OK };
 	struct ucma_page *p = &a->pages[head];
 	uint8_t type;
 	uint64_t owner;
@@ -329,6 +333,8 @@ int ucma_migrate_run(struct ucma_arena *a, uint32_t head, const struct ucma_migr
 			rc.pinned++;
 		if (pinned)
 			*pinned += rc.pinned;
+		if (moved && r == UCMA_MIGRATE_OK)
+			(*moved)++;
 		return r == UCMA_MIGRATE_GONE ? UCMA_MIGRATE_OK : r;
 	case UCMA_OWN_MSLAB: {
 		struct ucma_mslab_slot *v;
@@ -347,10 +353,49 @@ int ucma_migrate_run(struct ucma_arena *a, uint32_t head, const struct ucma_migr
 		ucma_mslab_slots_free(v);
 		if (pinned)
 			*pinned += rc.pinned;
+		if (moved)
+			*moved += rc.moved;
 		return r ? r : rc.worst;
 	}
 	default:
 		ucma_rcu_read_unlock();
 		return UCMA_MIGRATE_PINNED;	/* unmovable: cannot be emptied */
 	}
+}
+
+static int slot_pinned(uint32_t index, void *addr, void *arg)
+{
+	struct ucma_hentry *e = ucma_handle_entry(index);
+
+	(void)addr;
+	(void)arg;
+	return e && (atomic_load_explicit(&e->state, memory_order_relaxed) &
+		     (UCMA_HS_PINS | UCMA_HS_MIGRATING));
+}
+
+/*
+ * ucma_run_pinned() - does the allocated run at @head hold an object that
+ * cannot be moved right now: pinned, held by another mover, or a run that
+ * is not movable at all?  A look, not a promise (a pin may come or go the
+ * next moment): callers use it to skip work that would be in vain.  A
+ * slab's descriptor is alive only inside a read-side section, so it is
+ * looked up again there, as ucma_migrate_run() does.
+ */
+bool ucma_run_pinned(struct ucma_arena *a, uint32_t head)
+{
+	const struct ucma_page *p = &a->pages[head];
+	bool pinned = true;
+	uint8_t type;
+
+	ucma_rcu_read_lock();
+	type = __atomic_load_n(&p->owner_type, __ATOMIC_ACQUIRE);
+	if (UCMA_PG_GET(p, kind) != UCMA_PK_RUN)
+		pinned = false;	/* freed meanwhile: nothing to move */
+	else if (type == UCMA_OWN_MOVABLE)
+		pinned = slot_pinned((uint32_t)UCMA_PG_GET(p, owner), NULL, NULL);
+	else if (type == UCMA_OWN_MSLAB)
+		pinned = ucma_mslab_for_each((struct ucma_mslab *)(uintptr_t)UCMA_PG_GET(p, owner),
+					     slot_pinned, NULL) != 0;
+	ucma_rcu_read_unlock();
+	return pinned;
 }

@@ -55,13 +55,27 @@ static const uint32_t class_sizes[] = {
 };
 #define NR_CLASSES UCMA_ARRAY_SIZE(class_sizes)
 
+/*
+ * struct ucma_mslab - descriptor of one movable slab (meta.c, out of band).
+ *
+ * Locking: pfn, cls, nr_objs, obj_size and alloc_size are set before the
+ * slab's pages name it as their owner and never change, so they are read
+ * without a lock (ucma_mslab_free() finds the class lock through cls).
+ * Everything else - the list links and on_partial, nr_free, dead,
+ * draining, the bitmap and the handle array - belongs to the class lock.
+ * Lifetime: readers reach a descriptor through page metadata without any
+ * lock, inside a read-side section; so it is freed only a grace period
+ * after dead was set and its pages were freed.  A slab is listed
+ * (on_partial or on the full list) from its first slot on; before that
+ * only ucma_mslab_alloc() may touch it.
+ */
 struct ucma_mslab {
 	struct ucma_mslab *next, *prev;	/* class list (partial or full) */
 	uint32_t pfn;			/* first page of the run */
 	uint16_t cls;			/* index into class_sizes */
 	uint16_t nr_objs;
 	uint16_t nr_free;
-	uint8_t on_partial;
+	uint8_t on_partial;		/* on the partial list (not: full, or not yet listed) */
 	uint8_t dead;			/* destroyed; descriptor freed after a grace period */
 	uint8_t draining;		/* being emptied by consolidation: no new objects */
 	uint32_t obj_size;
@@ -362,8 +376,13 @@ int ucma_mslab_live_slots(struct ucma_mslab *s, struct ucma_mslab_slot **out)
 	 * being emptied: nothing else would ever free it, and
 	 * alloc-contig-range would wait for it in vain.  Its slots were
 	 * freed after a grace period, so no reader is left on its pages.
+	 * Only a slab on the partial list: a new slab is found through its
+	 * pages (their owner is set when it is made) before ucma_mslab_alloc()
+	 * lists it and takes its first slot; destroying that one unlisted
+	 * emptied the class's partial list and handed out a slot of a
+	 * destroyed slab.
 	 */
-	if (!s->dead && s->nr_free == s->nr_objs &&
+	if (!s->dead && s->on_partial && s->nr_free == s->nr_objs &&
 	    __atomic_load_n(&a->blocks[s->pfn >> UCMA_PAGEBLOCK_ORDER].isolate_count,
 			    __ATOMIC_ACQUIRE)) {
 		list_del(&c->partial, s);
@@ -515,7 +534,7 @@ unsigned ucma_mslab_consolidate(int prio)
 		for (unsigned i = 0; i < nsrc; i++) {
 			unsigned pinned = 0;
 
-			if (ucma_migrate_run(a, src[i], &t, &pinned) == UCMA_MIGRATE_OK && !pinned)
+			if (ucma_migrate_run(a, src[i], &t, &pinned, NULL) == UCMA_MIGRATE_OK && !pinned)
 				emptied++;
 		}
 		moved |= nsrc > 0;

@@ -53,6 +53,7 @@ const char *const ucma_vmstat_names[UCMA_STAT_NR] = {
 	[UCMA_STAT_CMA_ALLOC_SUCCESS] = "cma_alloc_success",
 	[UCMA_STAT_CMA_ALLOC_FAIL] = "cma_alloc_fail",
 	[UCMA_STAT_CMA_RELEASE] = "cma_release",
+	[UCMA_STAT_CMA_MIGRATED_IN_VAIN] = "cma_migrated_in_vain",
 	[UCMA_STAT_PIN_LONGTERM_MIGRATED] = "pin_longterm_migrated",
 	[UCMA_STAT_HALLOC] = "halloc",
 	[UCMA_STAT_HFREE] = "hfree",

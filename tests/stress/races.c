@@ -14,8 +14,18 @@
  *    waited forever.
  * 3. ucma_read_unlock() without ucma_read_lock(): ignored, and grace
  *    periods in other threads still end.
+ * 4. Compaction racing frees: one thread compacts without pause while
+ *    another frees and allocates objects (their contents stamped and
+ *    checked) and the background thread runs too.  Compaction read a
+ *    page's metadata without the zone lock while a free rewrote it, a
+ *    data race that ThreadSanitizer reported about once in two suite runs.
+ * 5. ucma_hrealloc() racing readers that check size and contents
+ *    together: ucma_deref_size() must give an address and a size of the
+ *    same version of the object (ucma_hsize() after ucma_deref() gave a
+ *    64 KiB size with a 16-byte slot about once in 2000 reads), and the
+ *    first bytes, kept by every resize, must read as written.
  *
- * Duration of part 1: UCMA_STRESS_SECONDS (default 2).
+ * Duration of parts 1, 4 and 5: UCMA_STRESS_SECONDS (default 2) each.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -31,6 +41,8 @@
 #include <unistd.h>
 
 #include <ucma.h>
+
+#include "internal.h"
 
 #define ATTACKERS 3
 
@@ -166,6 +178,189 @@ static void test_stray_unlock(void)
 	ok(rc == 0, "another thread's grace period still ends");
 }
 
+/* ------------------------------------------------------------------------ */
+/* 4. compaction racing frees                                                */
+/* ------------------------------------------------------------------------ */
+
+#define RACE_N 2048
+
+struct race_obj {
+	ucma_handle_t h;
+	size_t size;
+	uint64_t seed;
+};
+static struct race_obj robj[RACE_N];	/* the freeing thread's own */
+static atomic_long race_corrupt, race_compactions;
+
+/* Mostly page runs (whose frees rewrite page metadata), some slab objects. */
+static size_t race_size(uint64_t *s)
+{
+	return tu_rand(s) % 8 ? 4097 + tu_rand(s) % 60000 : 16 + tu_rand(s) % 4000;
+}
+
+static void *compactor(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&stop)) {
+		ucma_compact(atomic_load(&race_compactions) % 2 ? UCMA_COMPACT_SYNC_LIGHT
+								  : UCMA_COMPACT_ASYNC);
+		atomic_fetch_add(&race_compactions, 1);
+	}
+	return NULL;
+}
+
+static int race_check(struct race_obj *o)
+{
+	const void *p;
+	int good;
+
+	ucma_read_lock();
+	p = ucma_deref(o->h);
+	good = p && tu_check(p, o->size, o->seed);
+	ucma_read_unlock();
+	return good;
+}
+
+static void test_compaction_vs_frees(unsigned seconds)
+{
+	uint64_t end = tu_now_ns() + (uint64_t)seconds * 1000000000ull, s = 42;
+	long frees = 0;
+	pthread_t c;
+
+	atomic_store(&stop, 0);
+	for (int i = 0; i < RACE_N; i++) {
+		struct race_obj *o = &robj[i];
+		void *p;
+
+		o->size = race_size(&s);
+		o->seed = tu_rand(&s);
+		o->h = ucma_halloc(o->size, 0);
+		if (!o->h || !(p = ucma_pin(o->h, 0)))
+			bail_out("ucma_halloc: %s", strerror(errno));
+		tu_fill(p, o->size, o->seed);
+		ucma_unpin(o->h);
+	}
+	if (pthread_create(&c, NULL, compactor, NULL) != 0)
+		bail_out("pthread_create");
+	while (tu_now_ns() < end) {
+		/*
+		 * Free a batch, then drain it at once (ucma_compact() ends with
+		 * a drain) while the compactor's scanners walk the same
+		 * pageblocks: a scanner that began looking at a run after the
+		 * drain's grace period started reads the run's metadata while
+		 * the drain frees it.
+		 */
+		unsigned first = (unsigned)(tu_rand(&s) % RACE_N), batch = RACE_N / 2;
+
+		for (unsigned k = 0; k < batch; k++) {
+			struct race_obj *o = &robj[(first + k) % RACE_N];
+
+			if (!race_check(o))
+				atomic_fetch_add(&race_corrupt, 1);
+			if (ucma_hfree(o->h) != 0)
+				bail_out("ucma_hfree: %s", strerror(errno));
+			frees++;
+		}
+		ucma_compact(UCMA_COMPACT_ASYNC);
+		for (unsigned k = 0; k < batch; k++) {
+			struct race_obj *o = &robj[(first + k) % RACE_N];
+			void *p;
+
+			o->size = race_size(&s);
+			o->seed = tu_rand(&s);
+			o->h = ucma_halloc(o->size, 0);
+			if (!o->h || !(p = ucma_pin(o->h, 0)))
+				bail_out("ucma_halloc: %s", strerror(errno));
+			tu_fill(p, o->size, o->seed);
+			ucma_unpin(o->h);
+		}
+	}
+	atomic_store(&stop, 1);
+	pthread_join(c, NULL);
+	for (int i = 0; i < RACE_N; i++) {
+		if (!race_check(&robj[i]))
+			atomic_fetch_add(&race_corrupt, 1);
+		ucma_hfree(robj[i].h);
+	}
+	ok(atomic_load(&race_corrupt) == 0 && atomic_load(&race_compactions) > 0,
+	   "compaction racing frees: %ld frees, %ld compactions, %ld corrupt objects", frees,
+	   atomic_load(&race_compactions), atomic_load(&race_corrupt));
+}
+
+/* ------------------------------------------------------------------------ */
+/* 5. hrealloc racing readers of size and contents                           */
+/* ------------------------------------------------------------------------ */
+
+static ucma_handle_t resized;
+static atomic_long resizes;
+
+/* Bytes of storage behind @p, from the page metadata (test build). */
+static size_t storage_behind(const void *p)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+	uint32_t pfn = ucma_addr_to_pfn(a, p), head;
+	const struct ucma_page *pg = &a->pages[pfn];
+	uint8_t type = __atomic_load_n(&pg->owner_type, __ATOMIC_ACQUIRE);
+
+	if (type == UCMA_OWN_MSLAB)
+		return ucma_mslab_class_size(16);	/* the only small size used */
+	if (type != UCMA_OWN_MOVABLE)
+		return 0;
+	head = ucma_run_head(a, pfn);
+	return head == UCMA_PFN_NONE ? 0 :
+	       (size_t)(head + UCMA_PG_GET(&a->pages[head], aux) - pfn) << UCMA_PAGE_SHIFT;
+}
+
+static void *resizer(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&stop)) {
+		if (ucma_hrealloc(resized, 65536) == 0)
+			atomic_fetch_add(&resizes, 1);
+		if (ucma_hrealloc(resized, 16) == 0)
+			atomic_fetch_add(&resizes, 1);
+	}
+	return NULL;
+}
+
+static void test_hrealloc_vs_readers(unsigned seconds)
+{
+	uint64_t end = tu_now_ns() + (uint64_t)seconds * 1000000000ull;
+	long reads = 0, torn = 0, bad_bytes = 0;
+	pthread_t t;
+	char *p;
+
+	atomic_store(&stop, 0);
+	resized = ucma_halloc(16, 0);
+	if (!resized || !(p = ucma_pin(resized, 0)))
+		bail_out("ucma_halloc: %s", strerror(errno));
+	memset(p, 0x77, 16);	/* every resize keeps these bytes */
+	ucma_unpin(resized);
+	if (pthread_create(&t, NULL, resizer, NULL) != 0)
+		bail_out("pthread_create");
+	while (tu_now_ns() < end) {
+		for (int k = 0; k < 1000; k++, reads++) {
+			const unsigned char *q;
+			size_t n = 0;
+
+			ucma_read_lock();
+			q = ucma_deref_size(resized, &n);
+			if (!q || (n != 16 && n != 65536) || n > storage_behind(q))
+				torn++;
+			else
+				for (int b = 0; b < 16; b++)
+					bad_bytes += q[b] != 0x77;
+			ucma_read_unlock();
+		}
+	}
+	atomic_store(&stop, 1);
+	pthread_join(t, NULL);
+	ok(torn == 0 && bad_bytes == 0 && atomic_load(&resizes) > 0,
+	   "ucma_deref_size under ucma_hrealloc: %ld reads, %ld resizes, %ld torn pairs, "
+	   "%ld wrong bytes", reads, atomic_load(&resizes), torn, bad_bytes);
+	ucma_hfree(resized);
+}
+
 int main(void)
 {
 	const char *env = getenv("UCMA_STRESS_SECONDS");
@@ -175,5 +370,7 @@ int main(void)
 	test_stray_unlock();
 	test_fork_handshake();
 	test_pin_versus_reuse(seconds ? seconds : 1);
+	test_compaction_vs_frees(seconds ? seconds : 1);
+	test_hrealloc_vs_readers(seconds ? seconds : 1);
 	return done();
 }

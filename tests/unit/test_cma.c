@@ -220,7 +220,7 @@ static void test_pinned(void)
 {
 	static int idx[MAXOBJ];
 	static void *addr[MAXOBJ];
-	uint64_t seed = 3;
+	uint64_t seed = 3, moved0 = 0, moved1 = 0, vain0 = 0, vain1 = 0;
 	int n, first, pinned_ok = 1;
 	void *buf, *at;
 	uintptr_t cma_base = (uintptr_t)ucma_pfn_to_addr(a, a->zones[UCMA_ZONE_CMA].start_pfn);
@@ -280,9 +280,17 @@ static void test_pinned(void)
 		}
 		pinned_ok = npinned >= (int)(CMA >> 24) - 2;
 		ok(pinned_ok, "%d objects pinned across the area", npinned);
+		ucma_stat("pgmigrate_success", &moved0);
+		ucma_stat("cma_migrated_in_vain", &vain0);
 		buf = ucma_alloc(64u << 20, 0, 0);
 		ok(buf == NULL && errno == EBUSY, "ucma_alloc(64 MiB) fails with EBUSY (%s)",
 		   buf ? "succeeded" : strerror(errno));
+		/* Every candidate holds a pin: seen before anything is moved. */
+		ucma_stat("pgmigrate_success", &moved1);
+		ucma_stat("cma_migrated_in_vain", &vain1);
+		ok(moved1 == moved0 && vain1 == vain0,
+		   "the failing call moved nothing in vain (%llu objects moved, %llu counted in vain)",
+		   (unsigned long long)(moved1 - moved0), (unsigned long long)(vain1 - vain0));
 		ok(verify_full() == 0, "every object, pinned or not, is intact");
 		for (int i = 0; i < nobj; i++)
 			while (ucma_unpin(h[i]) == 0)
