@@ -410,8 +410,9 @@ UCMA_INTERNAL struct ucma_arena *ucma_arena_peek(void);
  * Fork handling: every file that holds locks registers its handlers once
  * (from its own lazy initialisation).  Prepare handlers run in ascending
  * @order, parent and child handlers in descending order, so a lower order
- * means an outer lock.  Orders used: 10 compaction thread, 20 malloc,
- * 30 handles and RCU, 40 CMA areas, 50 zones.
+ * means an outer lock.  Orders used: 10 compaction thread, 12 the thread
+ * answering ucmastat (shm_server.c), 20 malloc, 30 handles and RCU, 40 CMA
+ * areas, 50 zones.
  */
 UCMA_INTERNAL void ucma_atfork_register(int order, void (*prepare)(void), void (*parent)(void),
 					void (*child)(void));
@@ -476,23 +477,12 @@ UCMA_INTERNAL uint32_t ucma_bitmap_max_zero_run(const unsigned long *bm, uint32_
 #define UCMA_STAT_F_EVENT   0x1u	/* counts events: only grows */
 #define UCMA_STAT_F_SIGNED  0x2u	/* value is an int64_t */
 typedef void (*ucma_stat_visit_fn)(void *ctx, const char *name, uint64_t value, unsigned flags);
-UCMA_INTERNAL unsigned ucma_stats_foreach(struct ucma_arena *a, bool values,
+UCMA_INTERNAL unsigned ucma_stats_foreach(struct ucma_arena *a,
+					  const uint64_t (*pageblocks)[UCMA_MT_NR], bool values,
 					  ucma_stat_visit_fn fn, void *ctx);
 
-/* shm.c: the live statistics segment /dev/shm/ucma.<pid> read by ucmastat.
- * publish: create it once the arena exists (init.c, after creating the
- * arena; later calls are cheap).  update: refresh it (compaction thread on
- * each wake-up, ucma_stats_print); never starts a thread.  unpublish:
- * remove it (teardown; also registered with atexit).  Call all three
- * without holding any ucma lock. */
-UCMA_INTERNAL void ucma_shm_publish(void);
-UCMA_INTERNAL void ucma_shm_update(void);
-/* tick: ucma_shm_update() at most every 100 ms, from allocation paths
- * holding no lock (@sampled: read the clock on every 64th call only).
- * sync: refresh now, waiting for another thread's refresh; 0 or -1/errno. */
-UCMA_INTERNAL void ucma_shm_tick(bool sampled);
-UCMA_INTERNAL int ucma_shm_sync(void);
-UCMA_INTERNAL void ucma_shm_unpublish(void);
+/* The live statistics segment read by ucmastat: shm.c, shm_server.c. */
+#include "shm_writer.h"
 
 /* ------------------------------------------------------------------------ */
 /* Internal metadata memory (meta.c): never from malloc, never in the arena  */

@@ -21,7 +21,9 @@ UCMA_SOURCES = \
 	src/malloc.c \
 	src/stats.c \
 	src/shm.h \
+	src/shm_writer.h \
 	src/shm.c \
+	src/shm_server.c \
 	src/init.c \
 	src/tsan_urcu.c
 
