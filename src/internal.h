@@ -376,6 +376,7 @@ struct ucma_options {
 	unsigned decay_ms;		/* NORMAL free pages go back after this */
 	bool stats;			/* print the report at exit */
 	char stats_file[256];		/* "" = stderr; %p = pid */
+	int stats_shm;			/* enum ucma_shm_mode (shm_writer.h) */
 	size_t preload_contig_min;	/* 0 = off */
 	bool verbose;
 };

@@ -5,9 +5,9 @@
  * /dev/shm/ucma.<pid>, mode 0600, has the layout of shm.h: a header with
  * the geometry (zones, areas, pageblock count), every statistic of the
  * report as a name/value pair, and one byte per pageblock saying what the
- * pageblock holds.  This file creates, refreshes and removes it; when it
- * is refreshed is shm_server.c's business (when a reader asks), and this
- * file never starts a thread.
+ * pageblock holds.  This file creates, refreshes and removes it; when that
+ * happens is shm_server.c's business (by default only while a reader asks),
+ * and this file never starts a thread.
  *
  * Invariants:
  *  - Only the process named in the file writes it.  After fork the child
@@ -21,10 +21,11 @@
  *  - The file is allocated in full up front (posix_fallocate): a full
  *    /dev/shm makes publishing fail cleanly instead of raising SIGBUS on a
  *    later store.
- *  - The file is removed at exit (an atexit handler) and by
- *    ucma_shm_unpublish().  Once exit has begun nothing creates it again.
- *    A process killed by a signal leaves it behind; the next program with
- *    the same pid replaces it, and ucmastat --prune removes it.
+ *  - The file is removed at exit (an atexit handler), when the requests
+ *    stop (shm_server.c) and by ucma_shm_unpublish().  Once exit has begun
+ *    nothing creates it again.  A process killed while it has one leaves it
+ *    behind; the next program with the same pid replaces it, and ucmastat
+ *    --prune removes it.
  *
  * Cost.  A refresh walks the pageblocks once (the map, and the pageblock
  * counts per migratetype that the statistics would otherwise walk for

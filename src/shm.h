@@ -3,7 +3,7 @@
  * (shm.c, the writer) and the ucmastat tool (the reader).
  *
  * A process using ucma publishes one file, /dev/shm/ucma.<pid>, mode 0600,
- * made of three parts:
+ * when asked to (see Requests below), made of three parts:
  *
  *   [struct ucma_shm_header][counters: nr_counters x struct ucma_shm_counter]
  *   [pageblock map: nr_pageblocks bytes]
@@ -22,19 +22,21 @@
  * and offset; the segment is read only by processes of the same machine,
  * so native byte order is used.
  *
- * Requests.  The process refreshes the segment when a reader asks, never
- * from its allocation calls.  A reader asks by setting the modification
+ * Requests.  By default (UCMA_STATS_SHM=request) a process has no segment
+ * until a reader asks for one, so a process nobody inspects leaves nothing
+ * in /dev/shm however it ends.  A reader asks by setting the modification
  * time of /dev/shm/ucma.<pid>.request to now, creating the file (mode
  * 0600) if needed.  The process notices a modification time it has not
  * answered yet (from its allocation calls at most every 100 ms, its
  * compaction thread's wake-ups, and then a thread of its own that looks
- * every UCMA_SHM_POLL_MS), refreshes the segment and stores that time in
- * answered_request_ns.  The reader waits until answered_request_ns is at
- * least the time its request carries (both times are the file's, so no
- * two clocks are compared), then copies the segment.  While requests keep
- * coming the process keeps answering; once none has come for
- * UCMA_SHM_LEASE_S seconds its thread ends.  A reader that watches renews
- * its request at least every UCMA_SHM_RENEW_S seconds.
+ * every UCMA_SHM_POLL_MS), refreshes the segment, creating it first, and
+ * stores that time in answered_request_ns.  The reader waits until
+ * answered_request_ns is at least the time its request carries (both
+ * times are the file's, so no two clocks are compared), then copies the
+ * segment.  While requests keep coming the process keeps answering; once
+ * none has come for UCMA_SHM_LEASE_S seconds it removes the segment and its
+ * thread ends.  A reader that watches renews its request at least every
+ * UCMA_SHM_RENEW_S seconds.
  *
  * The process honours only a regular file owned by its own user or by
  * root, and never writes or removes it: readers remove it.  Several

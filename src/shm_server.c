@@ -1,10 +1,10 @@
 /*
- * shm_server.c - who keeps the live statistics segment fresh, and when:
- * the requests of readers (the protocol is in shm.h; the segment itself is
- * shm.c's).
+ * shm_server.c - when the live statistics segment exists and who keeps it
+ * fresh: UCMA_STATS_SHM, and the requests of readers (the protocol is in
+ * shm.h; the segment itself is shm.c's).
  *
- * The segment is created with the arena and refreshed when a reader
- * (ucmastat) asks for it.  Noticing a request costs one lstat() of
+ * UCMA_STATS_SHM=request, the default: no segment and no thread until a
+ * reader (ucmastat) asks.  Noticing a request costs one lstat() of
  * /dev/shm/ucma.<pid>.request, made
  *  - by an allocation call, at most once every CHECK_INTERVAL_NS for the
  *    whole process and only while no answering thread runs
@@ -14,16 +14,26 @@
  *    ucma_stats_print() (ucma_shm_update(), through the same limit).
  * The first request noticed starts the answering thread, "ucma_stats".  It
  * looks for a new request every UCMA_SHM_POLL_MS, answers each with a
- * refresh, and ends once no request has come for the lease
- * (UCMA_SHM_LEASE_S).
+ * refresh (creating the segment the first time), and once no request has
+ * come for the lease (UCMA_SHM_LEASE_S) it removes the segment and ends.
+ * So a process that nobody inspects creates no file and no thread, and
+ * leaves nothing behind however it ends (_exit, a signal, kill -9); one
+ * that was inspected is back in that state a lease after the last request.
+ *
+ * UCMA_STATS_SHM=on: the segment is created with the arena and stays until
+ * exit, so ucmastat --list sees the process even while it sleeps; requests
+ * are answered as above.  ucma_stats_refresh() does the same for its
+ * caller in the default mode: the program asked.  UCMA_STATS_SHM=off:
+ * nothing is ever created; requests are ignored and ucma_stats_refresh()
+ * fails with ENOTSUP.
  *
  * No allocation call refreshes the segment.  What one may pay is the
  * check above and, once per inspection, the creation of the thread.
  *
  * A request counts only if its file is a regular file owned by the
  * process's effective user or by root (another user cannot make the
- * process work for it), and is younger than the lease (a file left by a
- * reader that was killed does not start a thread days later).
+ * process publish), and is younger than the lease (a file left by a reader
+ * that was killed does not start a thread days later).
  *
  * Fork: the handler (order 12: after the compaction thread, which may be
  * starting this one, has parked) takes server.lock, so the child never
@@ -172,6 +182,7 @@ static void *server_main(void *arg)
 			 */
 			if (request_pending(&m))
 				continue;
+			ucma_shm_segment_remove(false);
 			break;
 		}
 		if (!server.stop)
@@ -253,7 +264,8 @@ void ucma_shm_check_request(bool sampled)
 	if (sampled && (++calls & 63u))
 		return;
 	st = atomic_load_explicit(&server.state, memory_order_relaxed);
-	if (st == SERVER_RUNNING || st == SERVER_STOPPING || st == SERVER_FAILED)
+	if (st == SERVER_RUNNING || st == SERVER_STOPPING || st == SERVER_FAILED ||
+	    ucma_opt.stats_shm == UCMA_SHM_OFF)
 		return;
 	now = ucma_os_now_ns();
 	last = atomic_load_explicit(&last_check_ns, memory_order_relaxed);
@@ -272,6 +284,8 @@ void ucma_shm_update(void)
 {
 	int saved = errno;
 
+	if (ucma_opt.stats_shm == UCMA_SHM_OFF)
+		return;
 	/* Skips when another thread refreshes: that refresh is as fresh. */
 	(void)ucma_shm_segment_refresh(UCMA_SHM_IF_PUBLISHED, 0, false, false);
 	errno = saved;
@@ -282,12 +296,17 @@ void ucma_shm_publish(void)
 {
 	int saved = errno;
 
-	(void)ucma_shm_segment_refresh(UCMA_SHM_CREATE, 0, true, true);
+	if (ucma_opt.stats_shm == UCMA_SHM_ON)
+		(void)ucma_shm_segment_refresh(UCMA_SHM_CREATE, 0, true, true);
 	errno = saved;
 }
 
 int ucma_shm_sync(void)
 {
+	if (ucma_opt.stats_shm == UCMA_SHM_OFF) {
+		errno = ENOTSUP;
+		return -1;
+	}
 	return ucma_shm_segment_refresh(UCMA_SHM_CREATE, 0, true, true);
 }
 

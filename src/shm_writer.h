@@ -5,8 +5,9 @@
  * Two files keep it:
  *  - shm.c, the segment itself: creating /dev/shm/ucma.<pid>, refreshing
  *    its counters and pageblock map, removing it.  One writer at a time.
- *  - shm_server.c, who refreshes it and when: the requests of readers,
- *    and the thread that answers them while someone inspects the process.
+ *  - shm_server.c, when the segment exists and who refreshes it:
+ *    UCMA_STATS_SHM, the requests of readers, and the thread that answers
+ *    them while someone inspects the process.
  *
  * No allocation path refreshes the segment: the most an allocation does
  * is ucma_shm_check_request(), a clock read on every 64th call and, at
@@ -24,9 +25,16 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* UCMA_STATS_SHM: when the segment exists.  Zero is the default. */
+enum ucma_shm_mode {
+	UCMA_SHM_REQUEST = 0,	/* while a reader asks for it (ucmastat) */
+	UCMA_SHM_ON,		/* from start-up to exit, and on request */
+	UCMA_SHM_OFF,		/* never; requests are ignored */
+};
+
 /* ---- shm_server.c: the entry points of the rest of the library ---- */
 
-/* init.c, once the arena exists: create the segment. */
+/* init.c, once the arena exists: create the segment if UCMA_STATS_SHM=on. */
 UCMA_INTERNAL void ucma_shm_publish(void);
 /* The compaction thread on each wake-up, ucma_compact(), ucma_stats_print():
  * refresh the segment if it exists (never create it), and look for a
@@ -39,7 +47,7 @@ UCMA_INTERNAL void ucma_shm_update(void);
 UCMA_INTERNAL void ucma_shm_check_request(bool sampled);
 /* ucma_stats_refresh(): create the segment if needed (it then stays until
  * exit) and refresh it now, waiting for another thread's refresh.  0, or
- * -1 with errno. */
+ * -1 with errno (ENOTSUP with UCMA_STATS_SHM=off). */
 UCMA_INTERNAL int ucma_shm_sync(void);
 /* Teardown (test builds): stop the thread, remove the segment. */
 UCMA_INTERNAL void ucma_shm_unpublish(void);

@@ -1,13 +1,13 @@
 /*
  * ucmastat.c - statistics of a process using ucma, read from outside it.
  *
- * Every process using ucma publishes its counters and a map of its arena
- * in /dev/shm/ucma.<pid>, and refreshes them when a reader asks (see
- * shm.h for both).  This program asks, waits for the answer and reads the
- * segment; it does not link the library.  It prints the counters
- * (/proc/vmstat style), watches them change (like vmstat 1), lists the
- * processes that publish one, and draws the arena as a map of pageblocks,
- * as text or SVG.
+ * A process using ucma publishes its counters and a map of its arena in
+ * /dev/shm/ucma.<pid> when a reader asks, refreshes them on each request,
+ * and removes them some seconds after the last (see shm.h for both).  This
+ * program asks, waits for the answer and reads the segment; it does not
+ * link the library.  It prints the counters (/proc/vmstat style), watches
+ * them change (like vmstat 1), lists the processes that use ucma, and
+ * draws the arena as a map of pageblocks, as text or SVG.
  *
  * Consistency: the owner rewrites the segment under a sequence counter;
  * every read here copies the whole segment and retries until the counter
@@ -607,8 +607,12 @@ static enum seg_error seg_wait_answer(struct seg *s, char *why, size_t whylen)
 		char comm[64];
 
 		pid_comm(s->pid, comm, sizeof(comm));
-		snprintf(why, whylen, "process %ld (%s) does not use ucma: no %s%s%ld", (long)s->pid,
-			 comm, UCMA_SHM_DIR "/", UCMA_SHM_PREFIX, (long)s->pid);
+		snprintf(why, whylen,
+			 "process %ld (%s) does not use ucma, or did not answer within %g s: a "
+			 "process answers from its ucma calls or its compaction thread, and not "
+			 "at all with UCMA_STATS_SHM=off; UCMA_STATS_SHM=on publishes from "
+			 "start-up",
+			 (long)s->pid, comm, answer_timeout);
 	}
 	return err;
 }
@@ -988,7 +992,30 @@ static pid_t name_pid(const char *name, const char *prefix, const char *suffix)
 	return v > 0 ? (pid_t)v : 0;
 }
 
-/* The processes to list: those with a segment file. */
+/* Returns true if process @pid has a ucma library mapped. */
+static bool maps_ucma(pid_t pid)
+{
+	char path[64], *line = NULL;
+	size_t len = 0;
+	bool found = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%ld/maps", (long)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return false;
+	while (!found && getline(&line, &len, f) > 0)
+		found = strstr(line, "/libucma") != NULL;
+	free(line);
+	fclose(f);
+	return found;
+}
+
+/*
+ * The processes to list: those with a segment file, and those that map a
+ * ucma library (a program linked statically with it shows up once some
+ * reader has asked it, or with UCMA_STATS_SHM=on).
+ */
 static void list_candidates(struct listed_set *set)
 {
 	DIR *d = opendir(UCMA_SHM_DIR);
@@ -999,6 +1026,13 @@ static void list_candidates(struct listed_set *set)
 		die("%s: %s", UCMA_SHM_DIR, strerror(errno));
 	while ((e = readdir(d)))
 		if ((pid = name_pid(e->d_name, UCMA_SHM_PREFIX, "")) && pid_alive(pid))
+			listed_add(set, pid);
+	closedir(d);
+	d = opendir("/proc");
+	if (!d)
+		return;
+	while ((e = readdir(d)))
+		if ((pid = name_pid(e->d_name, "", "")) && pid != getpid() && maps_ucma(pid))
 			listed_add(set, pid);
 	closedir(d);
 }
@@ -1448,8 +1482,9 @@ static void usage(FILE *f)
 		"       %s --map [--color=WHEN] PID\n"
 		"       %s --svg FILE PID\n"
 		"       %s --list [--prune]\n"
-		"Show the ucma statistics of process PID, read from its live statistics\n"
-		"segment in " UCMA_SHM_DIR "/" UCMA_SHM_PREFIX "PID, which it refreshes when asked.\n\n"
+		"Show the ucma statistics of process PID, which it publishes in\n"
+		UCMA_SHM_DIR "/" UCMA_SHM_PREFIX "PID when asked (and removes "
+		"10 s after the last request).\n\n"
 		"  (no option)          every statistic as 'name value', or only the NAMEs\n"
 		"  -w, --wait=SECONDS   print the changes every SECONDS, like vmstat\n"
 		"  -n, --count=COUNT    with -w: stop after COUNT lines\n"
@@ -1457,7 +1492,7 @@ static void usage(FILE *f)
 		"  -m, --map            draw the arena, one character per pageblock\n"
 		"      --color[=WHEN]   colour the map: auto (default), always, never\n"
 		"      --svg=FILE       write the map as an SVG image ('-': stdout)\n"
-		"  -l, --list           list the processes that publish statistics\n"
+		"  -l, --list           list the processes that use ucma, with their figures\n"
 		"      --prune          remove files left by processes that ended\n"
 		"  -t, --timeout=SECS   wait up to SECS for the process to answer (default 2)\n"
 		"  -h, --help           show this help\n"

@@ -2,9 +2,11 @@
 # test_ucmastat.sh - ucmastat against a live process: counters, one name,
 # the map, -w, --list, --svg, and the errors for a missing process, a
 # process without ucma, a segment it may not read, and a process that ended.
-# Also: the answering thread starts only when ucmastat asks, a process
-# whose only ucma calls are mallocs answers, and --prune after a process
-# that was being inspected is killed.
+# Also the segment's life: none until ucmastat asks (UCMA_STATS_SHM=request,
+# the default), none left by processes that end with _exit or SIGKILL
+# without being asked (preloaded ones too), an answer from a process whose
+# only ucma calls are mallocs, UCMA_STATS_SHM=on and off, and --prune after
+# a process that was being inspected is killed.
 #
 # SPDX-License-Identifier: MIT
 
@@ -50,7 +52,7 @@ if [ ! -d /dev/shm ] || [ ! -w /dev/shm ]; then
 fi
 
 export UCMA_ARENA_SIZE=64M UCMA_CMA_SIZE=16M UCMA_HUGEPAGES=none UCMA_HUGEPAGES_NORMAL=none
-unset UCMA_COMPACT UCMA_CONF
+unset UCMA_STATS_SHM UCMA_COMPACT UCMA_CONF
 
 # start_helper NAME [MODE]: run the helper in the background until "ready"
 # (its pid in $started).
@@ -73,19 +75,21 @@ helper_pid=$started
 pid=$helper_pid
 seg=/dev/shm/ucma.$pid
 
-# No thread to answer until someone asks.
+# Nothing until someone asks.
+[ ! -e "$seg" ]
+ok $? "nobody asked yet: no $seg"
 # answering_threads PID: how many threads named ucma_stats the process runs.
 answering_threads() {
 	cat /proc/"$1"/task/*/comm 2>/dev/null | grep -c '^ucma_stats$'
 }
 [ "$(answering_threads "$pid")" -eq 0 ]
-ok $? "nobody asked yet: no thread to answer ucmastat"
+ok $? "and no thread to answer ucmastat"
 
 # Counters.
 "$ucmastat" -t $wait_s "$pid" >"$tmp/counters" 2>"$tmp/err"
 ok $? "ucmastat PID exits 0 (the compaction thread noticed the request) $(cat "$tmp/err")"
 [ -e "$seg" ] && [ ! -e "$seg.request" ] && [ "$(answering_threads "$pid")" -eq 1 ]
-ok $? "the process started its answering thread; ucmastat removed its request"
+ok $? "the process created its segment and its answering thread; ucmastat removed its request"
 ! grep -q 'did not answer' "$tmp/err"
 ok $? "the figures answer this request (no 'did not answer' warning)"
 grep -q '^compact_stall [0-9]' "$tmp/counters" && grep -q '^nr_free_pages [0-9]' "$tmp/counters" &&
@@ -188,12 +192,39 @@ ok $? "its segment is removed at exit"
 [ $? -eq 1 ]
 ok $? "ucmastat on the ended process exits 1: $(cat "$tmp/err")"
 
+# Processes nobody inspects leave nothing behind, however they end.
+for how in _exit kill; do
+	"$helper" $how >"$tmp/$how.out" 2>"$tmp/$how.err"
+	p=$(sed -n 's/^ready //p' "$tmp/$how.out")
+	[ -n "$p" ] && [ ! -e "/dev/shm/ucma.$p" ]
+	ok $? "a process that ends with $how leaves no /dev/shm/ucma.${p:-?}"
+done
+preload=${UCMA_TEST_LIBDIR:-$builddir/.libs}/libucma-preload.so
+if [ -n "${UCMA_TEST_SANITIZER:-}" ]; then
+	skip "a sanitizer runtime owns malloc in this build: no preloaded programs"
+	skip "a sanitizer runtime owns malloc in this build: no preloaded programs"
+elif [ ! -f "$preload" ]; then
+	skip "$preload is not built"
+	skip "$preload is not built"
+else
+	LD_PRELOAD=$preload sh -c 'echo $$ >"$1"; ls / >/dev/null; kill -KILL $$' sh "$tmp/p1" \
+		2>/dev/null
+	p=$(cat "$tmp/p1")
+	[ -n "$p" ] && [ ! -e "/dev/shm/ucma.$p" ]
+	ok $? "a preloaded shell killed by SIGKILL leaves no /dev/shm/ucma.${p:-?}"
+	LD_PRELOAD=$preload sh -c 'echo $$ >"$1"; sort "$2" >/dev/null | cat; exec true' sh \
+		"$tmp/p2" "$tmp/counters"
+	p=$(cat "$tmp/p2")
+	[ -n "$p" ] && [ ! -e "/dev/shm/ucma.$p" ]
+	ok $? "a preloaded pipeline leaves no /dev/shm/ucma.${p:-?}"
+fi
+
 # A process whose only ucma calls are mallocs, without a compaction
 # thread: its allocations notice the request and start the answering thread.
 UCMA_COMPACT=off start_helper loop malloc-loop
 other_pid=$started
-[ "$(answering_threads "$other_pid")" -eq 0 ]
-ok $? "a malloc-only process that nobody asked has no answering thread"
+[ ! -e "/dev/shm/ucma.$other_pid" ]
+ok $? "a malloc-only process that nobody asked has no segment"
 out=$("$ucmastat" -t $wait_s "$other_pid" malloc_nmalloc 2>"$tmp/err")
 rc=$?
 [ $rc -eq 0 ] && case $out in "malloc_nmalloc "*) true ;; *) false ;; esac &&
@@ -209,6 +240,34 @@ ok $? "--prune exits 0"
 grep -q "removed /dev/shm/ucma.$other_pid (process $other_pid ended)" "$tmp/prune" &&
 	[ ! -e "/dev/shm/ucma.$other_pid" ]
 ok $? "--prune removes it"
+other_pid=
+
+# UCMA_STATS_SHM=on: published from start-up, read even while the process
+# sleeps with no ucma thread to answer (the figures then say how old they are).
+UCMA_STATS_SHM=on UCMA_COMPACT=off start_helper on
+other_pid=$started
+[ -e "/dev/shm/ucma.$other_pid" ]
+ok $? "UCMA_STATS_SHM=on: the segment exists from start-up"
+"$ucmastat" -t 0.5 "$other_pid" halloc >"$tmp/on" 2>"$tmp/err"
+rc=$?
+# (Published before the helper's allocations: halloc is still 0 there.)
+[ $rc -eq 0 ] && grep -q '^halloc 0$' "$tmp/on" && grep -q 'did not answer' "$tmp/err"
+ok $? "an idle process without a ucma thread: its start-up figures, with a warning: $(cat "$tmp/err")"
+kill "$other_pid"
+wait "$other_pid"
+[ ! -e "/dev/shm/ucma.$other_pid" ]
+ok $? "and removed at exit"
+other_pid=
+
+# UCMA_STATS_SHM=off: never.
+UCMA_STATS_SHM=off start_helper off
+other_pid=$started
+"$ucmastat" -t 1 "$other_pid" >/dev/null 2>"$tmp/err"
+rc=$?
+[ $rc -eq 1 ] && [ ! -e "/dev/shm/ucma.$other_pid" ] && [ ! -e "/dev/shm/ucma.$other_pid.request" ]
+ok $? "UCMA_STATS_SHM=off: no answer, no segment (rc $rc): $(cat "$tmp/err")"
+kill "$other_pid"
+wait "$other_pid"
 other_pid=
 
 echo "1..$n"

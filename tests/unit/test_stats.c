@@ -2,8 +2,9 @@
  * test_stats.c - statistics: the fragmentation formulas, the bitmap scan,
  * the latency histogram, ucma_stat() on every name the report prints, the
  * report's sections, the live statistics segment (requests and their lease,
- * layout, mode, fork, removal, no refresh from allocation calls) and the
- * report at exit (UCMA_STATS=1, UCMA_STATS_FILE with %p) in children.
+ * layout, mode, fork, removal, no refresh from allocation calls,
+ * UCMA_STATS_SHM) and the report at exit (UCMA_STATS=1, UCMA_STATS_FILE
+ * with %p) in children.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -652,10 +653,11 @@ static bool wait_answer(const char *path, uint64_t m, bool allocate)
 }
 
 /*
- * Requests: an allocation notices one and starts the thread that answers;
+ * The default mode, UCMA_STATS_SHM=request: nothing until a reader asks;
+ * an allocation notices the request and starts the thread that answers;
  * the thread answers new requests by itself; a lease after the last one
- * the thread is gone.  Requests of another user and requests long past
- * are ignored.
+ * the segment and the thread are gone.  Requests of another user and
+ * requests long past are ignored.
  */
 static void test_requests(void)
 {
@@ -669,7 +671,8 @@ static void test_requests(void)
 	snprintf(req, sizeof(req), "%s%s", path, UCMA_SHM_REQUEST_SUFFIX);
 	unlink(req);
 	allocate_for(300);
-	ok(!ucma_shm_test_server_running(), "nobody asked: no thread after 300 ms of allocations");
+	ok(access(path, F_OK) != 0 && !ucma_shm_test_server_running(),
+	   "nobody asked: no segment and no thread after 300 ms of allocations");
 
 	m = request_now(req);
 	ok(m != 0, "a request file can be made: %s", req);
@@ -728,9 +731,10 @@ static void test_requests(void)
 
 	unlink(req);
 	end = mono_ms() + 10000;
-	while (mono_ms() < end && ucma_shm_test_server_running())
+	while (mono_ms() < end && (access(path, F_OK) == 0 || ucma_shm_test_server_running()))
 		usleep(20 * 1000);
-	ok(!ucma_shm_test_server_running(), "a lease after the last request the thread has ended");
+	ok(access(path, F_OK) != 0, "a lease after the last request the segment is removed");
+	ok(!ucma_shm_test_server_running(), "and the thread has ended");
 
 	/* A request long past (a reader killed an hour ago) starts nothing. */
 	request_now(req);
@@ -739,18 +743,75 @@ static void test_requests(void)
 					{ .tv_sec = time(NULL) - 3600 } },
 		  0);
 	allocate_for(300);
-	ok(!ucma_shm_test_server_running(), "a request an hour old is ignored");
+	ok(access(path, F_OK) != 0 && !ucma_shm_test_server_running(),
+	   "a request an hour old is ignored");
 	if (geteuid() == 0) {
 		request_now(req);
 		if (chown(req, 65534, 65534) != 0)
 			diag("chown %s: %s", req, strerror(errno));
 		allocate_for(300);
-		ok(!ucma_shm_test_server_running(), "a request file of another user is ignored");
+		ok(access(path, F_OK) != 0 && !ucma_shm_test_server_running(),
+		   "a request file of another user is ignored");
 	} else {
 		skip(1, "needs root to make a request file of another user");
 	}
 	unlink(req);
 	ucma_shm_test_lease_ns = 0;
+}
+
+/*
+ * UCMA_STATS_SHM in children of this program: "on" publishes at start-up,
+ * "off" never publishes, not even on request or ucma_stats_refresh().
+ */
+static int child_mode_main(const char *mode)
+{
+	char path[128], req[160];
+	uint64_t m;
+
+	if (ucma_init(NULL) != 0)
+		return 3;
+	shm_path_of(getpid(), path, sizeof(path));
+	snprintf(req, sizeof(req), "%s%s", path, UCMA_SHM_REQUEST_SUFFIX);
+	if (strcmp(mode, "on") == 0)
+		return access(path, F_OK) == 0 ? 0 : 10;
+	/* off */
+	if (access(path, F_OK) == 0)
+		return 11;
+	errno = 0;
+	if (ucma_stats_refresh() != -1 || errno != ENOTSUP)
+		return 12;
+	m = request_now(req);
+	allocate_for(300);
+	unlink(req);
+	if (m == 0 || access(path, F_OK) == 0 || ucma_shm_test_server_running())
+		return 13;
+	return 0;
+}
+
+static void test_modes(void)
+{
+	static const char *const modes[] = { "on", "off" };
+
+	for (int i = 0; i < 2; i++) {
+		int status;
+		pid_t pid = fork();
+
+		if (pid == 0) {
+			setenv("UCMA_ARENA_SIZE", "32M", 1);
+			setenv("UCMA_CMA_SIZE", "8M", 1);
+			setenv("UCMA_HUGEPAGES", "none", 1);
+			setenv("UCMA_HUGEPAGES_NORMAL", "none", 1);
+			setenv("UCMA_STATS_SHM", modes[i], 1);
+			execl("/proc/self/exe", "test_stats", "--mode-child", modes[i], (char *)NULL);
+			_exit(127);
+		}
+		waitpid(pid, &status, 0);
+		ok(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		   i == 0 ? "UCMA_STATS_SHM=on: the segment exists from start-up (status %d)" :
+			    "UCMA_STATS_SHM=off: no segment, not on request nor on "
+			    "ucma_stats_refresh() (ENOTSUP) (status %d)",
+		   WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+	}
 }
 
 /* ------------------------------------------------------------------------ */
@@ -848,6 +909,8 @@ int main(int argc, char **argv)
 
 	if (argc > 1 && strcmp(argv[1], "--child") == 0)
 		return child_main();
+	if (argc > 2 && strcmp(argv[1], "--mode-child") == 0)
+		return child_mode_main(argv[2]);
 
 	plan_no_plan();
 	test_arguments();
@@ -877,6 +940,7 @@ int main(int argc, char **argv)
 	test_requests();
 	test_segment(a, contig != NULL);
 	test_no_refresh_from_allocations();
+	test_modes();
 	test_at_exit();
 
 	if (contig)
