@@ -84,6 +84,10 @@ static struct shm_state {
 	bool atexit_registered;
 } shm;
 
+#ifdef UCMA_TEST_HOOKS
+_Atomic uint64_t ucma_shm_test_unasked_refreshes;
+#endif
+
 static _Atomic pid_t writer;
 static _Atomic bool exiting;
 /* The pid whose file shm.path names while it exists, else 0: read without
@@ -570,6 +574,10 @@ int ucma_shm_segment_refresh(enum ucma_shm_refresh_how how, uint64_t answer_ns, 
 	rc = refresh_locked(a, me, how);
 	if (rc == 0 && keep)
 		shm.keep = true;
+#ifdef UCMA_TEST_HOOKS
+	if (rc == 0 && !answer_ns)
+		atomic_fetch_add(&ucma_shm_test_unasked_refreshes, 1);
+#endif
 	writer_unlock();
 	return rc;
 }

@@ -58,6 +58,9 @@ UCMA_INTERNAL void ucma_shm_unpublish(void);
 UCMA_INTERNAL extern uint64_t ucma_shm_test_lease_ns;
 /* Is the answering thread running? */
 UCMA_INTERNAL bool ucma_shm_test_server_running(void);
+/* Refreshes that answered no request (shm.c), so a test can tell them from
+ * the answers to readers that may ask at any time. */
+UCMA_INTERNAL extern _Atomic uint64_t ucma_shm_test_unasked_refreshes;
 #endif
 
 /* ---- shm.c: the segment, for shm_server.c ---- */

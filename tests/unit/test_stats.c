@@ -308,7 +308,10 @@ static void test_report(struct ucma_arena *a, bool contig)
 	ok(report_value(&r, "cma_default_size") == a->areas[0].npages,
 	   "cma_default_size is the area's pages");
 	ok(stat_of("cma_default_size") == a->areas[0].npages, "and reads back the same");
-	if (contig) {
+	/* The 4 MiB buffer comes from a 16 MiB area nothing else uses: its
+	 * failure is a failure of the test, not a reason to skip checks. */
+	ok(contig, "ucma_alloc(4 MiB) from the empty 16 MiB area succeeded");
+	{
 		long long used = report_value(&r, "cma_default_used");
 		long long maxchunk = report_value(&r, "cma_default_maxchunk");
 
@@ -318,8 +321,6 @@ static void test_report(struct ucma_arena *a, bool contig)
 		ok(report_value(&r, "cma_default_allocs") >= 1 &&
 			   report_value(&r, "cma_default_alloc_success") >= 1,
 		   "area allocation counters");
-	} else {
-		skip(3, "ucma_alloc() failed here");
 	}
 
 	int bad_index = 0, nidx = 0;
@@ -386,10 +387,14 @@ static void test_segment(struct ucma_arena *a, bool contig)
 	void *p;
 	int fd, same = 0;
 
+	if (access(UCMA_SHM_DIR, W_OK | X_OK) != 0) {
+		skip(1, "%s: %s: nowhere to publish", UCMA_SHM_DIR, strerror(errno));
+		return;
+	}
 	ok(ucma_stats_refresh() == 0, "ucma_stats_refresh() publishes the segment");
 	shm_path_of(getpid(), path, sizeof(path));
 	if (stat(path, &st) != 0) {
-		skip(16, "%s: %s (no /dev/shm?)", path, strerror(errno));
+		ok(0, "%s exists: %s", path, strerror(errno));
 		return;
 	}
 	ok((st.st_mode & 07777) == 0600, "segment mode is 0600 (%o)", st.st_mode & 07777);
@@ -440,11 +445,9 @@ static void test_segment(struct ucma_arena *a, bool contig)
 			bad++;
 	}
 	ok(bad == 0, "every pageblock state valid for its zone");
-	if (contig)
-		ok(counts[UCMA_SHM_PB_CONTIG] >= 2, "the 4 MiB buffer shows as %llu contiguous pageblocks",
-		   (unsigned long long)counts[UCMA_SHM_PB_CONTIG]);
-	else
-		skip(1, "ucma_alloc() failed here");
+	ok(contig && counts[UCMA_SHM_PB_CONTIG] >= 2,
+	   "the 4 MiB buffer shows as %llu contiguous pageblocks",
+	   (unsigned long long)counts[UCMA_SHM_PB_CONTIG]);
 	{
 		uint64_t pb = 0;
 
@@ -545,7 +548,8 @@ static uint64_t mono_ms(void)
  * No allocation call refreshes the segment, however long since the last
  * refresh (it used to, inline, every 100 ms); ucma_stats_refresh() does, at
  * once, and the map then shows what changed.  No compaction thread runs
- * here and nobody asks, so nothing else refreshes behind the test.
+ * here; a ucmastat --list elsewhere on the machine may ask at any time, and
+ * its answers are not counted.
  */
 static void test_no_refresh_from_allocations(void)
 {
@@ -562,7 +566,7 @@ static void test_no_refresh_from_allocations(void)
 		ok(0, "the segment published by ucma_stats_refresh() is there: %s", path);
 		return;
 	}
-	updates = h->updates;
+	updates = atomic_load(&ucma_shm_test_unasked_refreshes);
 	for (int round = 0; round < 6; round++) {
 		void *c = ucma_alloc(2u << 20, 2u << 20, 0);
 
@@ -573,10 +577,11 @@ static void test_no_refresh_from_allocations(void)
 		}
 		usleep(50 * 1000);	/* 300 ms in all: three of the old 100 ms ticks */
 	}
-	ok(h->updates == updates,
+	updates = atomic_load(&ucma_shm_test_unasked_refreshes) - updates;
+	ok(updates == 0,
 	   "300 ms of contiguous, movable and page-run allocations refreshed nothing (%llu "
 	   "refreshes)",
-	   (unsigned long long)(h->updates - updates));
+	   (unsigned long long)updates);
 
 	buf = ucma_alloc(2u << 20, 2u << 20, 0);
 	updates = h->updates;
@@ -666,6 +671,10 @@ static void test_requests(void)
 	uint64_t m, updates, end;
 	size_t size;
 
+	if (access(UCMA_SHM_DIR, W_OK | X_OK) != 0) {
+		skip(1, "%s: %s: nowhere to publish", UCMA_SHM_DIR, strerror(errno));
+		return;
+	}
 	ucma_shm_test_lease_ns = 300ull * 1000 * 1000;
 	shm_path_of(getpid(), path, sizeof(path));
 	snprintf(req, sizeof(req), "%s%s", path, UCMA_SHM_REQUEST_SUFFIX);
@@ -683,8 +692,11 @@ static void test_requests(void)
 	if (!h)
 		bail_out("cannot map %s", path);
 	updates = h->updates;
+	m = h->answered_request_ns;
 	usleep(100 * 1000);
-	ok(h->updates == updates, "without a new request the thread does not refresh");
+	/* A refresh now must answer a new request (another reader's). */
+	ok(h->updates == updates || h->answered_request_ns != m,
+	   "without a new request the thread does not refresh");
 	m = request_now(req);
 	ok(wait_answer(path, m, false), "the thread answers the next request by itself");
 	munmap((void *)h, size);
