@@ -43,11 +43,6 @@
 
 #define LONG_BITS (8u * (uint32_t)sizeof(long))
 
-static bool bit_test(const unsigned long *map, uint32_t i)
-{
-	return map[i / LONG_BITS] & (1ul << (i % LONG_BITS));
-}
-
 static void bit_set(unsigned long *map, uint32_t i, bool on)
 {
 	unsigned long m = 1ul << (i % LONG_BITS);
@@ -116,22 +111,6 @@ static uint32_t find_zero_area(const struct ucma_cma_area *area, uintptr_t base_
 			return off;
 		off = busy + 1;
 	}
-}
-
-/* Longest run of clear bits (the kernel's debugfs maxchunk), in pages. */
-UCMA_INTERNAL uint32_t ucma_cma_maxchunk(struct ucma_cma_area *area);
-uint32_t ucma_cma_maxchunk(struct ucma_cma_area *area)
-{
-	uint32_t best = 0, cur = 0;
-
-	pthread_mutex_lock(&area->lock);
-	for (uint32_t i = 0; i < area->npages; i++) {
-		cur = bit_test(area->bitmap, i) ? 0 : cur + 1;
-		if (cur > best)
-			best = cur;
-	}
-	pthread_mutex_unlock(&area->lock);
-	return best;
 }
 
 /*
@@ -470,12 +449,12 @@ void *ucma_alloc_area(const char *name, size_t size, size_t align, unsigned flag
 
 		if (p) {
 			ucma_compactd_start_once();	/* the process has CMA memory (compactd.c) */
-			ucma_shm_tick(false);		/* live statistics (shm.c) */
+			ucma_shm_check_request(false);	/* has ucmastat asked? (shm_server.c) */
 			return p;
 		}
 		err = errno;
 	}
-	ucma_shm_tick(false);
+	ucma_shm_check_request(false);
 	errno = err;
 	return NULL;
 }
@@ -560,7 +539,7 @@ int ucma_release(void *ptr)
 	area->nr_allocs--;
 	pthread_mutex_unlock(&area->lock);
 	ucma_count(UCMA_STAT_CMA_RELEASE, 1);
-	ucma_shm_tick(false);
+	ucma_shm_check_request(false);
 	return 0;
 }
 

@@ -119,6 +119,15 @@ static const struct opt_word policy_words[] = {
 	{ NULL, 0 }
 };
 
+static const struct opt_word stats_shm_words[] = {
+	{ "request", UCMA_SHM_REQUEST },
+	{ "on", UCMA_SHM_ON },
+	{ "off", UCMA_SHM_OFF },
+	{ "1", UCMA_SHM_ON },
+	{ "0", UCMA_SHM_OFF },
+	{ NULL, 0 }
+};
+
 static const struct opt_word node_words[] = {
 	{ "default", UCMA_NODE_DEFAULT },
 	{ "local", UCMA_NODE_LOCAL },
@@ -153,6 +162,7 @@ enum opt_id {
 	O_DECAY_MS,
 	O_STATS,
 	O_STATS_FILE,
+	O_STATS_SHM,
 	O_PRELOAD_CONTIG_MIN,
 	O_VERBOSE,
 	O_NR
@@ -238,6 +248,11 @@ static const struct opt_def opt_table[O_NR] = {
 		"a path shorter than 256 bytes, %p standing for the process id",
 		"file for the report at exit, %p replaced by the process id; empty: standard "
 		"error" },
+	[O_STATS_SHM] = {
+		"stats_shm", "UCMA_STATS_SHM", T_ENUM, 0, "request", 0, 0, stats_shm_words,
+		OFF(stats_shm), 0, "request, on (1) or off (0)",
+		"live statistics for ucmastat in /dev/shm: only while ucmastat asks (request), "
+		"from start-up to exit (on), or never (off)" },
 	[O_PRELOAD_CONTIG_MIN] = {
 		"preload_contig_min", "UCMA_PRELOAD_CONTIG_MIN", T_SIZE, 0, "0", 0, TiB(1), NULL,
 		OFF(preload_contig_min), 0, SIZE_FORM,

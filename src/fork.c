@@ -23,7 +23,9 @@
  *     these three come before every lock a reader inside a read-side
  *     section might wait for, since the grace periods they wait for wait
  *     for such readers;
- *  4. the malloc family (thread-cache registry, bins, overflow);
+ *  4. the thread answering ucmastat (it creates its thread holding its
+ *     lock, and thread creation may allocate), then the malloc family
+ *     (thread-cache registry, bins, overflow);
  *  5. the handle table, after waiting for every entry held MIGRATING to
  *     be released (those holds are short and wait for nothing held here);
  *  6. movable-slab class locks; 7. CMA area locks, then zone locks;
@@ -59,6 +61,8 @@ static const struct fork_stage stages[] = {
 	  ucma_defer_fork_child_unprepared },
 	{ ucma_rcu_fork_prepare, ucma_rcu_fork_parent, ucma_rcu_fork_child,
 	  ucma_rcu_fork_child_unprepared },
+	{ ucma_shm_server_fork_prepare, ucma_shm_server_fork_parent, ucma_shm_server_fork_child,
+	  NULL },
 	{ ucma_malloc_atfork_prepare, ucma_malloc_atfork_parent, ucma_malloc_atfork_child, NULL },
 	{ ucma_handle_fork_prepare, ucma_handle_fork_parent, ucma_handle_fork_child, NULL },
 	{ ucma_mslab_fork_prepare, ucma_mslab_fork_parent, ucma_mslab_fork_child, NULL },

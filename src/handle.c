@@ -373,7 +373,7 @@ ucma_handle_t ucma_halloc(size_t size, unsigned flags)
 	atomic_fetch_add_explicit(&live_bytes, size, memory_order_relaxed);
 	ucma_count(UCMA_STAT_HALLOC, 1);
 	ucma_compactd_start_once();	/* the process has movable memory (compactd.c) */
-	ucma_shm_tick(true);		/* live statistics for ucmastat (shm.c) */
+	ucma_shm_check_request(true);	/* has ucmastat asked? (shm_server.c) */
 	return ((uint64_t)gen << 32) | index;
 }
 
@@ -407,7 +407,7 @@ int ucma_hfree(ucma_handle_t h)
 	atomic_fetch_sub_explicit(&live_handles, 1, memory_order_relaxed);
 	atomic_fetch_sub_explicit(&live_bytes, size, memory_order_relaxed);
 	ucma_count(UCMA_STAT_HFREE, 1);
-	ucma_shm_tick(true);
+	ucma_shm_check_request(true);
 	return 0;
 }
 

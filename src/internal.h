@@ -399,6 +399,7 @@ struct ucma_options {
 	unsigned decay_ms;		/* NORMAL free pages go back after this */
 	bool stats;			/* print the report at exit */
 	char stats_file[256];		/* "" = stderr; %p = pid */
+	int stats_shm;			/* enum ucma_shm_mode (shm_writer.h) */
 	size_t preload_contig_min;	/* 0 = off */
 	bool verbose;
 };
@@ -491,23 +492,12 @@ UCMA_INTERNAL uint32_t ucma_bitmap_max_zero_run(const unsigned long *bm, uint32_
 #define UCMA_STAT_F_EVENT   0x1u	/* counts events: only grows */
 #define UCMA_STAT_F_SIGNED  0x2u	/* value is an int64_t */
 typedef void (*ucma_stat_visit_fn)(void *ctx, const char *name, uint64_t value, unsigned flags);
-UCMA_INTERNAL unsigned ucma_stats_foreach(struct ucma_arena *a, bool values,
+UCMA_INTERNAL unsigned ucma_stats_foreach(struct ucma_arena *a,
+					  const uint64_t (*pageblocks)[UCMA_MT_NR], bool values,
 					  ucma_stat_visit_fn fn, void *ctx);
 
-/* shm.c: the live statistics segment /dev/shm/ucma.<pid> read by ucmastat.
- * publish: create it once the arena exists (init.c, after creating the
- * arena; later calls are cheap).  update: refresh it (compaction thread on
- * each wake-up, ucma_stats_print); never starts a thread.  unpublish:
- * remove it (teardown; also registered with atexit).  Call all three
- * without holding any ucma lock. */
-UCMA_INTERNAL void ucma_shm_publish(void);
-UCMA_INTERNAL void ucma_shm_update(void);
-/* tick: ucma_shm_update() at most every 100 ms, from allocation paths
- * holding no lock (@sampled: read the clock on every 64th call only).
- * sync: refresh now, waiting for another thread's refresh; 0 or -1/errno. */
-UCMA_INTERNAL void ucma_shm_tick(bool sampled);
-UCMA_INTERNAL int ucma_shm_sync(void);
-UCMA_INTERNAL void ucma_shm_unpublish(void);
+/* The live statistics segment read by ucmastat: shm.c, shm_server.c. */
+#include "shm_writer.h"
 
 /* ------------------------------------------------------------------------ */
 /* Internal metadata memory (meta.c): never from malloc, never in the arena  */

@@ -478,9 +478,9 @@ static void *large_alloc(size_t size, size_t align, bool zero)
 			ucma_run_set_owner(a, head, UCMA_OWN_LARGE, pfn);
 			usable = (size_t)(head + run - pfn) << UCMA_PAGE_SHIFT;
 			ucma_tcache_count_large(1, usable, run);
-			/* Refill and large paths are where a malloc-only
-			 * process changes its map: keep ucmastat's view fresh. */
-			ucma_shm_tick(true);
+			/* A malloc-only process has no ucma thread: here it
+			 * notices that ucmastat asks for its statistics. */
+			ucma_shm_check_request(true);
 			errno = saved;
 			return ucma_pfn_to_addr(a, pfn);
 		}

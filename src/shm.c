@@ -2,17 +2,17 @@
  * shm.c - the live statistics segment: counters and a map of the arena,
  * published for other processes (the ucmastat tool) to read.
  *
- * Once the arena exists, the first publish or update creates
- * /dev/shm/ucma.<pid>, mode 0600, with the layout of shm.h: a header with
+ * /dev/shm/ucma.<pid>, mode 0600, has the layout of shm.h: a header with
  * the geometry (zones, areas, pageblock count), every statistic of the
  * report as a name/value pair, and one byte per pageblock saying what the
- * pageblock holds.  Refreshes come from outside: the compaction thread on
- * each wake-up and ucma_stats_print(); this file never starts a thread.
+ * pageblock holds.  This file creates, refreshes and removes it; when that
+ * happens is shm_server.c's business (by default only while a reader asks),
+ * and this file never starts a thread.
  *
  * Invariants:
  *  - Only the process named in the file writes it.  After fork the child
  *    still maps its parent's segment; it notices the pid change, drops that
- *    mapping without touching it and publishes its own.
+ *    mapping without touching it, and publishes its own when asked.
  *  - Readers never see a torn refresh: values and map are computed into a
  *    private staging buffer first, then copied in while the sequence
  *    counter is odd, so the odd window is a memcpy long.
@@ -21,18 +21,26 @@
  *  - The file is allocated in full up front (posix_fallocate): a full
  *    /dev/shm makes publishing fail cleanly instead of raising SIGBUS on a
  *    later store.
- *  - The file lives as long as the process: it is removed at exit (an
- *    atexit handler) and by ucma_shm_unpublish().  A process killed by a
- *    signal leaves it behind; the next program with the same pid replaces
- *    it, and ucmastat --prune removes it.
+ *  - The file is removed at exit (an atexit handler), when the requests
+ *    stop (shm_server.c) and by ucma_shm_unpublish().  Once exit has begun
+ *    nothing creates it again.  A process killed while it has one leaves it
+ *    behind; the next program with the same pid replaces it, and ucmastat
+ *    --prune removes it.
+ *
+ * Cost.  A refresh walks the pageblocks once (the map, and the pageblock
+ * counts per migratetype that the statistics would otherwise walk for
+ * again), reads the zones' free counts, and scans each CMA area's bitmap a
+ * word at a time.  Zone and area locks are dropped every MAP_LOCK_BATCH
+ * pageblocks, so an allocation that wants one waits for one batch at most;
+ * a 64 GiB arena has 32768 pageblocks.
  *
  * Locking: one writer at a time, by a try-lock word holding the pid of the
  * process whose thread writes (`writer`).  A refresh that finds another
- * thread writing skips: that refresh is as fresh.  A child that inherits
- * the word from a parent thread caught mid-refresh sees a foreign pid and
- * takes the word over, so no fork handler is needed.  A refresh takes CMA
- * area locks, zone locks and malloc.c's counter lock, one at a time or
- * area before zone; callers hold no ucma lock.
+ * thread writing may skip: that refresh is as fresh.  A child that
+ * inherits the word from a parent thread caught mid-refresh sees a foreign
+ * pid and takes the word over, so no fork handler is needed.  A refresh
+ * takes CMA area locks, zone locks and malloc.c's counter lock, one at a
+ * time or area before zone; callers hold no ucma lock.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -70,18 +78,21 @@ static struct shm_state {
 	void *stage;			/* private: values, then map */
 	size_t stage_size;
 	uint32_t nr_counters;
+	uint64_t answer_ns;		/* request the next refresh answers */
+	bool keep;			/* stays after the last request */
 	pid_t failed_pid;		/* creation failed in this process */
 	bool atexit_registered;
 } shm;
+
+#ifdef UCMA_TEST_HOOKS
+_Atomic uint64_t ucma_shm_test_unasked_refreshes;
+#endif
 
 static _Atomic pid_t writer;
 static _Atomic bool exiting;
 /* The pid whose file shm.path names while it exists, else 0: read without
  * the writer lock at exit, so it is published after shm.path (release). */
 static _Atomic pid_t published_pid;
-
-/* When the segment was last refreshed (ucma_os_now_ns()), for the tick. */
-static _Atomic uint64_t last_refresh_ns;
 
 static bool writer_trylock(pid_t me)
 {
@@ -100,23 +111,30 @@ static void writer_unlock(void)
 	atomic_store_explicit(&writer, 0, memory_order_release);
 }
 
-/* Wait up to a second for a refresh in progress to finish. */
-static bool writer_lock_wait(pid_t me)
+/* Wait up to @ms milliseconds for a refresh in progress to finish. */
+static bool writer_lock_wait(pid_t me, int ms)
 {
-	for (int i = 0; i < 1000; i++) {
+	for (int i = 0; i < ms; i++) {
 		if (writer_trylock(me))
 			return true;
 		nanosleep(&(struct timespec){ .tv_nsec = 1000000 }, NULL);
 	}
-	return false;
+	return writer_trylock(me);
 }
 
 /* ------------------------------------------------------------------------ */
 /* Pageblock states                                                          */
 /* ------------------------------------------------------------------------ */
 
-/* Pageblocks read per hold of a zone lock: bounds the hold on huge arenas. */
-#define MAP_LOCK_BATCH 4096u
+/*
+ * Pageblocks read per hold of a zone (or area) lock: an allocation waiting
+ * for the lock waits for one batch, a few microseconds, however large the
+ * arena.  Each pageblock is read whole under the lock.
+ */
+#define MAP_LOCK_BATCH 1024u
+
+/* compute_map() counts migratetypes of one batch in 16-bit fields of a word. */
+_Static_assert(UCMA_MT_NR <= 4 && MAP_LOCK_BATCH < 65536, "a batch's counts fit 16 bits each");
 
 static uint8_t pb_byte(unsigned state, uint32_t nr_free)
 {
@@ -133,64 +151,81 @@ static bool pb_isolated(const struct ucma_pageblock *pb)
 	return pb->isolate_count || pb->mt == UCMA_MT_ISOLATE;
 }
 
-/* Returns true if any of bits [first, first + n) of @bm is set. */
+/* Returns true if any of bits [first, first + n) of @bm is set; by words. */
 static bool bits_any(const unsigned long *bm, uint32_t first, uint32_t n)
 {
 	const unsigned bpl = sizeof(unsigned long) * CHAR_BIT;
+	uint32_t last, k, kend;
+	unsigned long lo, hi;
 
-	for (uint32_t i = first; i < first + n;) {
-		if (i % bpl == 0 && first + n - i >= bpl) {
-			if (bm[i / bpl])
-				return true;
-			i += bpl;
-			continue;
-		}
-		if ((bm[i / bpl] >> (i % bpl)) & 1ul)
+	if (n == 0)
+		return false;
+	last = first + n - 1;
+	k = first / bpl;
+	kend = last / bpl;
+	lo = ~0ul << (first % bpl);
+	hi = ~0ul >> (bpl - 1 - last % bpl);
+	if (k == kend)
+		return (bm[k] & lo & hi) != 0;
+	if (bm[k] & lo)
+		return true;
+	for (k++; k < kend; k++)
+		if (bm[k])
 			return true;
-		i++;
-	}
-	return false;
+	return (bm[kend] & hi) != 0;
+}
+
+static unsigned pb_state(const struct ucma_pageblock *pb, int zi)
+{
+	bool all_free = pb->nr_free >= UCMA_PAGEBLOCK_PAGES;
+
+	if (pb_isolated(pb))
+		return UCMA_SHM_PB_ISOLATED;
+	if (zi == UCMA_ZONE_CMA)
+		return all_free ? UCMA_SHM_PB_CMA_FREE : UCMA_SHM_PB_CMA_LENT;
+	if (all_free)
+		return UCMA_SHM_PB_FREE;
+	return pb->mt == UCMA_MT_UNMOVABLE ? UCMA_SHM_PB_UNMOVABLE : UCMA_SHM_PB_MOVABLE;
 }
 
 /*
- * The state of every pageblock.  NORMAL from the pageblock's migratetype
- * and free count; CMA the same way, refined per area under the area lock
- * (which nests outside the zone lock): a pageblock with any page claimed in
- * the area's bitmap holds a contiguous allocation, one with other pages in
- * use is lent to movable objects.
+ * The state of every pageblock, and the pageblocks per zone and
+ * migratetype (for the statistics, which need not walk them again).
+ * NORMAL from the pageblock's migratetype and free count; CMA the same
+ * way, refined per area under the area lock (which nests outside the zone
+ * lock): a pageblock with any page claimed in the area's bitmap holds a
+ * contiguous allocation, one with other pages in use is lent to movable
+ * objects.
  */
-static void compute_map(struct ucma_arena *a, uint8_t *map)
+static void compute_map(struct ucma_arena *a, uint8_t *map,
+			uint64_t pageblocks[UCMA_ZONE_NR][UCMA_MT_NR])
 {
+	const struct ucma_pageblock *blocks = a->blocks;
+
 	for (int zi = 0; zi < UCMA_ZONE_NR; zi++) {
 		struct ucma_zone *z = &a->zones[zi];
+		uint32_t first = z->start_pfn >> UCMA_PAGEBLOCK_ORDER;
+		uint32_t end = z->end_pfn >> UCMA_PAGEBLOCK_ORDER;
+		uint64_t *count = pageblocks[zi];
 
-		pthread_mutex_lock(&z->lock);
-		for (uint32_t b = z->start_pfn >> UCMA_PAGEBLOCK_ORDER;
-		     b < z->end_pfn >> UCMA_PAGEBLOCK_ORDER; b++) {
-			const struct ucma_pageblock *pb = &a->blocks[b];
-			bool all_free;
-			unsigned st;
+		memset(count, 0, sizeof(pageblocks[zi]));
+		for (uint32_t b = first; b < end;) {
+			uint32_t stop = end - b > MAP_LOCK_BATCH ? b + MAP_LOCK_BATCH : end;
+			uint64_t packed = 0;
 
-			if (b % MAP_LOCK_BATCH == MAP_LOCK_BATCH - 1) {
-				/* Each pageblock is read whole; let allocations in. */
-				pthread_mutex_unlock(&z->lock);
-				pthread_mutex_lock(&z->lock);
+			pthread_mutex_lock(&z->lock);
+			for (; b < stop; b++) {
+				const struct ucma_pageblock *pb = &blocks[b];
+
+				/* One register add: count[pb->mt]++ in memory would
+				 * chain every iteration through store forwarding. */
+				packed += 1ull << (16 * pb->mt);
+				map[b] = pb_byte(pb_state(pb, zi), pb->nr_free);
 			}
-			all_free = pb->nr_free >= UCMA_PAGEBLOCK_PAGES;
-
-			if (pb_isolated(pb))
-				st = UCMA_SHM_PB_ISOLATED;
-			else if (zi == UCMA_ZONE_CMA)
-				st = all_free ? UCMA_SHM_PB_CMA_FREE : UCMA_SHM_PB_CMA_LENT;
-			else if (all_free)
-				st = UCMA_SHM_PB_FREE;
-			else if (pb->mt == UCMA_MT_UNMOVABLE)
-				st = UCMA_SHM_PB_UNMOVABLE;
-			else
-				st = UCMA_SHM_PB_MOVABLE;
-			map[b] = pb_byte(st, pb->nr_free);
+			pthread_mutex_unlock(&z->lock);
+			for (int mt = 0; mt < UCMA_MT_NR; mt++)
+				count[mt] += (packed >> (16 * mt)) & 0xffffu;
 		}
-		pthread_mutex_unlock(&z->lock);
 	}
 
 	struct ucma_zone *cz = &a->zones[UCMA_ZONE_CMA];
@@ -198,24 +233,29 @@ static void compute_map(struct ucma_arena *a, uint8_t *map)
 	for (int i = 0; i < a->nr_areas; i++) {
 		struct ucma_cma_area *ar = &a->areas[i];
 		uint32_t first = ar->base_pfn >> UCMA_PAGEBLOCK_ORDER;
-		uint32_t last = (ar->base_pfn + ar->npages + UCMA_PAGEBLOCK_PAGES - 1) >>
-				UCMA_PAGEBLOCK_ORDER;
+		uint32_t end = (ar->base_pfn + ar->npages + UCMA_PAGEBLOCK_PAGES - 1) >>
+			       UCMA_PAGEBLOCK_ORDER;
 
 		if (!ar->bitmap)
 			continue;
-		pthread_mutex_lock(&ar->lock);
-		pthread_mutex_lock(&cz->lock);
-		for (uint32_t b = first; b < last; b++) {
-			const struct ucma_pageblock *pb = &a->blocks[b];
-			uint32_t off = (b << UCMA_PAGEBLOCK_ORDER) - ar->base_pfn;
-			uint32_t n = ar->npages - off < UCMA_PAGEBLOCK_PAGES ? ar->npages - off :
-									      UCMA_PAGEBLOCK_PAGES;
+		for (uint32_t b = first; b < end;) {
+			uint32_t stop = end - b > MAP_LOCK_BATCH ? b + MAP_LOCK_BATCH : end;
 
-			if (!pb_isolated(pb) && bits_any(ar->bitmap, off, n))
-				map[b] = pb_byte(UCMA_SHM_PB_CONTIG, pb->nr_free);
+			pthread_mutex_lock(&ar->lock);
+			pthread_mutex_lock(&cz->lock);
+			for (; b < stop; b++) {
+				const struct ucma_pageblock *pb = &a->blocks[b];
+				uint32_t off = (b << UCMA_PAGEBLOCK_ORDER) - ar->base_pfn;
+				uint32_t n = ar->npages - off < UCMA_PAGEBLOCK_PAGES ?
+						     ar->npages - off :
+						     UCMA_PAGEBLOCK_PAGES;
+
+				if (!pb_isolated(pb) && bits_any(ar->bitmap, off, n))
+					map[b] = pb_byte(UCMA_SHM_PB_CONTIG, pb->nr_free);
+			}
+			pthread_mutex_unlock(&cz->lock);
+			pthread_mutex_unlock(&ar->lock);
 		}
-		pthread_mutex_unlock(&cz->lock);
-		pthread_mutex_unlock(&ar->lock);
 	}
 }
 
@@ -312,11 +352,13 @@ static void refresh(struct ucma_arena *a)
 	uint64_t *values = shm.stage;
 	uint8_t *map = (uint8_t *)(values + shm.nr_counters);
 	struct values_ctx vc = { .v = values, .n = shm.nr_counters };
+	uint64_t pageblocks[UCMA_ZONE_NR][UCMA_MT_NR];
 	struct timespec ts;
 	uint64_t seq;
 
-	ucma_stats_foreach(a, true, values_visit, &vc);
-	compute_map(a, map);
+	/* The map first: its walk also counts what the statistics print. */
+	compute_map(a, map, pageblocks);
+	ucma_stats_foreach(a, (const uint64_t(*)[UCMA_MT_NR])pageblocks, true, values_visit, &vc);
 	clock_gettime(CLOCK_REALTIME, &ts);
 
 	seq = __atomic_load_n(&h->seq, __ATOMIC_RELAXED);
@@ -327,20 +369,28 @@ static void refresh(struct ucma_arena *a)
 	memcpy((char *)h + h->map_offset, map, a->nr_pageblocks);
 	h->updates++;
 	h->update_time_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	h->answered_request_ns = shm.answer_ns;
 	__atomic_store_n(&h->seq, seq + 2, __ATOMIC_RELEASE);
-	atomic_store_explicit(&last_refresh_ns, ucma_os_now_ns(), memory_order_relaxed);
 }
 
 static void shm_atexit(void)
 {
+	pid_t me = getpid();
+	bool locked;
+
 	atomic_store(&exiting, true);
 	/*
-	 * Only the name goes: another thread may still be refreshing the
-	 * mapping, which vanishes with the process anyway.  The pid test keeps
-	 * a forked child that never published from removing its parent's.
+	 * From now on nothing creates the segment.  Wait briefly for a refresh
+	 * in progress (perhaps a creation): then the name below is final.  If
+	 * it does not end, only the name goes anyway: the mapping vanishes with
+	 * the process.  The pid test keeps a forked child that never published
+	 * from removing its parent's.
 	 */
-	if (atomic_load_explicit(&published_pid, memory_order_acquire) == getpid())
+	locked = writer_lock_wait(me, 100);
+	if (atomic_load_explicit(&published_pid, memory_order_acquire) == me)
 		unlink(shm.path);
+	if (locked)
+		writer_unlock();
 }
 
 /* Forget the segment; remove its file only if this process created it. */
@@ -359,12 +409,13 @@ static void drop(pid_t me)
 	shm.stage = NULL;
 	shm.arena = NULL;
 	shm.pid = 0;
+	shm.keep = false;
 }
 
 static int create(struct ucma_arena *a, pid_t me)
 {
 	size_t page = (size_t)sysconf(_SC_PAGESIZE);
-	uint32_t n = ucma_stats_foreach(a, false, count_visit, NULL);
+	uint32_t n = ucma_stats_foreach(a, NULL, false, count_visit, NULL);
 	size_t hdr_size = UCMA_ALIGN_UP(sizeof(struct ucma_shm_header), (size_t)64);
 	size_t map_off = hdr_size + (size_t)n * sizeof(struct ucma_shm_counter);
 	size_t total = UCMA_ALIGN_UP(map_off + a->nr_pageblocks, page);
@@ -436,7 +487,7 @@ static int create(struct ucma_arena *a, pid_t me)
 	h->counters_offset = (uint32_t)hdr_size;
 	h->map_offset = (uint32_t)map_off;
 	nc = (struct names_ctx){ .c = (void *)((char *)h + hdr_size), .n = n };
-	ucma_stats_foreach(a, false, names_visit, &nc);
+	ucma_stats_foreach(a, NULL, false, names_visit, &nc);
 
 	shm.hdr = h;
 	shm.size = total;
@@ -464,18 +515,16 @@ fail_file:
 	return -1;
 }
 
-/**
- * ucma_shm_update() - refresh the live statistics segment, creating it
- * first if the arena exists and this process has none yet.  Cheap to call
- * often: one pass over the statistics and the pageblocks.  Returns at once
- * when another thread is refreshing.
- */
+/* ------------------------------------------------------------------------ */
+/* For shm_server.c                                                          */
+/* ------------------------------------------------------------------------ */
+
 /*
- * Bring the segment up to date with the writer word held: drop it if it is
- * a parent's or an old arena's, refresh it, or create it (once per process
- * when creation fails, unless @retry).  Returns 0, or -1 with errno.
+ * With the writer word held: drop a parent's or an old arena's mapping,
+ * then refresh the segment or create it.  A creation that failed is logged
+ * once per process (UCMA_VERBOSE), not again for every request.
  */
-static int update_locked(struct ucma_arena *a, pid_t me, bool retry)
+static int refresh_locked(struct ucma_arena *a, pid_t me, enum ucma_shm_refresh_how how)
 {
 	if (shm.hdr && (shm.pid != me || shm.arena != a))
 		drop(me);	/* forked child, or a new arena (test builds) */
@@ -483,113 +532,73 @@ static int update_locked(struct ucma_arena *a, pid_t me, bool retry)
 		refresh(a);
 		return 0;
 	}
-	if (!retry && shm.failed_pid == me)
+	if (how == UCMA_SHM_IF_PUBLISHED) {
+		errno = ENOENT;
 		return -1;
+	}
 	if (create(a, me) != 0) {
+		int err = errno;
+
+		if (shm.failed_pid != me && ucma_opt.verbose)
+			ucma_log("no live statistics for ucmastat: %s: %s", shm.path,
+				 strerror(err));
 		shm.failed_pid = me;
+		errno = err;
 		return -1;
 	}
 	return 0;
 }
 
-void ucma_shm_update(void)
+int ucma_shm_segment_refresh(enum ucma_shm_refresh_how how, uint64_t answer_ns, bool keep,
+			     bool wait)
 {
 	struct ucma_arena *a = ucma_arena_peek();
-	pid_t me;
-	bool failed_before;
-
-	if (!a || atomic_load_explicit(&exiting, memory_order_relaxed))
-		return;
-	me = getpid();
-	if (!writer_trylock(me))
-		return;
-	failed_before = shm.failed_pid == me;
-	if (update_locked(a, me, false) != 0 && !failed_before && ucma_opt.verbose)
-		ucma_log("no live statistics for ucmastat: %s: %s", shm.path, strerror(errno));
-	writer_unlock();
-}
-
-/*
- * How often the allocation paths refresh the segment at most.  A process
- * without the compaction thread (UCMA_COMPACT=off, or a preloaded program
- * with only unmovable memory) has no other writer, and ucmastat must not
- * show it as it was at start-up.
- */
-#define SHM_TICK_NS (100ull * 1000 * 1000)
-
-/**
- * ucma_shm_tick() - refresh the segment if the last refresh is older than
- * SHM_TICK_NS.  With @sampled, only every 64th call of a thread reads the
- * clock (for paths taken millions of times a second).  Call it without
- * holding any ucma lock; errno is left alone.
- */
-void ucma_shm_tick(bool sampled)
-{
-	static __thread unsigned calls;
-	uint64_t now;
-	int saved;
-
-	if (sampled && (++calls & 63u))
-		return;
-	now = ucma_os_now_ns();
-	if (now - atomic_load_explicit(&last_refresh_ns, memory_order_relaxed) < SHM_TICK_NS)
-		return;
-	/* Whoever gets here first refreshes; the others see the new time. */
-	atomic_store_explicit(&last_refresh_ns, now, memory_order_relaxed);
-	saved = errno;
-	ucma_shm_update();
-	errno = saved;
-}
-
-/**
- * ucma_shm_sync() - refresh the segment now, creating it if needed, and
- * wait for a refresh in progress in another thread rather than skip.
- * Returns 0, or -1 with errno (EAGAIN when another thread's refresh did
- * not end within a second, or why the segment cannot be created).
- */
-int ucma_shm_sync(void)
-{
-	struct ucma_arena *a = ucma_arena_peek();
+	pid_t me = getpid();
 	int rc;
 
 	if (!a) {
-		errno = EINVAL;
+		errno = ENOENT;
 		return -1;
 	}
-	if (!writer_lock_wait(getpid())) {
+	if (wait ? !writer_lock_wait(me, 1000) : !writer_trylock(me)) {
 		errno = EAGAIN;
 		return -1;
 	}
-	rc = update_locked(a, getpid(), true);
+	if (atomic_load(&exiting)) {
+		writer_unlock();
+		errno = ESHUTDOWN;
+		return -1;
+	}
+	if (answer_ns)
+		shm.answer_ns = answer_ns;
+	rc = refresh_locked(a, me, how);
+	if (rc == 0 && keep)
+		shm.keep = true;
+#ifdef UCMA_TEST_HOOKS
+	if (rc == 0 && !answer_ns)
+		atomic_fetch_add(&ucma_shm_test_unasked_refreshes, 1);
+#endif
 	writer_unlock();
 	return rc;
 }
 
-/**
- * ucma_shm_publish() - make the statistics of this process visible to
- * ucmastat.  init.c calls it once the arena exists; it is ucma_shm_update()
- * under the name that says why.
- */
-void ucma_shm_publish(void)
-{
-	ucma_shm_update();
-}
-
-/**
- * ucma_shm_unpublish() - remove the segment (ucma teardown).  Waits
- * briefly for a refresh in progress; the file is removed even if that
- * refresh does not end.
- */
-void ucma_shm_unpublish(void)
+void ucma_shm_segment_remove(bool force)
 {
 	pid_t me = getpid();
 
-	if (!writer_lock_wait(me)) {
-		if (atomic_load_explicit(&published_pid, memory_order_acquire) == me)
+	if (!writer_lock_wait(me, 1000)) {
+		if (force && atomic_load_explicit(&published_pid, memory_order_acquire) == me)
 			unlink(shm.path);
 		return;
 	}
-	drop(me);
-	shm.failed_pid = 0;
+	if (force || !shm.keep || shm.pid != me)
+		drop(me);
+	if (force)
+		shm.failed_pid = 0;
 	writer_unlock();
+}
+
+bool ucma_shm_segment_exiting(void)
+{
+	return atomic_load_explicit(&exiting, memory_order_relaxed);
 }

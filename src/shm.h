@@ -3,14 +3,14 @@
  * (shm.c, the writer) and the ucmastat tool (the reader).
  *
  * A process using ucma publishes one file, /dev/shm/ucma.<pid>, mode 0600,
- * made of three parts:
+ * when asked to (see Requests below), made of three parts:
  *
  *   [struct ucma_shm_header][counters: nr_counters x struct ucma_shm_counter]
  *   [pageblock map: nr_pageblocks bytes]
  *
- * The header's geometry (everything but seq, updates and update_time_ns)
- * is written once, before magic; magic is stored last, so a reader that
- * sees the right magic sees a complete layout.  The counters and the map
+ * The header's geometry (everything but seq, updates, update_time_ns and
+ * answered_request_ns) is written once, before magic; magic is stored
+ * last, so a reader that sees the right magic sees a complete layout.  The counters and the map
  * change under a sequence counter (a seqlock): the writer makes seq odd,
  * copies the new values in, and makes it even again; a reader copies the
  * segment and retries when seq was odd or changed meanwhile.  seq is
@@ -22,6 +22,29 @@
  * and offset; the segment is read only by processes of the same machine,
  * so native byte order is used.
  *
+ * Requests.  By default (UCMA_STATS_SHM=request) a process has no segment
+ * until a reader asks for one, so a process nobody inspects leaves nothing
+ * in /dev/shm however it ends.  A reader asks by setting the modification
+ * time of /dev/shm/ucma.<pid>.request to now, creating the file (mode
+ * 0600) if needed.  The process notices a modification time it has not
+ * answered yet (from its allocation calls at most every 100 ms, its
+ * compaction thread's wake-ups, and then a thread of its own that looks
+ * every UCMA_SHM_POLL_MS), refreshes the segment, creating it first, and
+ * stores that time in answered_request_ns.  The reader waits until
+ * answered_request_ns is at least the time its request carries (both
+ * times are the file's, so no two clocks are compared), then copies the
+ * segment.  While requests keep coming the process keeps answering; once
+ * none has come for UCMA_SHM_LEASE_S seconds it removes the segment and its
+ * thread ends.  A reader that watches renews its request at least every
+ * UCMA_SHM_RENEW_S seconds.
+ *
+ * The process honours only a regular file owned by its own user or by
+ * root, and never writes or removes it: readers remove it.  Several
+ * readers share one request file; each holds a shared flock(2) on it while
+ * it reads, and the last one (the one that gets an exclusive lock without
+ * waiting) removes it.  A reader that opened the file checks that the name
+ * still points at it after taking the lock, or starts again.
+ *
  * SPDX-License-Identifier: MIT
  */
 #ifndef UCMA_SHM_H
@@ -32,7 +55,11 @@
 #define UCMA_SHM_DIR        "/dev/shm"
 #define UCMA_SHM_PREFIX     "ucma."		/* followed by the decimal pid */
 #define UCMA_SHM_MAGIC      0x5441545341434d55ull	/* "UCMASTAT" */
-#define UCMA_SHM_VERSION    1u
+#define UCMA_SHM_VERSION    2u
+#define UCMA_SHM_REQUEST_SUFFIX ".request"	/* after the pid: the request file */
+#define UCMA_SHM_LEASE_S    10	/* answers go on this long after a request */
+#define UCMA_SHM_RENEW_S    2	/* a watching reader renews this often */
+#define UCMA_SHM_POLL_MS    20	/* the answering thread looks this often */
 #define UCMA_SHM_NAME_MAX   52		/* counter names, NUL included */
 #define UCMA_SHM_RANGE_NAME 32		/* zone and area names, NUL included */
 #define UCMA_SHM_MAX_ZONES  2
@@ -98,7 +125,8 @@ struct ucma_shm_header {
 	uint32_t reserved0;
 	uint64_t updates;		/* refreshes so far */
 	uint64_t update_time_ns;	/* CLOCK_REALTIME of the last refresh */
-	uint64_t reserved[8];
+	uint64_t answered_request_ns;	/* request file mtime this refresh answers */
+	uint64_t reserved[7];
 };
 
 _Static_assert(sizeof(struct ucma_shm_counter) == 64, "counter slots are 64 bytes");

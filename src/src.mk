@@ -22,7 +22,9 @@ UCMA_SOURCES = \
 	src/malloc.c \
 	src/stats.c \
 	src/shm.h \
+	src/shm_writer.h \
 	src/shm.c \
+	src/shm_server.c \
 	src/init.c \
 	src/fork.h \
 	src/fork.c \

@@ -190,44 +190,56 @@ unsigned ucma_extfrag_score(const uint64_t counts[UCMA_NR_ORDERS], unsigned orde
 			  info.free_pages);
 }
 
+/* Longest run of clear bits strictly between two set bits of @w (w != 0). */
+static unsigned word_inner_zero_run(unsigned long w)
+{
+	unsigned best = 0;
+
+	w >>= __builtin_ctzl(w);	/* the lowest set bit is now bit 0 */
+	for (;;) {
+		unsigned gap;
+
+		w >>= 1;
+		if (!w)
+			return best;
+		gap = (unsigned)__builtin_ctzl(w);
+		best = gap > best ? gap : best;
+		w >>= gap;
+	}
+}
+
 /**
  * ucma_bitmap_max_zero_run() - length of the longest run of clear bits in
  * the first @nbits bits of @bm (the largest free chunk of a CMA area).
+ *
+ * A word at a time: a run that crosses words grows by the clear bits below
+ * a word's lowest set bit (ctz) and starts again with those above its
+ * highest (clz).  Runs inside one word are shorter than a word, so they are
+ * looked at only while the best run found is shorter than that.  Bits past
+ * @nbits count as set.
  */
 uint32_t ucma_bitmap_max_zero_run(const unsigned long *bm, uint32_t nbits)
 {
 	const unsigned bpl = sizeof(unsigned long) * CHAR_BIT;
-	uint32_t best = 0, cur = 0, full = nbits / bpl;
+	uint32_t best = 0, cur = 0, nwords = (nbits + bpl - 1) / bpl;
 
-	/* Whole words first: in practice nearly all are empty or full. */
-	for (uint32_t k = 0; k < full; k++) {
+	for (uint32_t k = 0; k < nwords; k++) {
 		unsigned long w = bm[k];
 
+		if (k == nwords - 1 && nbits % bpl)
+			w |= ~0ul << (nbits % bpl);
 		if (w == 0) {
 			cur += bpl;
 			continue;
 		}
-		if (w == ~0ul) {
-			best = cur > best ? cur : best;
-			cur = 0;
-			continue;
+		cur += (uint32_t)__builtin_ctzl(w);
+		best = cur > best ? cur : best;
+		if (best + 1 < bpl) {
+			unsigned inner = word_inner_zero_run(w);
+
+			best = inner > best ? inner : best;
 		}
-		for (unsigned b = 0; b < bpl; b++) {
-			if ((w >> b) & 1ul) {
-				best = cur > best ? cur : best;
-				cur = 0;
-			} else {
-				cur++;
-			}
-		}
-	}
-	for (uint32_t i = full * bpl; i < nbits; i++) {
-		if ((bm[i / bpl] >> (i % bpl)) & 1ul) {
-			best = cur > best ? cur : best;
-			cur = 0;
-		} else {
-			cur++;
-		}
+		cur = (uint32_t)__builtin_clzl(w);
 	}
 	return cur > best ? cur : best;
 }
@@ -666,16 +678,26 @@ static bool foreach_visit(void *ctx, const struct stat_family *f, unsigned i, un
 /**
  * ucma_stats_foreach() - call @fn for every statistic of the report's
  * vmstat section, in order, with its value (0 unless @values) and its
- * UCMA_STAT_F_* flags.  @a is the arena (NULL: counters only).  Takes zone
- * and area locks: call it without holding any ucma lock.
+ * UCMA_STAT_F_* flags.  @a is the arena (NULL: counters only).
+ * @pageblocks: pageblocks per zone and migratetype that the caller has
+ * just counted (shm.c, while it walks the pageblocks for its map), or NULL
+ * to count them here: the walk is the costliest part on a large arena and
+ * need not be made twice.  Takes zone and area locks: call it without
+ * holding any ucma lock.
  * Return: the number of statistics visited.
  */
-unsigned ucma_stats_foreach(struct ucma_arena *a, bool values, ucma_stat_visit_fn fn, void *ctx)
+unsigned ucma_stats_foreach(struct ucma_arena *a, const uint64_t (*pageblocks)[UCMA_MT_NR],
+			    bool values, ucma_stat_visit_fn fn, void *ctx)
 {
 	struct stats_snap s;
 	struct foreach_ctx c = { .s = &s, .values = values, .fn = fn, .ctx = ctx };
 
 	snap_init(&s, a);
+	if (a && pageblocks) {
+		for (int zi = 0; zi < UCMA_ZONE_NR; zi++)
+			memcpy(s.z[zi].pageblocks, pageblocks[zi], sizeof(s.z[zi].pageblocks));
+		s.have |= SNAP_PAGEBLOCKS;
+	}
 	stats_walk(&s, true, foreach_visit, &c);
 	return c.n;
 }

@@ -1,11 +1,13 @@
 /*
  * ucmastat.c - statistics of a process using ucma, read from outside it.
  *
- * Every process using ucma publishes its counters and a map of its arena
- * in /dev/shm/ucma.<pid> (see shm.h).  This program reads that segment;
- * it does not link the library.  It prints the counters (/proc/vmstat
- * style), watches them change (like vmstat 1), lists the processes that
- * publish one, and draws the arena as a map of pageblocks, as text or SVG.
+ * A process using ucma publishes its counters and a map of its arena in
+ * /dev/shm/ucma.<pid> when a reader asks, refreshes them on each request,
+ * and removes them some seconds after the last (see shm.h for both).  This
+ * program asks, waits for the answer and reads the segment; it does not
+ * link the library.  It prints the counters (/proc/vmstat style), watches
+ * them change (like vmstat 1), lists the processes that use ucma, and
+ * draws the arena as a map of pageblocks, as text or SVG.
  *
  * Consistency: the owner rewrites the segment under a sequence counter;
  * every read here copies the whole segment and retries until the counter
@@ -31,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -186,21 +189,197 @@ static pid_t parse_pid(const char *s)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Requests                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* How long to wait for a process to answer (-t). */
+static double answer_timeout = 2.0;
+
+/* Set by SIGINT, SIGTERM or SIGHUP while requests are open. */
+static volatile sig_atomic_t stop_signal;
+
+/*
+ * struct request - this program's request for the statistics of one
+ * process (the protocol is in shm.h): the request file, held open with a
+ * shared lock so that no other reader removes it meanwhile.  Every open
+ * request is on one list, so that an exit on any path withdraws it.
+ */
+struct request {
+	int fd;				/* -1: none */
+	pid_t pid;
+	char path[128];
+	uint64_t mtime_ns;		/* what the last renewal set */
+	struct request *next;
+};
+
+static struct request *open_requests;
+
+static uint64_t timespec_ns(const struct timespec *ts)
+{
+	return (uint64_t)ts->tv_sec * 1000000000ull + (uint64_t)ts->tv_nsec;
+}
+
+static uint64_t now_ns(clockid_t clock)
+{
+	struct timespec ts;
+
+	clock_gettime(clock, &ts);
+	return timespec_ns(&ts);
+}
+
+static void sleep_ms(long ms)
+{
+	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = ms % 1000 * 1000000L };
+
+	nanosleep(&ts, NULL);	/* a signal ends it early: callers look at stop_signal */
+}
+
+/* The owner of process @pid (of its /proc directory), or (uid_t)-1. */
+static uid_t pid_uid(pid_t pid)
+{
+	char path[64];
+	struct stat st;
+
+	snprintf(path, sizeof(path), "/proc/%ld", (long)pid);
+	return stat(path, &st) == 0 ? st.st_uid : (uid_t)-1;
+}
+
+/*
+ * Open (creating it if needed) the request file of @pid and take a shared
+ * lock on it.  Returns false with the reason in @why.
+ */
+static bool request_open(struct request *r, pid_t pid, char *why, size_t whylen)
+{
+	uid_t owner = pid_uid(pid);
+
+	memset(r, 0, sizeof(*r));
+	r->fd = -1;
+	r->pid = pid;
+	snprintf(r->path, sizeof(r->path), "%s/%s%ld%s", UCMA_SHM_DIR, UCMA_SHM_PREFIX, (long)pid,
+		 UCMA_SHM_REQUEST_SUFFIX);
+	for (int attempt = 0; attempt < 10; attempt++) {
+		struct stat fst, lst;
+		int fd = open(r->path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+
+		if (fd < 0) {
+			snprintf(why, whylen, "%s: cannot ask process %ld for its statistics: %s",
+				 r->path, (long)pid, strerror(errno));
+			return false;
+		}
+		/* The name must still be this file once we hold the lock: the
+		 * last reader removes it under an exclusive lock. */
+		if (flock(fd, LOCK_SH) != 0 || fstat(fd, &fst) != 0 || lstat(r->path, &lst) != 0 ||
+		    fst.st_dev != lst.st_dev || fst.st_ino != lst.st_ino) {
+			close(fd);
+			continue;
+		}
+		if (fst.st_uid != geteuid() && fst.st_uid != owner && fst.st_uid != 0) {
+			/* The process ignores another user's request: replace it if we may. */
+			close(fd);
+			if (unlink(r->path) != 0) {
+				snprintf(why, whylen, "%s belongs to another user: cannot ask process %ld "
+					 "for its statistics", r->path, (long)pid);
+				return false;
+			}
+			continue;
+		}
+		r->fd = fd;
+		r->next = open_requests;
+		open_requests = r;
+		return true;
+	}
+	snprintf(why, whylen, "%s: kept changing under us", r->path);
+	return false;
+}
+
+/* Ask again: a new modification time, which the process answers once. */
+static void request_renew(struct request *r)
+{
+	struct stat st;
+
+	if (r->fd < 0)
+		return;
+	if (futimens(r->fd, NULL) == 0 && fstat(r->fd, &st) == 0)
+		r->mtime_ns = timespec_ns(&st.st_mtim);
+}
+
+/* Withdraw the request: the last reader (no other lock held) removes the file. */
+static void request_close(struct request *r)
+{
+	struct stat fst, lst;
+
+	if (r->fd < 0)
+		return;
+	for (struct request **pp = &open_requests; *pp; pp = &(*pp)->next) {
+		if (*pp == r) {
+			*pp = r->next;
+			break;
+		}
+	}
+	if (flock(r->fd, LOCK_EX | LOCK_NB) == 0 && fstat(r->fd, &fst) == 0 &&
+	    lstat(r->path, &lst) == 0 && fst.st_dev == lst.st_dev && fst.st_ino == lst.st_ino)
+		unlink(r->path);
+	close(r->fd);
+	r->fd = -1;
+}
+
+static void request_close_all(void)
+{
+	while (open_requests)
+		request_close(open_requests);
+}
+
+static void on_stop_signal(int sig)
+{
+	stop_signal = sig;
+}
+
+/* Withdraw every request and end as the signal would have ended us. */
+static void stop_if_signalled(void)
+{
+	int sig = stop_signal;
+
+	if (!sig)
+		return;
+	request_close_all();
+	signal(sig, SIG_DFL);
+	raise(sig);
+	exit(128 + sig);
+}
+
+static void catch_stop_signals(void)
+{
+	struct sigaction sa;
+
+	memset(&sa, 0, sizeof(sa));
+	sa.sa_handler = on_stop_signal;	/* no SA_RESTART: sleeps end at once */
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	atexit(request_close_all);
+}
+
+/* ------------------------------------------------------------------------ */
 /* The segment                                                               */
 /* ------------------------------------------------------------------------ */
 
 /*
  * struct seg - one process's segment: the live mapping and the last
- * consistent copy of it, which everything else reads.
+ * consistent copy of it, which everything else reads, and the request
+ * that keeps it coming.
  */
 struct seg {
 	pid_t pid;
 	const void *live;
 	size_t size;
+	dev_t dev;			/* of the mapped file */
+	ino_t ino;
 	char *copy;
 	const struct ucma_shm_header *h;	/* = copy */
 	const struct ucma_shm_counter *ctr;
 	const uint8_t *map;
+	struct request req;
+	bool answered;			/* the copy answers req's last renewal */
 };
 
 enum seg_error { SEG_OK, SEG_NOPROC, SEG_NOTUCMA, SEG_STALE, SEG_ACCESS, SEG_BAD, SEG_BUSY };
@@ -252,8 +431,11 @@ static bool seg_snapshot(struct seg *s)
 			memcpy(s->copy, s->live, s->size);
 			__atomic_thread_fence(__ATOMIC_ACQUIRE);
 			s2 = __atomic_load_n(&live->seq, __ATOMIC_RELAXED);
-			if (s1 == s2)
+			if (s1 == s2) {
+				s->answered = s->req.fd >= 0 &&
+					      s->h->answered_request_ns >= s->req.mtime_ns;
 				return true;
+			}
 		}
 		if (attempt > 10)
 			nanosleep(&(struct timespec){ .tv_nsec = 500000 }, NULL);
@@ -261,36 +443,42 @@ static bool seg_snapshot(struct seg *s)
 	return false;
 }
 
+static void seg_unmap(struct seg *s)
+{
+	if (s->live)
+		munmap((void *)s->live, s->size);
+	free(s->copy);
+	s->live = NULL;
+	s->copy = NULL;
+	s->h = NULL;
+	s->ctr = NULL;
+	s->map = NULL;
+	s->size = 0;
+}
+
 /*
- * Map the segment of @pid and take a first snapshot.  On failure returns
- * the reason, with a message in @why.
+ * Map the segment file of s->pid as it is now and take a snapshot, without
+ * asking for anything.  On failure returns the reason, with a message in
+ * @why; SEG_NOTUCMA means there is no file.
  */
-static enum seg_error seg_open(pid_t pid, struct seg *s, char *why, size_t whylen)
+static enum seg_error seg_map(struct seg *s, char *why, size_t whylen)
 {
 	char path[128];
 	const char *problem;
 	struct stat st;
 	uint64_t start;
+	pid_t pid = s->pid;
 	void *p;
 	int fd;
 
-	memset(s, 0, sizeof(*s));
-	s->pid = pid;
+	seg_unmap(s);
 	seg_path(pid, path, sizeof(path));
 	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0) {
 		int err = errno;
 
-		if (!pid_alive(pid)) {
-			snprintf(why, whylen, "no process with id %ld", (long)pid);
-			return SEG_NOPROC;
-		}
 		if (err == ENOENT) {
-			char comm[64];
-
-			pid_comm(pid, comm, sizeof(comm));
-			snprintf(why, whylen, "process %ld (%s) does not use ucma: no %s", (long)pid,
-				 comm, path);
+			snprintf(why, whylen, "no %s", path);
 			return SEG_NOTUCMA;
 		}
 		if (err == EACCES || err == EPERM) {
@@ -306,10 +494,6 @@ static enum seg_error seg_open(pid_t pid, struct seg *s, char *why, size_t whyle
 	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
 	    (size_t)st.st_size < sizeof(struct ucma_shm_header)) {
 		close(fd);
-		if (!pid_alive(pid)) {
-			snprintf(why, whylen, "no process with id %ld", (long)pid);
-			return SEG_NOPROC;
-		}
 		snprintf(why, whylen, "%s: not a ucma statistics segment (being created?)", path);
 		return SEG_BUSY;
 	}
@@ -321,17 +505,19 @@ static enum seg_error seg_open(pid_t pid, struct seg *s, char *why, size_t whyle
 	}
 	s->live = p;
 	s->size = (size_t)st.st_size;
+	s->dev = st.st_dev;
+	s->ino = st.st_ino;
 	/* The owner stores magic last: give a segment being created a moment. */
 	for (int i = 0; i < 100 && __atomic_load_n(&((const struct ucma_shm_header *)p)->magic,
 						   __ATOMIC_ACQUIRE) != UCMA_SHM_MAGIC;
 	     i++)
 		nanosleep(&(struct timespec){ .tv_nsec = 10000000 }, NULL);
 	s->copy = xmalloc(s->size);
+	s->h = (const void *)s->copy;
 	if (!seg_snapshot(s)) {
 		snprintf(why, whylen, "%s: the owner kept it busy for a second", path);
 		return SEG_BUSY;
 	}
-	s->h = (const void *)s->copy;
 	problem = header_problem(s->h, s->size, pid);
 	if (problem) {
 		snprintf(why, whylen, "%s: not a usable ucma statistics segment: %s", path, problem);
@@ -355,27 +541,158 @@ static enum seg_error seg_open(pid_t pid, struct seg *s, char *why, size_t whyle
 	return SEG_OK;
 }
 
-static void seg_close(struct seg *s)
+/* Returns true if the file now at the segment's name is not the one mapped. */
+static bool seg_replaced(const struct seg *s)
 {
-	if (s->live)
-		munmap((void *)s->live, s->size);
-	free(s->copy);
-	memset(s, 0, sizeof(*s));
+	char path[128];
+	struct stat st;
+
+	seg_path(s->pid, path, sizeof(path));
+	return stat(path, &st) == 0 && (st.st_dev != s->dev || st.st_ino != s->ino);
 }
 
-/* Open or exit with the reason. */
+/*
+ * One step of waiting for the answer to s->req: map the segment if it is
+ * not mapped (or was replaced), copy it, and say whether the copy answers.
+ * Returns SEG_OK with s->answered, SEG_NOTUCMA or SEG_STALE while there is
+ * nothing usable yet (the process creates or replaces the file when it
+ * answers), or another error that waiting will not cure.
+ */
+static enum seg_error seg_poll(struct seg *s, char *why, size_t whylen)
+{
+	enum seg_error err;
+
+	if (s->live && !seg_replaced(s)) {
+		if (!seg_snapshot(s)) {
+			snprintf(why, whylen, "process %ld kept its statistics busy for a second",
+				 (long)s->pid);
+			return SEG_BUSY;
+		}
+		return SEG_OK;
+	}
+	err = seg_map(s, why, whylen);
+	if (err != SEG_OK && err != SEG_BUSY)
+		seg_unmap(s);
+	return err == SEG_BUSY ? SEG_NOTUCMA : err;
+}
+
+/*
+ * Wait until the process answers the request, it ends, or the timeout
+ * passes.  Returns SEG_OK with s->answered true, or false when only an
+ * older copy could be had; otherwise the reason, with a message in @why.
+ */
+static enum seg_error seg_wait_answer(struct seg *s, char *why, size_t whylen)
+{
+	uint64_t deadline = now_ns(CLOCK_MONOTONIC) + (uint64_t)(answer_timeout * 1e9);
+	enum seg_error err;
+
+	for (;;) {
+		err = seg_poll(s, why, whylen);
+		if (err == SEG_OK && s->answered)
+			return SEG_OK;
+		if (err != SEG_OK && err != SEG_NOTUCMA && err != SEG_STALE)
+			return err;
+		if (!pid_alive(s->pid)) {
+			snprintf(why, whylen, "no process with id %ld", (long)s->pid);
+			return SEG_NOPROC;
+		}
+		stop_if_signalled();
+		if (now_ns(CLOCK_MONOTONIC) >= deadline)
+			break;
+		sleep_ms(5);
+	}
+	if (err == SEG_OK)
+		return SEG_OK;	/* an older copy: better than nothing, and says its age */
+	if (err == SEG_NOTUCMA) {
+		char comm[64];
+
+		pid_comm(s->pid, comm, sizeof(comm));
+		snprintf(why, whylen,
+			 "process %ld (%s) does not use ucma, or did not answer within %g s: a "
+			 "process answers from its ucma calls or its compaction thread, and not "
+			 "at all with UCMA_STATS_SHM=off; UCMA_STATS_SHM=on publishes from "
+			 "start-up",
+			 (long)s->pid, comm, answer_timeout);
+	}
+	return err;
+}
+
+static void seg_close(struct seg *s)
+{
+	seg_unmap(s);
+	request_close(&s->req);
+	s->pid = 0;
+}
+
+static double seg_age(const struct seg *s)
+{
+	struct timespec now;
+	double age;
+
+	clock_gettime(CLOCK_REALTIME, &now);
+	age = ((double)now.tv_sec * 1e9 + (double)now.tv_nsec - (double)s->h->update_time_ns) / 1e9;
+	return age < 0 ? 0 : age;
+}
+
+static void warn_unanswered(const struct seg *s)
+{
+	fprintf(stderr, "%s: process %ld did not answer within %g s; these figures are %.1f s old\n",
+		prog, (long)s->pid, answer_timeout, seg_age(s));
+}
+
+/*
+ * Ask @pid for its statistics and wait for them.  On failure returns the
+ * reason, with a message in @why.
+ */
+static enum seg_error seg_open(pid_t pid, struct seg *s, char *why, size_t whylen)
+{
+	uid_t owner;
+
+	memset(s, 0, sizeof(*s));
+	s->pid = pid;
+	s->req.fd = -1;
+	if (!pid_alive(pid)) {
+		snprintf(why, whylen, "no process with id %ld", (long)pid);
+		return SEG_NOPROC;
+	}
+	owner = pid_uid(pid);
+	if (geteuid() != 0 && owner != (uid_t)-1 && owner != geteuid()) {
+		char path[128];
+
+		seg_path(pid, path, sizeof(path));
+		snprintf(why, whylen,
+			 "%s: permission denied: the statistics of process %ld can be read by its "
+			 "owner and by root only",
+			 path, (long)pid);
+		return SEG_ACCESS;
+	}
+	if (!request_open(&s->req, pid, why, whylen))
+		return SEG_BAD;
+	request_renew(&s->req);
+	return seg_wait_answer(s, why, whylen);
+}
+
+/* Open or exit with the reason; warn when the figures are not fresh. */
 static void seg_open_or_die(pid_t pid, struct seg *s)
 {
 	char why[512];
 
 	if (seg_open(pid, s, why, sizeof(why)) != SEG_OK)
 		die("%s", why);
+	if (!s->answered)
+		warn_unanswered(s);
 }
 
+/* Ask again and wait for the answer (ucmastat -w). */
 static void seg_refresh_or_die(struct seg *s)
 {
-	if (!seg_snapshot(s))
-		die("process %ld kept its statistics busy for a second", (long)s->pid);
+	char why[512];
+
+	request_renew(&s->req);
+	if (seg_wait_answer(s, why, sizeof(why)) != SEG_OK)
+		die("%s", why);
+	if (!s->answered)
+		warn_unanswered(s);
 }
 
 static const struct ucma_shm_counter *counter_find(const struct seg *s, const char *name)
@@ -541,13 +858,30 @@ static void print_row(const struct seg *s, const uint64_t *prev)
 	fflush(stdout);
 }
 
-static void sleep_seconds(double secs)
+/*
+ * Sleep @secs seconds, renewing the request at least every
+ * UCMA_SHM_RENEW_S so that the process keeps its segment meanwhile.
+ */
+static void sleep_seconds(struct seg *s, double secs)
 {
-	struct timespec ts = { .tv_sec = (time_t)secs };
+	uint64_t end = now_ns(CLOCK_MONOTONIC) + (uint64_t)(secs * 1e9);
 
-	ts.tv_nsec = (long)((secs - (double)ts.tv_sec) * 1e9);
-	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-		;
+	for (;;) {
+		uint64_t now = now_ns(CLOCK_MONOTONIC), left, chunk;
+		struct timespec ts;
+
+		stop_if_signalled();
+		if (now >= end)
+			return;
+		left = end - now;
+		chunk = left < UCMA_SHM_RENEW_S * 1000000000ull ? left :
+								  UCMA_SHM_RENEW_S * 1000000000ull;
+		ts.tv_sec = (time_t)(chunk / 1000000000ull);
+		ts.tv_nsec = (long)(chunk % 1000000000ull);
+		nanosleep(&ts, NULL);
+		if (chunk < left)
+			request_renew(&s->req);	/* keeps the lease; no answer needed */
+	}
 }
 
 static int cmd_watch(pid_t pid, double interval, long count, bool all)
@@ -566,7 +900,7 @@ static int cmd_watch(pid_t pid, double interval, long count, bool all)
 	}
 	for (long row = 0; count <= 0 || row < count; row++) {
 		if (row > 0) {
-			sleep_seconds(interval);
+			sleep_seconds(&s, interval);
 			if (!pid_alive(pid)) {
 				fprintf(stderr, "%s: process %ld ended\n", prog, (long)pid);
 				break;
@@ -611,87 +945,265 @@ static int cmd_watch(pid_t pid, double interval, long count, bool all)
 /* ucmastat --list [--prune]                                                 */
 /* ------------------------------------------------------------------------ */
 
-static int cmd_list(bool prune)
+/* A process that --list looks at. */
+struct listed {
+	pid_t pid;
+	struct seg s;
+	enum seg_error err;
+	bool done;			/* answered, or will not */
+	char why[512];
+};
+
+struct listed_set {
+	struct listed *v;
+	size_t n, cap;
+};
+
+static void listed_add(struct listed_set *set, pid_t pid)
+{
+	for (size_t i = 0; i < set->n; i++)
+		if (set->v[i].pid == pid)
+			return;
+	if (set->n == set->cap) {
+		set->cap = set->cap ? set->cap * 2 : 16;
+		set->v = realloc(set->v, set->cap * sizeof(*set->v));
+		if (!set->v)
+			die("out of memory");
+	}
+	memset(&set->v[set->n], 0, sizeof(set->v[set->n]));
+	set->v[set->n].pid = pid;
+	set->v[set->n].s.req.fd = -1;
+	set->n++;
+}
+
+/* The pid a name of /dev/shm or /proc stands for, or 0; @suffix must follow. */
+static pid_t name_pid(const char *name, const char *prefix, const char *suffix)
+{
+	size_t plen = strlen(prefix), digits;
+	long v;
+
+	if (strncmp(name, prefix, plen) != 0)
+		return 0;
+	name += plen;
+	digits = strspn(name, "0123456789");
+	if (digits == 0 || digits > 9 || name[0] == '0' || strcmp(name + digits, suffix) != 0)
+		return 0;
+	v = atol(name);
+	return v > 0 ? (pid_t)v : 0;
+}
+
+/* Returns true if process @pid has a ucma library mapped. */
+static bool maps_ucma(pid_t pid)
+{
+	char path[64], *line = NULL;
+	size_t len = 0;
+	bool found = false;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%ld/maps", (long)pid);
+	f = fopen(path, "re");
+	if (!f)
+		return false;
+	while (!found && getline(&line, &len, f) > 0)
+		found = strstr(line, "/libucma") != NULL;
+	free(line);
+	fclose(f);
+	return found;
+}
+
+/*
+ * The processes to list: those with a segment file, and those that map a
+ * ucma library (a program linked statically with it shows up once some
+ * reader has asked it, or with UCMA_STATS_SHM=on).
+ */
+static void list_candidates(struct listed_set *set)
 {
 	DIR *d = opendir(UCMA_SHM_DIR);
 	struct dirent *e;
-	bool header = false;
+	pid_t pid;
+
+	if (!d)
+		die("%s: %s", UCMA_SHM_DIR, strerror(errno));
+	while ((e = readdir(d)))
+		if ((pid = name_pid(e->d_name, UCMA_SHM_PREFIX, "")) && pid_alive(pid))
+			listed_add(set, pid);
+	closedir(d);
+	d = opendir("/proc");
+	if (!d)
+		return;
+	while ((e = readdir(d)))
+		if ((pid = name_pid(e->d_name, "", "")) && pid != getpid() && maps_ucma(pid))
+			listed_add(set, pid);
+	closedir(d);
+}
+
+static void list_print(struct listed *l, bool *header)
+{
+	const struct seg *s = &l->s;
+
+	if (!*header) {
+		printf("%8s %-16s %8s %8s %8s %8s %5s %5s\n", "PID", "COMMAND", "ARENA", "FREE", "CMA",
+		       "CONTIG", "FRAG", "AGE");
+		*header = true;
+	}
+	if (l->err == SEG_OK) {
+		uint64_t page = s->h->page_size;
+		uint64_t cma = 0;
+
+		for (uint32_t i = 0; i < s->h->nr_areas; i++)
+			cma += (uint64_t)(s->h->areas[i].end_pb - s->h->areas[i].start_pb) *
+			       s->h->pageblock_pages;
+		printf("%8ld %-16.16s %7lluM %7lluM %7lluM %7lluM %5llu %4.0fs%s\n", (long)l->pid,
+		       s->h->comm, (unsigned long long)(s->h->arena_size >> 20),
+		       (unsigned long long)(counter_value(s, "nr_free_pages", 0) * page >> 20),
+		       (unsigned long long)(cma * page >> 20),
+		       (unsigned long long)(area_sum(s, "used") * page >> 20),
+		       (unsigned long long)counter_value(s, "fragmentation_score", 0), seg_age(s),
+		       s->answered ? "" : "  (no answer: old figures)");
+	} else {
+		char comm[64];
+
+		pid_comm(l->pid, comm, sizeof(comm));
+		printf("%8ld %-16.16s %8s %8s %8s %8s %5s %5s  (%s)\n", (long)l->pid, comm, "-", "-",
+		       "-", "-", "-", "-",
+		       l->err == SEG_ACCESS ? "permission denied" :
+		       l->err == SEG_NOTUCMA ? "no answer" :
+					       "unreadable");
+	}
+}
+
+/* ucmastat --list: ask every candidate at once, wait for all, print. */
+static int cmd_list(void)
+{
+	struct listed_set set = { 0 };
+	uint64_t deadline;
+	bool header = false, waiting = true;
+
+	list_candidates(&set);
+	for (size_t i = 0; i < set.n; i++) {
+		struct listed *l = &set.v[i];
+		uid_t owner = pid_uid(l->pid);
+
+		l->s.pid = l->pid;
+		if (geteuid() != 0 && owner != (uid_t)-1 && owner != geteuid()) {
+			l->err = SEG_ACCESS;
+			l->done = true;
+		} else if (!request_open(&l->s.req, l->pid, l->why, sizeof(l->why))) {
+			l->err = SEG_BAD;
+			l->done = true;
+		} else {
+			request_renew(&l->s.req);
+		}
+	}
+	deadline = now_ns(CLOCK_MONOTONIC) + (uint64_t)(answer_timeout * 1e9);
+	while (waiting) {
+		waiting = false;
+		for (size_t i = 0; i < set.n; i++) {
+			struct listed *l = &set.v[i];
+
+			if (l->done)
+				continue;
+			l->err = seg_poll(&l->s, l->why, sizeof(l->why));
+			if ((l->err == SEG_OK && l->s.answered) ||
+			    (l->err != SEG_OK && l->err != SEG_NOTUCMA && l->err != SEG_STALE))
+				l->done = true;
+			else
+				waiting = true;
+		}
+		stop_if_signalled();
+		if (waiting && now_ns(CLOCK_MONOTONIC) >= deadline)
+			break;
+		if (waiting)
+			sleep_ms(5);
+	}
+	for (size_t i = 0; i < set.n; i++) {
+		struct listed *l = &set.v[i];
+
+		if (!pid_alive(l->pid)) {
+			seg_close(&l->s);
+			continue;	/* ended meanwhile */
+		}
+		if (l->err == SEG_STALE)
+			l->err = SEG_NOTUCMA;	/* an old file, and no answer */
+		list_print(l, &header);
+		seg_close(&l->s);
+	}
+	free(set.v);
+	if (!header)
+		printf("no process using ucma found\n");
+	return 0;
+}
+
+/*
+ * Remove a request file nobody holds (an exclusive lock without waiting)
+ * when its process has ended or it is older than the lease.
+ */
+static bool prune_request(pid_t pid, const char *path, int *rc)
+{
+	struct stat fst, lst;
+	const char *why = NULL;
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+
+	if (fd < 0)
+		return false;
+	if (flock(fd, LOCK_EX | LOCK_NB) == 0 && fstat(fd, &fst) == 0 && lstat(path, &lst) == 0 &&
+	    fst.st_dev == lst.st_dev && fst.st_ino == lst.st_ino) {
+		if (!pid_alive(pid))
+			why = "process ended";
+		else if (timespec_ns(&fst.st_mtim) + UCMA_SHM_LEASE_S * 1000000000ull <
+			 now_ns(CLOCK_REALTIME))
+			why = "request no longer renewed";
+	}
+	if (why) {
+		if (unlink(path) == 0) {
+			printf("removed %s (%s)\n", path, why);
+		} else {
+			fprintf(stderr, "%s: cannot remove %s: %s\n", prog, path, strerror(errno));
+			*rc = 1;
+		}
+	}
+	close(fd);
+	return why != NULL;
+}
+
+/* ucmastat --prune: files left by processes that ended, and old requests. */
+static int cmd_prune(void)
+{
+	DIR *d = opendir(UCMA_SHM_DIR);
+	struct dirent *e;
 	int rc = 0;
 
 	if (!d)
 		die("%s: %s", UCMA_SHM_DIR, strerror(errno));
 	while ((e = readdir(d))) {
-		size_t plen = strlen(UCMA_SHM_PREFIX);
 		char why[512], path[128];
-		const char *digits = e->d_name + plen;
-		struct seg s;
+		struct seg s = { 0 };
 		enum seg_error err;
 		pid_t pid;
 
-		if (strncmp(e->d_name, UCMA_SHM_PREFIX, plen) != 0 || !*digits ||
-		    strspn(digits, "0123456789") != strlen(digits) || strlen(digits) > 9)
-			continue;
-		pid = (pid_t)atol(digits);
-		if (pid <= 0)
-			continue;
-		err = seg_open(pid, &s, why, sizeof(why));
-		if (err == SEG_NOPROC || err == SEG_STALE) {
-			seg_close(&s);
-			if (!prune)
-				continue;
-			seg_path(pid, path, sizeof(path));
-			if (unlink(path) == 0) {
-				printf("removed %s (process %ld ended)\n", path, (long)pid);
-			} else {
-				fprintf(stderr, "%s: cannot remove %s: %s\n", prog, path,
-					strerror(errno));
-				rc = 1;
-			}
+		if ((pid = name_pid(e->d_name, UCMA_SHM_PREFIX, UCMA_SHM_REQUEST_SUFFIX))) {
+			snprintf(path, sizeof(path), "%s/%s%ld%s", UCMA_SHM_DIR, UCMA_SHM_PREFIX,
+				 (long)pid, UCMA_SHM_REQUEST_SUFFIX);
+			prune_request(pid, path, &rc);
 			continue;
 		}
-		if (prune) {
-			seg_close(&s);
+		if (!(pid = name_pid(e->d_name, UCMA_SHM_PREFIX, "")))
 			continue;
-		}
-		if (!header) {
-			printf("%8s %-16s %8s %8s %8s %8s %5s %5s\n", "PID", "COMMAND", "ARENA",
-			       "FREE", "CMA", "CONTIG", "FRAG", "AGE");
-			header = true;
-		}
-		if (err == SEG_OK) {
-			struct timespec now;
-			uint64_t page = s.h->page_size;
-			uint64_t cma = 0;
-			double age;
-
-			for (uint32_t i = 0; i < s.h->nr_areas; i++)
-				cma += (uint64_t)(s.h->areas[i].end_pb - s.h->areas[i].start_pb) *
-				       s.h->pageblock_pages;
-			clock_gettime(CLOCK_REALTIME, &now);
-			age = ((double)now.tv_sec * 1e9 + (double)now.tv_nsec -
-			       (double)s.h->update_time_ns) /
-			      1e9;
-			printf("%8ld %-16.16s %7lluM %7lluM %7lluM %7lluM %5llu %4.0fs\n",
-			       (long)pid, s.h->comm, (unsigned long long)(s.h->arena_size >> 20),
-			       (unsigned long long)(counter_value(&s, "nr_free_pages", 0) * page >>
-						    20),
-			       (unsigned long long)(cma * page >> 20),
-			       (unsigned long long)(area_sum(&s, "used") * page >> 20),
-			       (unsigned long long)counter_value(&s, "fragmentation_score", 0),
-			       age < 0 ? 0 : age);
-		} else {
-			char comm[64];
-
-			pid_comm(pid, comm, sizeof(comm));
-			printf("%8ld %-16.16s %8s %8s %8s %8s %5s %5s  (%s)\n", (long)pid, comm,
-			       "-", "-", "-", "-", "-", "-",
-			       err == SEG_ACCESS ? "permission denied" : "unreadable");
-		}
+		seg_path(pid, path, sizeof(path));
+		s.pid = pid;
+		s.req.fd = -1;
+		err = seg_map(&s, why, sizeof(why));
 		seg_close(&s);
+		if (err != SEG_STALE && pid_alive(pid))
+			continue;
+		if (unlink(path) == 0) {
+			printf("removed %s (process %ld ended)\n", path, (long)pid);
+		} else {
+			fprintf(stderr, "%s: cannot remove %s: %s\n", prog, path, strerror(errno));
+			rc = 1;
+		}
 	}
 	closedir(d);
-	if (!header && !prune)
-		printf("no process publishes ucma statistics\n");
 	return rc;
 }
 
@@ -761,16 +1273,6 @@ static void state_counts(const struct seg *s, uint64_t counts[UCMA_SHM_PB_NR])
 		if (st < UCMA_SHM_PB_NR)
 			counts[st]++;
 	}
-}
-
-static double seg_age(const struct seg *s)
-{
-	struct timespec now;
-	double age;
-
-	clock_gettime(CLOCK_REALTIME, &now);
-	age = ((double)now.tv_sec * 1e9 + (double)now.tv_nsec - (double)s->h->update_time_ns) / 1e9;
-	return age < 0 ? 0 : age;
 }
 
 /* The summary: pageblocks per state into @counts_buf, the scores into @score_buf. */
@@ -980,8 +1482,9 @@ static void usage(FILE *f)
 		"       %s --map [--color=WHEN] PID\n"
 		"       %s --svg FILE PID\n"
 		"       %s --list [--prune]\n"
-		"Show the ucma statistics of process PID, read from its live statistics\n"
-		"segment in " UCMA_SHM_DIR "/" UCMA_SHM_PREFIX "PID.\n\n"
+		"Show the ucma statistics of process PID, which it publishes in\n"
+		UCMA_SHM_DIR "/" UCMA_SHM_PREFIX "PID when asked (and removes "
+		"10 s after the last request).\n\n"
 		"  (no option)          every statistic as 'name value', or only the NAMEs\n"
 		"  -w, --wait=SECONDS   print the changes every SECONDS, like vmstat\n"
 		"  -n, --count=COUNT    with -w: stop after COUNT lines\n"
@@ -989,8 +1492,9 @@ static void usage(FILE *f)
 		"  -m, --map            draw the arena, one character per pageblock\n"
 		"      --color[=WHEN]   colour the map: auto (default), always, never\n"
 		"      --svg=FILE       write the map as an SVG image ('-': stdout)\n"
-		"  -l, --list           list the processes that publish statistics\n"
-		"      --prune          remove segments left by processes that ended\n"
+		"  -l, --list           list the processes that use ucma, with their figures\n"
+		"      --prune          remove files left by processes that ended\n"
+		"  -t, --timeout=SECS   wait up to SECS for the process to answer (default 2)\n"
 		"  -h, --help           show this help\n"
 		"  -V, --version        show the version\n\n"
 		"Exit status: 0 success, 1 the statistics could not be read, 2 bad usage.\n",
@@ -1010,6 +1514,7 @@ int main(int argc, char **argv)
 		{ "svg", required_argument, NULL, OPT_SVG },
 		{ "list", no_argument, NULL, 'l' },
 		{ "prune", no_argument, NULL, OPT_PRUNE },
+		{ "timeout", required_argument, NULL, 't' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ NULL, 0, NULL, 0 },
@@ -1026,7 +1531,7 @@ int main(int argc, char **argv)
 		prog = strrchr(argv[0], '/') + 1;
 	else if (argc > 0 && argv[0] && *argv[0])
 		prog = argv[0];
-	while ((opt = getopt_long(argc, argv, "w:n:amlhV", longopts, NULL)) != -1) {
+	while ((opt = getopt_long(argc, argv, "w:n:amlt:hV", longopts, NULL)) != -1) {
 		char *end;
 
 		switch (opt) {
@@ -1045,6 +1550,13 @@ int main(int argc, char **argv)
 			break;
 		case 'a':
 			all = true;
+			break;
+		case 't':
+			errno = 0;
+			answer_timeout = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(answer_timeout >= 0) ||
+			    answer_timeout > 3600)
+				usage_error("invalid timeout '%s' (seconds, 0 to 3600)", optarg);
 			break;
 		case 'm':
 			map = true;
@@ -1074,10 +1586,11 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
+	catch_stop_signals();
 	if (list || prune) {
 		if (optind != argc || watch || map || svg)
 			usage_error("--list and --prune take no process id or other mode");
-		return cmd_list(prune);
+		return prune ? cmd_prune() : cmd_list();
 	}
 	if (optind >= argc)
 		usage_error("missing process id");

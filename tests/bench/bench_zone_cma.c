@@ -124,14 +124,14 @@ static void workload(int policy, int populate, size_t arena_mb, uint64_t ops, st
 					live[i] = live[--nlive];
 					live_size[i] = live_size[nlive];
 				}
-				continue;
+			} else {
+				r->halloc_ok++;
+				live[nlive] = h;
+				live_size[nlive++] = size;
+				bytes += size;
+				if (bytes > r->peak_bytes)
+					r->peak_bytes = bytes;
 			}
-			r->halloc_ok++;
-			live[nlive] = h;
-			live_size[nlive++] = size;
-			bytes += size;
-			if (bytes > r->peak_bytes)
-				r->peak_bytes = bytes;
 		} else {
 			unsigned i = (unsigned)(tu_rand(&seed) % nlive);
 
@@ -140,7 +140,9 @@ static void workload(int policy, int populate, size_t arena_mb, uint64_t ops, st
 			live[i] = live[--nlive];
 			live_size[i] = live_size[nlive];
 		}
-		/* The device: every 2000 operations a 16 MiB buffer for a while. */
+		/* The device: every 2000 operations a 16 MiB buffer for a while,
+		 * on the same schedule whatever the movable allocations did, so
+		 * that every policy tries the same number of times. */
 		if (dev && op >= dev_until) {
 			ucma_release(dev);
 			dev = NULL;
@@ -207,6 +209,14 @@ static void throughput(size_t arena_mb)
 	b = ucma_alloc(cma / 2, 0, 0);
 	t1 = tu_now_ns();
 	ucma_stat("pgmigrate_success", &m1);
+	if (!b) {
+		/* A failed call moved objects in vain: no throughput to speak of. */
+		printf("\nmigration: ucma_alloc(%zu MiB) over %u live 64 KiB objects failed: %s "
+		       "(%llu objects moved first); no throughput measured\n",
+		       (cma / 2) >> 20, n, strerror(errno), (unsigned long long)(m1 - m0));
+		free(h);
+		return;
+	}
 	moved = (size_t)(m1 - m0) * 65536;
 	mig_gbs = (double)moved / (double)(t1 - t0);
 	/* memcpy of the same amount between two warmed buffers. */
@@ -224,7 +234,7 @@ static void throughput(size_t arena_mb)
 	       moved >> 20, (cma / 2) >> 20, mig_gbs, memcpy_gbs, mig_gbs / memcpy_gbs);
 	printf("(arena prefaulted; the ucma_alloc time includes isolating, scanning, allocating "
 	       "the new copies and an RCU grace period)\n");
-	(void)b;
+	ucma_release(b);
 	free(src);
 	free(dst);
 	free(h);

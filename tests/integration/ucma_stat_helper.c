@@ -1,14 +1,21 @@
 /*
  * ucma_stat_helper.c - a process for ucmastat to watch: creates the arena
  * (configured by the UCMA_* environment), allocates a little of every kind,
- * publishes its statistics, prints "ready" and sleeps until SIGTERM or
- * SIGINT, then exits normally so its statistics segment is removed.
+ * prints "ready PID", then, by its argument:
+ *   (none)       sleeps until SIGTERM or SIGINT, making no ucma call (only
+ *                its compaction thread, if it runs, can notice a request),
+ *                then exits normally so that any segment is removed;
+ *   malloc-loop  allocates and frees page runs until SIGTERM or SIGINT (a
+ *                process whose only ucma activity is malloc);
+ *   _exit        ends at once with _exit(0);
+ *   kill         ends at once by SIGKILL.
  *
  * SPDX-License-Identifier: MIT
  */
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "ucma.h"
@@ -20,12 +27,12 @@ static void on_signal(int sig)
 	stop = 1;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+	const char *mode = argc > 1 ? argv[1] : "";
 	struct sigaction sa;
 	ucma_handle_t h[64];
-	void *contig, *m[32];
-	FILE *devnull;
+	void *contig = NULL, *m[32];
 	sigset_t block, old;
 
 	memset(&sa, 0, sizeof(sa));
@@ -44,19 +51,30 @@ int main(void)
 	}
 	for (int i = 0; i < 32; i++)
 		m[i] = ucma_malloc((size_t)(i + 1) * 1000);
-	for (int i = 0; i < 64; i++)
-		h[i] = ucma_halloc((size_t)(i + 1) * 4096, 0);
-	contig = ucma_alloc(4u << 20, 0, 0);
-	if (!contig)
-		perror("ucma_alloc");
-	/* Publish now: the compaction thread may not be running. */
-	devnull = fopen("/dev/null", "w");
-	if (devnull) {
-		ucma_stats_print(devnull);
-		fclose(devnull);
+	if (strcmp(mode, "malloc-loop") != 0) {
+		for (int i = 0; i < 64; i++)
+			h[i] = ucma_halloc((size_t)(i + 1) * 4096, 0);
+		contig = ucma_alloc(4u << 20, 0, 0);
+		if (!contig)
+			perror("ucma_alloc");
 	}
 	printf("ready %ld\n", (long)getpid());
 	fflush(stdout);
+	if (strcmp(mode, "_exit") == 0)
+		_exit(0);
+	if (strcmp(mode, "kill") == 0)
+		raise(SIGKILL);
+	if (strcmp(mode, "malloc-loop") == 0) {
+		sigprocmask(SIG_SETMASK, &old, NULL);
+		while (!stop) {
+			for (int i = 0; i < 100; i++)
+				ucma_free(ucma_malloc(40000));
+			nanosleep(&(struct timespec){ .tv_nsec = 1000000 }, NULL);
+		}
+		for (int i = 0; i < 32; i++)
+			ucma_free(m[i]);
+		return 0;
+	}
 	while (!stop)
 		sigsuspend(&old);
 	ucma_release(contig);

@@ -13,7 +13,17 @@
  *     under ucma_read_lock()/ucma_deref(); the owner replaces them now and
  *     then (a new object is published, the old one freed), so readers race
  *     with frees and may see EINVAL for a handle freed under them, never
- *     wrong bytes;
+ *     wrong bytes.  A republisher thread replaces a few hot slots every
+ *     200 us, and readers of the slot it replaces next provoke both sides
+ *     of the race on purpose: some dereference the handle they loaded, one
+ *     short read-side section after another, until it is freed
+ *     (deref-of-freed: its own intact object, then EINVAL, never another
+ *     object); others, inside one section, wait until the object they are
+ *     reading is freed under them and check its bytes again
+ *     (read-across-free: they must be intact, since the memory is
+ *     reclaimed only after the section).  Both must happen in every run;
+ *     the waits are bounded (5 ms), so a grace period is never held up for
+ *     long;
  *   - contiguous buffers: ucma_alloc/ucma_release of 64 KiB to 4 MiB,
  *     filled and checked, which migrates objects out of their way;
  *   - now and then ucma_compact(UCMA_COMPACT_ASYNC).
@@ -22,8 +32,9 @@
  *
  * The run fails on any corrupted byte and on any errno that the API does
  * not document for the situation (ucma_alloc may fail with EBUSY or ENOMEM,
- * a long-term pin with ENOMEM; everything else must succeed).  At the end
- * it prints how many operations of each kind ran.
+ * a long-term pin with ENOMEM; everything else must succeed), and unless
+ * every kind of operation ran, both sides of the read/free race included.
+ * At the end it prints how many operations of each kind ran.
  *
  * Duration: UCMA_SOAK_SECONDS (default 10 s; 5 s under a sanitizer unless
  * set).  tests/run-all.sh sets 60 for its normal build.
@@ -36,30 +47,38 @@
 
 #include <errno.h>
 #include <stdarg.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 #define NWORKERS 4
 #define NMALLOC 256		/* malloc slots per worker */
 #define NPRIV 192		/* private movable objects per worker */
 #define NSHARED 96		/* shared movable objects per worker */
+#define NHOT 4			/* shared slots the republisher replaces */
+#define HOT_FIRST (NWORKERS * NSHARED)
+#define NSLOTS (HOT_FIRST + NHOT)
+#define RACE_WAIT_NS (5 * 1000 * 1000ull)	/* the longest a racing reader waits */
 
 enum {
 	C_MALLOC, C_FREE, C_REALLOC, C_HALLOC, C_HFREE, C_PIN, C_LONGTERM, C_LONGTERM_FAIL,
-	C_HREALLOC, C_READ, C_READ_GONE, C_PUBLISH, C_CONTIG, C_CONTIG_BUSY, C_CONTIG_NOMEM,
-	C_COMPACT, C_NR
+	C_HREALLOC, C_READ, C_READ_GONE, C_READ_ACROSS_FREE, C_PUBLISH, C_CONTIG, C_CONTIG_BUSY,
+	C_CONTIG_NOMEM, C_COMPACT, C_NR
 };
 
 static const char *const counter_names[C_NR] = {
 	"malloc", "free", "realloc", "halloc", "hfree", "pin", "longterm", "longterm-refused",
-	"hrealloc", "rcu-read", "read-of-freed", "publish", "contig", "contig-busy",
-	"contig-nomem", "compact",
+	"hrealloc", "rcu-read", "deref-of-freed", "read-across-free", "publish", "contig",
+	"contig-busy", "contig-nomem", "compact",
 };
 
 static _Atomic uint64_t counters[C_NR];
 static _Atomic uint64_t errors;
 static _Atomic bool stop;
-static _Atomic ucma_handle_t shared[NWORKERS * NSHARED];
+static _Atomic ucma_handle_t shared[NSLOTS];
+/* The hot slot the republisher replaces next: racing readers read it. */
+static _Atomic int hot_next;
 
 struct hdr {
 	uint64_t seed;		/* the payload is tu_fill(seed) */
@@ -281,18 +300,65 @@ static void shared_publish(int slot, uint64_t *s)
 	count(C_PUBLISH);
 }
 
-static void shared_read(uint64_t *s)
+static uint64_t now_ns(void)
 {
-	int slot = (int)(tu_rand(s) % (NWORKERS * NSHARED));
-	ucma_handle_t h = atomic_load(&shared[slot]);
-	const struct hdr *p;
+	struct timespec ts;
 
-	if (!h)
-		return;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Dereference @h in a read-side section and check what it gives. */
+static bool shared_check(int slot, ucma_handle_t h)
+{
+	const struct hdr *p;
+	bool gone = false;
+
 	ucma_read_lock();
 	p = ucma_deref(h);
 	if (!p) {
-		/* Freed since we loaded it: EINVAL, and only if replaced. */
+		if (errno != EINVAL || atomic_load(&shared[slot]) == h)
+			bad("ucma_deref of a published handle: %s", strerror(errno));
+		gone = true;
+	} else if (!tu_check(p + 1, p->len, p->seed)) {
+		bad("shared object %p (%llu bytes) corrupted", (const void *)p,
+		    (unsigned long long)p->len);
+	}
+	ucma_read_unlock();
+	return gone;
+}
+
+/*
+ * Read a shared slot.  @race: 0 plain; 1 dereference the handle loaded,
+ * one read-side section after another, until it is freed: every answer
+ * must be its object intact, and then EINVAL, never another object; 2
+ * wait, inside the section, until the object read is freed, then check
+ * its bytes again.
+ */
+static void shared_read(int slot, int race)
+{
+	ucma_handle_t h = atomic_load(&shared[slot]);
+	const struct hdr *p;
+	uint64_t until = now_ns() + RACE_WAIT_NS;
+
+	if (!h)
+		return;
+	if (race != 2) {
+		for (;;) {
+			if (shared_check(slot, h)) {
+				count(C_READ_GONE);
+				return;
+			}
+			if (race == 0 || now_ns() >= until)
+				break;
+			sched_yield();
+		}
+		count(C_READ);
+		return;
+	}
+	ucma_read_lock();
+	p = ucma_deref(h);
+	if (!p) {
 		if (errno != EINVAL || atomic_load(&shared[slot]) == h)
 			bad("ucma_deref of a published handle: %s", strerror(errno));
 		count(C_READ_GONE);
@@ -301,6 +367,16 @@ static void shared_read(uint64_t *s)
 		    (unsigned long long)p->len);
 	} else {
 		count(C_READ);
+		/* A freed handle dereferences to NULL; its old bytes stay until
+		 * this section ends. */
+		while (ucma_deref(h) && now_ns() < until)
+			sched_yield();
+		if (!ucma_deref(h)) {
+			if (!tu_check(p + 1, p->len, p->seed))
+				bad("shared object %p changed after its free, inside the read-side "
+				    "section", (const void *)p);
+			count(C_READ_ACROSS_FREE);
+		}
 	}
 	ucma_read_unlock();
 }
@@ -334,8 +410,9 @@ static void contig_op(unsigned char **held, size_t *held_size, uint64_t *seed_ou
 			bad("ucma_alloc(%zu): %s", size, strerror(errno));
 		return;
 	}
-	if ((flags & UCMA_ALLOC_ZERO) && ((*held)[0] || (*held)[size - 1]))
-		bad("UCMA_ALLOC_ZERO buffer is not zero");
+	/* Every byte: the first is 0 and each equals the next. */
+	if ((flags & UCMA_ALLOC_ZERO) && ((*held)[0] || memcmp(*held, *held + 1, size - 1)))
+		bad("UCMA_ALLOC_ZERO buffer of %zu bytes is not zero", size);
 	*held_size = size;
 	*seed_out = tu_rand(s);
 	tu_fill(*held, size, *seed_out);
@@ -369,8 +446,10 @@ static void *worker(void *arg)
 			block_op(&blocks[tu_rand(&s) % NMALLOC], &s);
 		else if (r < 55)
 			priv_op(&objs[tu_rand(&s) % NPRIV], &s);
+		else if (r < 79)
+			shared_read((int)(tu_rand(&s) % HOT_FIRST), 0);
 		else if (r < 85)
-			shared_read(&s);
+			shared_read(HOT_FIRST + atomic_load(&hot_next), 1 + (int)(tu_rand(&s) % 2));
 		else if (r < 92)
 			shared_publish(id * NSHARED + (int)(tu_rand(&s) % NSHARED), &s);
 		else if (r < 98)
@@ -410,6 +489,24 @@ static void *worker(void *arg)
 	return NULL;
 }
 
+/* Replaces the hot shared slots, one every 200 us, round and round. */
+static void *republisher(void *arg)
+{
+	uint64_t s = 77;
+
+	(void)arg;
+	for (int i = 0; i < NHOT; i++)
+		shared_publish(HOT_FIRST + i, &s);
+	for (int i = 0; !atomic_load_explicit(&stop, memory_order_relaxed); i++) {
+		struct timespec ts = { 0, 200 * 1000 };
+
+		shared_publish(HOT_FIRST + i % NHOT, &s);
+		atomic_store(&hot_next, (i + 1) % NHOT);
+		nanosleep(&ts, NULL);
+	}
+	return NULL;
+}
+
 static void *compactor(void *arg)
 {
 	uint64_t s = 99;
@@ -443,7 +540,7 @@ int main(void)
 	};
 	const char *env = getenv("UCMA_SOAK_SECONDS");
 	int seconds = env ? atoi(env) : 10;
-	pthread_t th[NWORKERS + 1];
+	pthread_t th[NWORKERS + 2];
 	int n = 0, bad_shared = 0;
 	uint64_t total = 0, mig = 0;
 	char why[256], line[1024];
@@ -459,6 +556,7 @@ int main(void)
 	for (int i = 0; i < NWORKERS; i++)
 		pthread_create(&th[n++], NULL, worker, (void *)(uintptr_t)i);
 	pthread_create(&th[n++], NULL, compactor, NULL);
+	pthread_create(&th[n++], NULL, republisher, NULL);
 	sleep((unsigned)seconds);
 	atomic_store(&stop, true);
 	for (int i = 0; i < n; i++)
@@ -479,18 +577,25 @@ int main(void)
 	ok(atomic_load(&errors) == 0, "no corrupted byte and no unexpected errno (%llu)",
 	   (unsigned long long)atomic_load(&errors));
 	ok(counters[C_MALLOC] && counters[C_HALLOC] && counters[C_PIN] && counters[C_READ] &&
-		   counters[C_CONTIG],
+		   counters[C_CONTIG] && counters[C_PUBLISH],
 	   "every kind of operation ran");
+	ok(counters[C_READ_GONE] > 0,
+	   "readers dereferenced handles freed under them and got EINVAL (deref-of-freed %llu)",
+	   (unsigned long long)counters[C_READ_GONE]);
+	ok(counters[C_READ_ACROSS_FREE] > 0,
+	   "readers kept reading objects freed inside their read-side section, bytes intact "
+	   "(read-across-free %llu)",
+	   (unsigned long long)counters[C_READ_ACROSS_FREE]);
 
 	ucma_read_lock();
-	for (int i = 0; i < NWORKERS * NSHARED; i++) {
+	for (int i = 0; i < NSLOTS; i++) {
 		const struct hdr *p = ucma_deref(shared[i]);
 
 		bad_shared += !p || !tu_check(p + 1, p->len, p->seed);
 	}
 	ucma_read_unlock();
 	ok(bad_shared == 0, "every shared object verifies at the end");
-	for (int i = 0; i < NWORKERS * NSHARED; i++)
+	for (int i = 0; i < NSLOTS; i++)
 		ucma_hfree(shared[i]);
 	ucma_defer_drain();
 	{

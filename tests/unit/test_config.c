@@ -695,15 +695,16 @@ static void test_print(void)
 	cap_begin();
 	ucma_options_print(STDERR_FILENO, &o);
 	cap_end();
-	ok(nlines == 19 && strstr(out, "ucma: UCMA_ARENA_SIZE=1G\n") &&
+	ok(nlines == 20 && strstr(out, "ucma: UCMA_ARENA_SIZE=1G\n") &&
 	   strstr(out, "ucma: UCMA_CMA_AREAS=default:256M\n") &&
 	   strstr(out, "ucma: UCMA_HUGEPAGES_NORMAL=thp\n") &&
-	   strstr(out, "ucma: UCMA_STATS_FILE=''\n"), "ucma_options_print shows every option");
+	   strstr(out, "ucma: UCMA_STATS_FILE=''\n") &&
+	   strstr(out, "ucma: UCMA_STATS_SHM=request\n"), "ucma_options_print shows every option");
 
 	cap_begin();
 	ucma_options_describe(STDERR_FILENO);
 	cap_end();
-	ok(nlines == 3 * 19 && strstr(out, "UCMA_ARENA_SIZE, UCMA_CONF key arena, default 1G, "
+	ok(nlines == 3 * 20 && strstr(out, "UCMA_ARENA_SIZE, UCMA_CONF key arena, default 1G, "
 					   "8M to 1T, rounded up to 2M\n    size of the arena") &&
 	   strstr(out, "UCMA_CMA_AREAS, UCMA_CONF key cma_areas, default none") &&
 	   strstr(out, "UCMA_STATS_FILE, UCMA_CONF key stats_file, default empty\n"),
