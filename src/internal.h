@@ -330,13 +330,23 @@ struct ucma_os_ops {
 			     void *arg);
 	/* free hugetlb pages of the given size in the pool; -1 if unknown */
 	long (*hugetlb_free_pages)(size_t page_size);
+	/* the files behind the CMA areas (frames.c) */
+	int (*memfd_create)(const char *name, unsigned flags);
+	int (*ftruncate)(int fd, off_t len);
+	int (*fallocate)(int fd, int mode, off_t off, off_t len);
+	ssize_t (*pwrite)(int fd, const void *buf, size_t len, off_t off);
 };
 
 UCMA_INTERNAL extern struct ucma_os_ops ucma_os;
 UCMA_INTERNAL void ucma_os_reset(void);
 UCMA_INTERNAL long ucma_os_hugetlb_free_pages(size_t page_size);
 UCMA_INTERNAL bool ucma_os_thp_available(void);
+UCMA_INTERNAL bool ucma_os_shmem_thp_available(void);
 UCMA_INTERNAL int ucma_os_pagemap(const void *addr, uint64_t *phys);
+/* Physical address of the first page of each of @n pieces of @stride bytes
+ * from @addr (0: not present); -1 with EPERM / ENOTSUP as above. */
+UCMA_INTERNAL int ucma_os_pagemap_stride(const void *addr, size_t stride, size_t n,
+					 uint64_t *phys);
 /* Leading pages of [addr, addr + npages pages) present and physically
  * contiguous with the first; *absent: the run ended at a page not present.
  * -1 with errno EPERM / ENOTSUP when frames are unknown to this process. */
