@@ -12,11 +12,15 @@
  *
  * Fork: one pthread_atfork registration here runs the handlers that other
  * files registered with ucma_atfork_register(), in lock order, so a child
- * never inherits a lock held by a thread that does not exist in it.
+ * never inherits a lock held by a thread that does not exist in it.  The
+ * CMA areas of the child are frames.c's business (its handler gives the
+ * child areas of its own); the memory events that announce them are
+ * delivered here, after the last handler, with no ucma lock held.
  *
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "memevent.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -86,6 +90,9 @@ static void fork_child(void)
 		if (atfork_table[i].child)
 			atfork_table[i].child();
 	pthread_mutex_unlock(&atfork_lock);
+	/* The child's CMA areas are new (frames.c): tell the callbacks, now
+	 * that no ucma lock is held, before fork() returns to the program. */
+	ucma_mem_event_deliver();
 }
 
 /* Zone and area locks: innermost, taken in a fixed order. */
@@ -204,6 +211,8 @@ static void after_start(void)
 {
 	static bool atexit_done;
 
+	/* The MAP events of the CMA areas just created (frames.c). */
+	ucma_mem_event_deliver();
 	if (__atomic_exchange_n(&published, true, __ATOMIC_ACQ_REL))
 		return;
 	if (!__atomic_exchange_n(&atexit_done, true, __ATOMIC_ACQ_REL))

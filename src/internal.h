@@ -421,7 +421,8 @@ UCMA_INTERNAL struct ucma_arena *ucma_arena_peek(void);
  * (from its own lazy initialisation).  Prepare handlers run in ascending
  * @order, parent and child handlers in descending order, so a lower order
  * means an outer lock.  Orders used: 10 compaction thread, 20 malloc,
- * 30 handles and RCU, 40 CMA areas, 50 zones.
+ * 30 handles and RCU, 40 CMA areas, 50 zones, 55 frames (the child gets
+ * CMA areas of its own), 58 memory events, 60 metadata.
  */
 UCMA_INTERNAL void ucma_atfork_register(int order, void (*prepare)(void), void (*parent)(void),
 					void (*child)(void));
@@ -463,6 +464,9 @@ enum ucma_vmstat_item {
 	UCMA_STAT_PURGED_PAGES,
 	UCMA_STAT_OVERFLOW_ALLOC,
 	UCMA_STAT_OVERFLOW_FREE,
+	UCMA_STAT_MEM_EVENT_MAP,
+	UCMA_STAT_MEM_EVENT_UNMAP,
+	UCMA_STAT_PHYS_CONTIG_MOVED,
 	UCMA_STAT_NR
 };
 

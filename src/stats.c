@@ -64,6 +64,9 @@ const char *const ucma_vmstat_names[UCMA_STAT_NR] = {
 	[UCMA_STAT_PURGED_PAGES] = "purged_pages",
 	[UCMA_STAT_OVERFLOW_ALLOC] = "overflow_alloc",
 	[UCMA_STAT_OVERFLOW_FREE] = "overflow_free",
+	[UCMA_STAT_MEM_EVENT_MAP] = "mem_event_map",
+	[UCMA_STAT_MEM_EVENT_UNMAP] = "mem_event_unmap",
+	[UCMA_STAT_PHYS_CONTIG_MOVED] = "phys_contig_frames_moved",
 };
 
 /* Names used inside statistic names (lower case) and in the tables. */
