@@ -120,37 +120,6 @@ static void zones_release(void)
 		pthread_mutex_unlock(&a->areas[i].lock);
 }
 
-/*
- * The child of a fork with UCMA_CMA_DONTFORK: the kernel did not map the
- * CMA zone here, yet its free lists and bitmaps say it is there.  Map it
- * again with plain anonymous memory, so that new contiguous and movable
- * allocations in the child work; what the parent had there reads as
- * zeros (ucma(7): the child must not touch those buffers and objects).
- */
-static void zones_child(void)
-{
-	struct ucma_arena *a = ucma_the_arena;
-	struct ucma_zone *z;
-	size_t len;
-	void *p;
-
-	zones_release();
-	if (!a || !ucma_opt.cma_dontfork)
-		return;
-	z = &a->zones[UCMA_ZONE_CMA];
-	len = (size_t)z->managed_pages << UCMA_PAGE_SHIFT;
-	if (!len)
-		return;
-	p = ucma_os.mmap(ucma_pfn_to_addr(a, z->start_pfn), len, PROT_READ | PROT_WRITE,
-			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
-	if (p == MAP_FAILED) {
-		ucma_log("UCMA_CMA_DONTFORK: cannot map the CMA areas in the child: %s",
-			 strerror(errno));
-		return;
-	}
-	z->backing = UCMA_BACKING_NONE;
-}
-
 /* ------------------------------------------------------------------------ */
 /* Start-up                                                                  */
 /* ------------------------------------------------------------------------ */
@@ -184,7 +153,7 @@ static int init_locked(void)
 	}
 	/* Once per process: a test build may create the arena again. */
 	if (!zones_atfork_registered) {
-		ucma_atfork_register(50, zones_prepare, zones_release, zones_child);
+		ucma_atfork_register(50, zones_prepare, zones_release, zones_release);
 		zones_atfork_registered = true;
 	}
 	__atomic_store_n(&ucma_the_arena, a, __ATOMIC_RELEASE);

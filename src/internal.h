@@ -163,6 +163,7 @@ struct ucma_zone {
 	uint64_t managed_pages;		/* end_pfn - start_pfn */
 	uint32_t purge_epoch;		/* decay: epoch of the last purge */
 	bool thp_deferred;		/* THP backing, not yet asked for (zone.c) */
+	bool file_backed;		/* CMA areas on files (frames.c): never purged */
 
 	/* compaction state (compact.c); protected by compact_lock */
 	pthread_mutex_t compact_lock;
@@ -178,6 +179,8 @@ struct ucma_zone {
 /* ------------------------------------------------------------------------ */
 
 #define UCMA_MAX_CMA_AREAS 16
+
+struct ucma_frames;
 #define UCMA_AREA_NAME_MAX 32
 
 /*
@@ -196,6 +199,7 @@ struct ucma_cma_area {
 	uint64_t nr_allocs;		/* live allocations */
 	uint64_t alloc_success;
 	uint64_t alloc_fail;
+	struct ucma_frames *frames;	/* its backing (frames.h); set once */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -317,6 +321,26 @@ UCMA_INTERNAL void ucma_arena_poison(struct ucma_arena *a, bool poison);
 /* Operating system interface (os.c).  Every mmap/madvise/mlock/mbind/      */
 /* thread creation goes through ucma_os so tests can inject faults.         */
 /* ------------------------------------------------------------------------ */
+
+/* Flags newer than some C libraries' headers (Linux 5.14 and 4.14 values). */
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+#ifndef MAP_HUGE_SHIFT
+#define MAP_HUGE_SHIFT 26
+#endif
+#ifndef MAP_HUGE_2MB
+#define MAP_HUGE_2MB (21 << MAP_HUGE_SHIFT)
+#endif
+#ifndef MAP_HUGE_1GB
+#define MAP_HUGE_1GB (30 << MAP_HUGE_SHIFT)
+#endif
+#ifndef MFD_HUGE_2MB
+#define MFD_HUGE_2MB (21u << 26)
+#endif
+#ifndef MFD_HUGE_1GB
+#define MFD_HUGE_1GB (30u << 26)
+#endif
 
 struct ucma_os_ops {
 	void *(*mmap)(void *addr, size_t len, int prot, int flags, int fd, off_t off);

@@ -7,6 +7,8 @@ UCMA_SOURCES = \
 	src/os.c \
 	src/config.c \
 	src/arena.c \
+	src/frames.h \
+	src/frames.c \
 	src/memevent.h \
 	src/memevent.c \
 	src/buddy.c \
