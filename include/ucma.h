@@ -151,6 +151,24 @@ size_t ucma_alloc_size(const void *ptr);
  */
 int ucma_virt2phys(const void *ptr, uint64_t *phys);
 
+/**
+ * ucma_vtophys() - physical address of the byte at @ptr and how many bytes
+ * from it on are physically contiguous (SPDK's spdk_vtophys()).
+ * @ptr:        an address in ucma's memory (the arena or its overflow).
+ * @phys:       where to store the physical address.
+ * @contig_len: where to store the number of bytes from @ptr on that are
+ *              physically contiguous, up to the end of the CMA area or
+ *              zone holding @ptr; may be NULL.
+ *
+ * Hugetlb frames of a CMA area are answered from the frame table without
+ * a system call; other memory is read from /proc/self/pagemap at the call,
+ * page by page as far as the run goes.  Never reports address 0.
+ * Return: 0, or -1 with errno EINVAL (NULL @ptr or @phys, memory ucma does
+ * not own, or no page present at @ptr yet), EPERM (frame numbers hidden
+ * from this process: it needs CAP_SYS_ADMIN), ENOTSUP (no pagemap).
+ */
+int ucma_vtophys(const void *ptr, uint64_t *phys, size_t *contig_len);
+
 /* ---------------------------------------------------------------------------
  * Memory events, for code that registers memory with a device
  * ------------------------------------------------------------------------- */

@@ -690,6 +690,78 @@ out:
 	return k;
 }
 
+/* Is @p memory of ucma's (the arena, or its overflow mappings)?  *@limit:
+ * how far a physically contiguous run from @p may be reported. */
+static bool owned(struct ucma_arena *a, const void *p, uintptr_t *limit)
+{
+	struct ucma_ovf_ref ref;
+
+	if (a && ucma_addr_in_arena(a, p)) {
+		uint32_t pfn = ucma_addr_to_pfn(a, p);
+		struct ucma_cma_area *area = ucma_area_of_pfn(a, pfn);
+		const struct ucma_zone *z = ucma_pfn_zone(a, pfn);
+
+		*limit = area ? (uintptr_t)ucma_pfn_to_addr(a, area->base_pfn + area->npages) :
+				(uintptr_t)ucma_pfn_to_addr(a, z->end_pfn);
+		return true;
+	}
+	if (ucma_overflow_find(p, &ref) != UCMA_OVF_NONE) {
+		/* Overflow pages are ordinary private memory: report no more
+		 * than the page, as nothing says what lies beyond it. */
+		*limit = UCMA_ALIGN_UP((uintptr_t)p + 1, UCMA_PAGE_SIZE);
+		return true;
+	}
+	return false;
+}
+
+/**
+ * ucma_vtophys() - physical address of @ptr and the physically contiguous
+ * bytes from it on.
+ */
+int ucma_vtophys(const void *ptr, uint64_t *phys, size_t *contig_len)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+	uintptr_t p = (uintptr_t)ptr, limit, page = UCMA_ALIGN_DOWN(p, UCMA_PAGE_SIZE);
+	struct ucma_cma_area *area;
+	uint64_t first;
+	bool absent;
+	long k;
+
+	if (!ptr || !phys || !owned(a, ptr, &limit)) {
+		errno = EINVAL;
+		return -1;
+	}
+	area = ucma_addr_in_arena(a, ptr) ? ucma_area_of_pfn(a, ucma_addr_to_pfn(a, ptr)) : NULL;
+	if (area && ucma_frames_by_table(area)) {
+		struct ucma_frames *f = area->frames;
+		uint32_t slot = (uint32_t)((p - f->base) / f->frame_size);
+		size_t in_frame = (p - f->base) % f->frame_size;
+
+		pthread_mutex_lock(&f->lock);
+		first = f->table[slot].phys;
+		k = (long)(f->table[slot].run_end - slot);
+		pthread_mutex_unlock(&f->lock);
+		if (first) {
+			*phys = first + in_frame;
+			if (contig_len)
+				*contig_len = (size_t)k * f->frame_size - in_frame;
+			return 0;
+		}
+	}
+	if (ucma_os_pagemap(ptr, &first) != 0)
+		return -1;
+	*phys = first;
+	if (!contig_len)
+		return 0;
+	k = ucma_os_phys_run((void *)page, (limit - page) >> UCMA_PAGE_SHIFT, &absent);
+	if (k <= 0) {
+		/* The page was present a moment ago: it counts on its own. */
+		k = 1;
+	}
+	*contig_len = ((size_t)k << UCMA_PAGE_SHIFT) - (p - page);
+	return 0;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Statistics                                                                */
 /* ------------------------------------------------------------------------ */

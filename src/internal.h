@@ -375,6 +375,9 @@ UCMA_INTERNAL int ucma_os_pagemap_stride(const void *addr, size_t stride, size_t
  * contiguous with the first; *absent: the run ended at a page not present.
  * -1 with errno EPERM / ENOTSUP when frames are unknown to this process. */
 UCMA_INTERNAL long ucma_os_phys_run(const void *addr, size_t npages, bool *absent);
+/* Index of the first page present among @npages from @addr (@npages: none);
+ * -1 with ENOTSUP. */
+UCMA_INTERNAL long ucma_os_next_present(const void *addr, size_t npages);
 UCMA_INTERNAL uint64_t ucma_os_now_ns(void);
 
 /* ------------------------------------------------------------------------ */

@@ -241,6 +241,69 @@ int ucma_os_pagemap(const void *addr, uint64_t *phys)
 }
 
 /*
+ * One pass over the pagemap entries of @npages pages from the page-aligned
+ * @addr, a few thousand at a time: @visit sees each entry with its index
+ * and returns 0 to go on, 1 to stop there, -1 (errno set) to fail.
+ * Returns the index the walk stopped at, @npages when it did not stop, or
+ * -1 with errno (ENOTSUP without pagemap).
+ */
+static long pagemap_scan(const void *addr, size_t npages,
+			 int (*visit)(void *ctx, size_t i, uint64_t entry), void *ctx)
+{
+	enum { CHUNK = 512 };
+	uint64_t entries[CHUNK];
+	uintptr_t vpn = (uintptr_t)addr >> UCMA_PAGE_SHIFT;
+	long ret = (long)npages;
+	int fd = pagemap_open();
+
+	if (fd < 0)
+		return -1;
+	for (size_t done = 0; done < npages && ret == (long)npages;) {
+		size_t n = npages - done < CHUNK ? npages - done : CHUNK;
+
+		if (!pagemap_read(fd, vpn + done, entries, n)) {
+			errno = ENOTSUP;
+			ret = -1;
+			break;
+		}
+		for (size_t i = 0; i < n; i++) {
+			int v = visit(ctx, done + i, entries[i]);
+
+			if (v != 0) {
+				ret = v > 0 ? (long)(done + i) : -1;
+				break;
+			}
+		}
+		done += n;
+	}
+	close(fd);
+	return ret;
+}
+
+struct phys_run_scan {
+	uint64_t first;			/* frame number of page 0 */
+	bool absent;			/* the run ended at a page not present */
+};
+
+static int phys_run_visit(void *ctx, size_t i, uint64_t entry)
+{
+	struct phys_run_scan *r = ctx;
+	uint64_t pfn = entry & PAGEMAP_PFN_MASK;
+
+	if (!(entry & PAGEMAP_PRESENT)) {
+		r->absent = true;
+		return 1;
+	}
+	if (pfn == 0) {
+		errno = EPERM;
+		return -1;
+	}
+	if (i == 0)
+		r->first = pfn;
+	return i > 0 && pfn != r->first + i;
+}
+
+/*
  * ucma_os_phys_run() - how many of the @npages pages from the page-aligned
  * @addr are present and physically contiguous with the first, read from
  * /proc/self/pagemap in a few large reads.  *@absent tells whether the run
@@ -251,48 +314,28 @@ int ucma_os_pagemap(const void *addr, uint64_t *phys)
  */
 long ucma_os_phys_run(const void *addr, size_t npages, bool *absent)
 {
-	enum { CHUNK = 512 };
-	uint64_t entries[CHUNK], first = 0;
-	uintptr_t vpn = (uintptr_t)addr >> UCMA_PAGE_SHIFT;
-	size_t done = 0;
-	long ret = (long)npages;
-	int fd = pagemap_open();
+	struct phys_run_scan r = { 0, false };
+	long k = pagemap_scan(addr, npages, phys_run_visit, &r);
 
-	*absent = false;
-	if (fd < 0)
-		return -1;
-	while (done < npages && ret == (long)npages) {
-		size_t n = npages - done < CHUNK ? npages - done : CHUNK;
+	*absent = r.absent;
+	return k;
+}
 
-		if (!pagemap_read(fd, vpn + done, entries, n)) {
-			errno = ENOTSUP;
-			ret = -1;
-			break;
-		}
-		for (size_t i = 0; i < n; i++) {
-			uint64_t pfn = entries[i] & PAGEMAP_PFN_MASK;
+static int present_visit(void *ctx, size_t i, uint64_t entry)
+{
+	(void)ctx;
+	(void)i;
+	return (entry & PAGEMAP_PRESENT) != 0;
+}
 
-			if (!(entries[i] & PAGEMAP_PRESENT)) {
-				*absent = true;
-				ret = (long)(done + i);
-				break;
-			}
-			if (pfn == 0) {
-				errno = EPERM;
-				ret = -1;
-				break;
-			}
-			if (done + i == 0) {
-				first = pfn;
-			} else if (pfn != first + done + i) {
-				ret = (long)(done + i);
-				break;
-			}
-		}
-		done += n;
-	}
-	close(fd);
-	return ret;
+/*
+ * ucma_os_next_present() - the index of the first page present in the
+ * @npages pages from the page-aligned @addr, @npages when none is.  -1
+ * with errno ENOTSUP without pagemap.
+ */
+long ucma_os_next_present(const void *addr, size_t npages)
+{
+	return pagemap_scan(addr, npages, present_visit, NULL);
 }
 
 /*
