@@ -26,15 +26,18 @@
  * instead of probing memory.  Without frame numbers the file stays in
  * file order and contiguity is probed as before (cma.c).
  *
- * Fork: a MAP_SHARED area would be shared with the child, so every area
- * on a file carries MADV_DONTFORK and the kernel gives the child nothing
- * there.  The child handler gives the child areas of its own on a new
- * shmem file (physical order is not kept: the child has no pool pages to
- * spare) and, unless UCMA_CMA_DONTFORK=1, copies into it every allocated
- * run of the parent's areas (movable objects and contiguous buffers), read
- * through the inherited file descriptor, while the parent waits inside
- * fork() with every zone lock held; then both go on with separate memory,
- * as with private memory.  Memory that other threads of the parent write
+ * Fork: a MAP_SHARED area would be shared with the child.  Every area on
+ * a file carries MADV_DONTFORK, so a child made without the fork handlers
+ * (raw clone()) gets nothing there; during a fork() the prepare handler
+ * lifts it, so that the child inherits the mapping and no hole opens in
+ * its address space before its handler runs.  That handler replaces the
+ * mapping with areas of the child's own on a new shmem file (physical
+ * order is not kept: the child has no pool pages to spare) and, unless
+ * UCMA_CMA_DONTFORK=1, copies into it every allocated run of the parent's
+ * areas (movable objects and contiguous buffers), read through the
+ * inherited file descriptor, while the parent waits inside fork() with
+ * every zone lock held; then both go on with separate memory, as with
+ * private memory.  Memory that other threads of the parent write
  * meanwhile without synchronising with the forking thread may show those
  * writes in the child.  With UCMA_CMA_DONTFORK=1 the child's areas start
  * empty.  Areas without a file keep the old rule (copy-on-write, or
@@ -876,7 +879,7 @@ int ucma_frames_set_lent(struct ucma_cma_area *area, uint32_t slot, uint32_t n, 
 
 /*
  * struct frames_fork - one fork, from the prepare handler to the parent's
- * and the child's.  The parent waits on @wait_rd until the child has
+ * and the child's (which also put MADV_DONTFORK back on the areas).  The parent waits on @wait_rd until the child has
  * copied (one byte, or end of file if the child dies); the child needs no
  * copy when nothing is allocated in the CMA zone or UCMA_CMA_DONTFORK is
  * set, and then nobody waits.  Written by the forking thread only, with
@@ -896,8 +899,18 @@ static void atfork_prepare(void)
 	fork_ctx = (struct frames_fork){ false, -1, -1 };
 	if (!a)
 		return;
-	for (int k = 0; k < a->nr_areas; k++)
-		pthread_mutex_lock(&a->areas[k].frames->lock);
+	for (int k = 0; k < a->nr_areas; k++) {
+		struct ucma_frames *f = a->areas[k].frames;
+
+		pthread_mutex_lock(&f->lock);
+		/* This fork lets the child inherit the mapping, which its
+		 * handler replaces at once: no hole in the child's address
+		 * space that something else could take before the handler
+		 * runs.  Raw clone() children, which skip the handlers, never
+		 * get it (MADV_DONTFORK again right after). */
+		if (f->fd >= 0)
+			ucma_os.madvise((void *)f->base, f->size, MADV_DOFORK);
+	}
 	z = &a->zones[UCMA_ZONE_CMA];
 	/* zones_prepare (order 50) holds the zone lock: free_pages is still. */
 	if (!any_file(a) || ucma_opt.cma_dontfork || z->free_pages == z->managed_pages)
@@ -924,8 +937,13 @@ static void atfork_parent(void)
 	}
 	if (!a)
 		return;
-	for (int k = a->nr_areas - 1; k >= 0; k--)
-		pthread_mutex_unlock(&a->areas[k].frames->lock);
+	for (int k = a->nr_areas - 1; k >= 0; k--) {
+		struct ucma_frames *f = a->areas[k].frames;
+
+		if (f->fd >= 0)
+			ucma_os.madvise((void *)f->base, f->size, MADV_DONTFORK);
+		pthread_mutex_unlock(&f->lock);
+	}
 }
 
 /* Where the child puts one area: a new file, or private memory. */
@@ -1128,8 +1146,9 @@ static void atfork_child(void)
 				ucma_mem_event_post(UCMA_MEM_EVENT_UNMAP, (void *)f->base, f->size);
 				ucma_mem_event_post(UCMA_MEM_EVENT_MAP, (void *)f->base, f->size);
 			}
-			pthread_mutex_init(&f->lock, NULL);
 		}
+		for (int k = a->nr_areas - 1; k >= 0; k--)
+			pthread_mutex_unlock(&a->areas[k].frames->lock);
 	}
 	if (fork_ctx.wait_wr >= 0) {
 		char done = 1;

@@ -31,8 +31,9 @@
  * meanwhile).
  *
  * Fork (order 58, between the frames at 55 and meta.c at 60): prepare
- * takes `lock`; the child re-initialises both locks (a thread that is not
- * in the child may have been delivering), keeps the queue, and frames.c's
+ * takes `lock`; the child releases it and re-initialises `deliver_lock`
+ * (a thread that is not in the child may have been delivering), keeps the
+ * queue, and frames.c's
  * child handler then posts UNMAP and MAP for the areas it re-creates;
  * init.c delivers them once every fork handler has run.
  *
@@ -194,7 +195,9 @@ static void atfork_parent(void)
 
 static void atfork_child(void)
 {
-	pthread_mutex_init(&me.lock, NULL);
+	/* `lock` is this thread's (prepare took it); `deliver_lock` may be
+	 * held by a thread that does not exist here. */
+	pthread_mutex_unlock(&me.lock);
 	pthread_mutex_init(&me.deliver_lock, NULL);
 }
 
