@@ -118,6 +118,26 @@ static inline int tu_hugepages_reserve(long kb, long count, char *why, size_t wh
 	return 0;
 }
 
+/* Unset every UCMA_* option variable, so the harness's environment does
+ * not change a test's cases (the UCMA_TEST_* ones stay). */
+static inline void tu_clear_env(void)
+{
+	extern char **environ;
+	char name[256];
+
+	for (;;) {
+		char **e;
+
+		for (e = environ; *e; e++)
+			if (strncmp(*e, "UCMA_", 5) == 0 && strncmp(*e, "UCMA_TEST_", 10) != 0)
+				break;
+		if (!*e)
+			return;
+		snprintf(name, sizeof(name), "%.*s", (int)strcspn(*e, "="), *e);
+		unsetenv(name);
+	}
+}
+
 /* A 64-bit FNV-1a checksum; good enough to detect any corrupted byte. */
 static inline uint64_t tu_checksum(const void *p, size_t n)
 {
@@ -159,6 +179,20 @@ static inline int tu_check(const void *p, size_t n, uint64_t seed)
 			return 0;
 	}
 	return 1;
+}
+
+/* This process's resident memory in KiB (/proc/self/statm), or -1. */
+static inline long tu_rss_kb(void)
+{
+	long size, resident;
+	FILE *f = fopen("/proc/self/statm", "r");
+
+	if (!f)
+		return -1;
+	if (fscanf(f, "%ld %ld", &size, &resident) != 2)
+		resident = -1;
+	fclose(f);
+	return resident < 0 ? -1 : resident * (sysconf(_SC_PAGESIZE) / 1024);
 }
 
 static inline uint64_t tu_now_ns(void)
