@@ -35,7 +35,8 @@
  * order is not kept: the child has no pool pages to spare) and, unless
  * UCMA_CMA_DONTFORK=1, copies into it every allocated run of the parent's
  * areas (movable objects and contiguous buffers), read through the
- * inherited file descriptor, while the parent waits inside fork() with
+ * inherited mapping (not the file descriptor: the program may have closed
+ * it and reused the number), while the parent waits inside fork() with
  * every zone lock held; then both go on with separate memory, as with
  * private memory.  Memory that other threads of the parent write
  * meanwhile without synchronising with the forking thread may show those
@@ -59,6 +60,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define LONG_BITS (8u * (uint32_t)sizeof(unsigned long))
@@ -92,6 +94,27 @@ static bool any_file(const struct ucma_arena *a)
 		if (a->areas[k].frames && a->areas[k].frames->fd >= 0)
 			return true;
 	return false;
+}
+
+/* Remember which file f->fd is, to know it later even if the program
+ * closed the descriptor and its number was reused. */
+static void file_identify(struct ucma_frames *f)
+{
+	struct stat st;
+
+	if (fstat(f->fd, &st) == 0) {
+		f->file_dev = (uint64_t)st.st_dev;
+		f->file_ino = (uint64_t)st.st_ino;
+	}
+}
+
+/* Is f->fd still the area's file? */
+static bool fd_ours(const struct ucma_frames *f)
+{
+	struct stat st;
+
+	return f->fd >= 0 && fstat(f->fd, &st) == 0 && (uint64_t)st.st_dev == f->file_dev &&
+	       (uint64_t)st.st_ino == f->file_ino;
 }
 
 /* Give [addr, addr + len) back to the reservation: PROT_NONE, nothing behind it. */
@@ -331,6 +354,7 @@ static int map_area_file(struct ucma_cma_area *area, int backing)
 	}
 	f->kind = huge ? UCMA_FILE_HUGETLB : UCMA_FILE_SHMEM;
 	f->backing = backing;
+	file_identify(f);
 	return STEP_OK;
 }
 
@@ -617,7 +641,7 @@ void ucma_frames_unmap_areas(struct ucma_arena *a)
 
 		if (!f)
 			continue;
-		if (f->fd >= 0)
+		if (fd_ours(f))
 			close(f->fd);
 		f->fd = -1;
 		table_free(f);
@@ -815,13 +839,25 @@ static int check_slots(const struct ucma_cma_area *area, uint32_t slot, uint32_t
 	return 0;
 }
 
+/* Mapping frames needs the file: EBADF when the program closed it. */
+static int check_file(const struct ucma_cma_area *area, uint32_t slot, uint32_t n)
+{
+	if (check_slots(area, slot, n) != 0)
+		return -1;
+	if (!fd_ours(area->frames)) {
+		errno = EBADF;
+		return -1;
+	}
+	return 0;
+}
+
 int ucma_frames_map_at(struct ucma_cma_area *area, uint32_t slot, uint32_t n, void *addr,
 		       bool populate)
 {
 	struct ucma_frames *f = area->frames;
 	uintptr_t at = (uintptr_t)addr;
 
-	if (check_slots(area, slot, n) != 0)
+	if (check_file(area, slot, n) != 0)
 		return -1;
 	if (at % f->frame_size) {
 		errno = EINVAL;
@@ -846,7 +882,7 @@ int ucma_frames_restore(struct ucma_cma_area *area, uint32_t slot, uint32_t n)
 {
 	struct ucma_frames *f = area->frames;
 
-	if (check_slots(area, slot, n) != 0)
+	if (check_file(area, slot, n) != 0)
 		return -1;
 	if (map_slots(f, slot, slot + n, f->kind == UCMA_FILE_HUGETLB ? MAP_POPULATE : 0) != 0)
 		return -1;
@@ -948,44 +984,36 @@ static void atfork_parent(void)
 
 /* Where the child puts one area: a new file, or private memory. */
 struct child_area {
-	const char *src;		/* the parent's file, mapped read-only; or NULL */
+	bool copy;			/* the parent's allocated runs are copied */
 	int fd;				/* the child's new file, or -1 */
-	bool anon;			/* private memory instead of a file */
+	char *scratch;			/* without a file: private memory to copy into */
 };
 
-/* Copy pages [pfn, pfn + n) of an area from the parent's file into the
- * child's backing.  Returns 0 or -1. */
+/*
+ * Copy pages [pfn, pfn + n) of an area, read through the mapping the child
+ * inherited (the parent's frames, in the area's own order), into the
+ * child's new file, or its scratch memory.  Returns 0 or -1.
+ */
 static int child_copy(struct ucma_arena *a, const struct ucma_cma_area *area,
 		      const struct child_area *c, uint32_t pfn, uint32_t n)
 {
-	const struct ucma_frames *f = area->frames;
+	uint64_t off = (uint64_t)(pfn - area->base_pfn) << UCMA_PAGE_SHIFT;
+	const char *from = ucma_pfn_to_addr(a, pfn);
+	size_t len = (size_t)n << UCMA_PAGE_SHIFT;
 
-	while (n) {
-		uint64_t off = (uint64_t)(pfn - area->base_pfn) << UCMA_PAGE_SHIFT;
-		uint32_t slot = (uint32_t)(off / f->frame_size);
-		uint64_t in_frame = off % f->frame_size;
-		size_t len = f->frame_size - in_frame;
-		const char *from = c->src + f->table[slot].file_off + in_frame;
+	if (c->scratch) {
+		memcpy(c->scratch + off, from, len);
+		return 0;
+	}
+	for (size_t done = 0; done < len;) {
+		ssize_t w = ucma_os.pwrite(c->fd, from + done, len - done, (off_t)(off + done));
 
-		if (len > (size_t)n << UCMA_PAGE_SHIFT)
-			len = (size_t)n << UCMA_PAGE_SHIFT;
-		if (c->anon) {
-			memcpy(ucma_pfn_to_addr(a, pfn), from, len);
-		} else {
-			for (size_t done = 0; done < len;) {
-				ssize_t w = ucma_os.pwrite(c->fd, from + done, len - done,
-							   (off_t)(off + done));
-
-				if (w <= 0) {
-					if (w < 0 && errno == EINTR)
-						continue;
-					return -1;
-				}
-				done += (size_t)w;
-			}
+		if (w <= 0) {
+			if (w < 0 && errno == EINTR)
+				continue;
+			return -1;
 		}
-		pfn += (uint32_t)(len >> UCMA_PAGE_SHIFT);
-		n -= (uint32_t)(len >> UCMA_PAGE_SHIFT);
+		done += (size_t)w;
 	}
 	return 0;
 }
@@ -1016,7 +1044,7 @@ static int child_copy_runs(struct ucma_arena *a, struct child_area *c)
 
 			if (piece > n)
 				piece = n;
-			if (c[k].src && child_copy(a, area, &c[k], pfn, piece) != 0)
+			if (c[k].copy && child_copy(a, area, &c[k], pfn, piece) != 0)
 				return -1;
 			pfn += piece;
 			n -= piece;
@@ -1053,8 +1081,12 @@ static void child_map_anon(struct ucma_frames *f)
 /*
  * Give every area on a file a new file of the child's own (copying the
  * parent's allocated runs when asked), and fresh private memory to areas
- * without a file under UCMA_CMA_DONTFORK.  Failing to copy is fatal: the
- * child would otherwise read zeros where its objects are.
+ * without a file under UCMA_CMA_DONTFORK.  The copy reads the parent's
+ * frames through the mapping the child inherited, never through the file
+ * descriptor, which the program may have closed or reused.  Where no file
+ * can be made the copy goes to private scratch memory moved into place.
+ * Failing to copy is fatal: the child would otherwise read zeros where its
+ * objects are.
  */
 static void child_recreate(struct ucma_arena *a, bool copy)
 {
@@ -1065,19 +1097,18 @@ static void child_recreate(struct ucma_arena *a, bool copy)
 	for (int k = 0; k < a->nr_areas; k++) {
 		struct ucma_frames *f = a->areas[k].frames;
 
-		c[k] = (struct child_area){ NULL, -1, false };
+		c[k] = (struct child_area){ false, -1, NULL };
 		if (f->fd < 0)
 			continue;
-		if (copy) {
-			c[k].src = ucma_os.mmap(NULL, f->size, PROT_READ, MAP_SHARED, f->fd, 0);
-			if (c[k].src == MAP_FAILED)
-				ucma_fatal("fork: cannot read CMA area %s to copy it into the "
-					   "child: %s", a->areas[k].name, strerror(errno));
-		}
+		c[k].copy = copy;
 		c[k].fd = child_file(&a->areas[k]);
-		if (c[k].fd < 0) {
-			c[k].anon = true;
-			child_map_anon(f);	/* the copy goes straight there */
+		if (c[k].fd < 0 && copy) {
+			c[k].scratch = ucma_os.mmap(NULL, f->size, PROT_READ | PROT_WRITE,
+						    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,
+						    0);
+			if (c[k].scratch == MAP_FAILED)
+				ucma_fatal("fork: no memory to copy CMA area %s into the child: %s",
+					   a->areas[k].name, strerror(errno));
 		}
 	}
 	if (copy && child_copy_runs(a, c) != 0)
@@ -1091,15 +1122,23 @@ static void child_recreate(struct ucma_arena *a, bool copy)
 			backing = f->backing;
 			continue;
 		}
-		if (c[k].src)
-			ucma_os.munmap((void *)c[k].src, f->size);
-		close(f->fd);
+		/* The parent's descriptor, unless the program closed it and the
+		 * number now names something else. */
+		if (fd_ours(f))
+			close(f->fd);
 		f->fd = c[k].fd;
 		f->phys_known = f->phys_order = false;
 		f->sort_ns = 0;
 		f->nr_lent = 0;
 		f->phys_moved = 0;
-		if (c[k].anon) {
+		if (f->fd < 0) {
+			if (c[k].scratch &&
+			    ucma_os.mremap(c[k].scratch, f->size, f->size,
+					   MREMAP_MAYMOVE | MREMAP_FIXED, (void *)f->base) == MAP_FAILED)
+				ucma_fatal("fork: cannot move the copy of CMA area %s into place: %s",
+					   a->areas[k].name, strerror(errno));
+			if (!c[k].scratch)
+				child_map_anon(f);
 			f->kind = UCMA_FILE_ANON;
 			f->backing = UCMA_BACKING_NONE;
 			table_free(f);
@@ -1109,6 +1148,7 @@ static void child_recreate(struct ucma_arena *a, bool copy)
 				 MAP_SHARED | MAP_FIXED, f->fd, 0) == MAP_FAILED)
 			ucma_fatal("fork: cannot map CMA area %s in the child: %s",
 				   a->areas[k].name, strerror(errno));
+		file_identify(f);
 		ucma_os.madvise((void *)f->base, f->size, MADV_DONTFORK);
 		f->kind = UCMA_FILE_SHMEM;
 		f->backing = shmem_thp && ucma_os.madvise((void *)f->base, f->size,

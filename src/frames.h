@@ -62,6 +62,7 @@ struct ucma_frame {
 struct ucma_frames {
 	pthread_mutex_t lock;
 	int fd;				/* the area's file; -1 without one */
+	uint64_t file_dev, file_ino;	/* which file fd is (the program may close it) */
 	int kind;			/* enum ucma_frame_file */
 	int backing;			/* enum ucma_backing in effect */
 	uintptr_t base;			/* the area's first byte */
@@ -155,7 +156,8 @@ UCMA_INTERNAL void ucma_frames_stats_locked(struct ucma_cma_area *area,
  * zone) is the borrower's job.  restore: map the frames of those slots at
  * their slots again.  set_lent: count slots as lent or given back.  All
  * return 0 or -1 with errno (EINVAL: no file, slots out of range, @addr
- * misaligned; what mmap said).  None posts memory events: the borrower
+ * misaligned; EBADF: the program closed the file's descriptor; what mmap
+ * said).  None posts memory events: the borrower
  * posts UNMAP before taking a range away and MAP after giving it back.
  */
 UCMA_INTERNAL int ucma_frames_map_at(struct ucma_cma_area *area, uint32_t slot, uint32_t n,

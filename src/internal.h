@@ -345,6 +345,7 @@ UCMA_INTERNAL void ucma_arena_poison(struct ucma_arena *a, bool poison);
 struct ucma_os_ops {
 	void *(*mmap)(void *addr, size_t len, int prot, int flags, int fd, off_t off);
 	int (*munmap)(void *addr, size_t len);
+	void *(*mremap)(void *old, size_t old_len, size_t new_len, int flags, void *new_addr);
 	int (*madvise)(void *addr, size_t len, int advice);
 	int (*mlock)(const void *addr, size_t len);
 	int (*munlock)(const void *addr, size_t len);

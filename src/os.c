@@ -1,14 +1,15 @@
 /*
  * os.c - the one interface between ucma and the kernel's memory calls.
  *
- * Every mmap, munmap, madvise, mlock, mbind and thread creation of the
- * library goes through the function table `ucma_os`, and so do the calls
- * that make the files backing the CMA areas (memfd_create, ftruncate,
- * fallocate, and the pwrite that copies them for the child of a fork).  The installed library
- * keeps it pointing at the real calls; the test build (UCMA_TEST_HOOKS)
- * lets tests replace entries to inject faults (mmap failing, hugepages
- * unavailable, thread creation refused) and restore them with
- * ucma_os_reset().  Nothing else in src/ calls these system calls directly.
+ * Every mmap, munmap, mremap, madvise, mlock, mbind and thread creation of
+ * the library goes through the function table `ucma_os`, and so do the
+ * calls that make the files backing the CMA areas (memfd_create,
+ * ftruncate, fallocate, and the pwrite that copies them for the child of a
+ * fork).  The installed library keeps it pointing at the real calls; the
+ * test build (UCMA_TEST_HOOKS) lets tests replace entries to inject faults
+ * (mmap failing, hugepages unavailable, thread creation refused) and
+ * restore them with ucma_os_reset().  Nothing else in src/ calls these
+ * system calls directly.
  *
  * Also here: facts about the machine that backing decisions need (free
  * hugetlb pages per size, whether transparent huge pages are usable, for
@@ -37,6 +38,11 @@ static void *os_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t 
 static int os_munmap(void *addr, size_t len)
 {
 	return munmap(addr, len);
+}
+
+static void *os_mremap(void *old, size_t old_len, size_t new_len, int flags, void *new_addr)
+{
+	return mremap(old, old_len, new_len, flags, new_addr);
 }
 
 static int os_madvise(void *addr, size_t len, int advice)
@@ -113,6 +119,7 @@ static long os_hugetlb_free_pages(size_t page_size)
 struct ucma_os_ops ucma_os = {
 	.mmap = os_mmap,
 	.munmap = os_munmap,
+	.mremap = os_mremap,
 	.madvise = os_madvise,
 	.mlock = os_mlock,
 	.munlock = os_munlock,
@@ -129,6 +136,7 @@ void ucma_os_reset(void)
 {
 	ucma_os.mmap = os_mmap;
 	ucma_os.munmap = os_munmap;
+	ucma_os.mremap = os_mremap;
 	ucma_os.madvise = os_madvise;
 	ucma_os.mlock = os_mlock;
 	ucma_os.munlock = os_munlock;

@@ -38,6 +38,7 @@
 #include "frames.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -584,6 +585,31 @@ static void case_fork(void)
 	status = fork_with(&l, false);
 	ok(WIFEXITED(status) && WEXITSTATUS(status) == 0 && live_check(&l),
 	   "a second fork works the same");
+
+	/* A program that closes every descriptor and reuses the numbers. */
+	{
+		int fd = a->areas[0].frames->fd, other;
+		pid_t pid;
+
+		close(fd);
+		other = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		diag("the area's descriptor %d closed, %d now names /dev/null", fd, other);
+		fflush(NULL);
+		pid = fork();
+		if (pid == 0)
+			_exit(!live_check(&l) ? 2 : fcntl(other, F_GETFD) == -1 ? 6 : 0);
+		status = -1;
+		if (pid > 0)
+			waitpid(pid, &status, 0);
+		ok(WIFEXITED(status) && WEXITSTATUS(status) == 0 && live_check(&l),
+		   "with its descriptor closed and the number reused, fork still copies the "
+		   "areas and the child keeps the program's file open (status %#x)", status);
+		errno = 0;
+		ok(ucma_frames_map_at(&a->areas[0], 0, 1, area_base(0), false) == -1 &&
+			   errno == EBADF,
+		   "mapping frames without the file: EBADF");
+		close(other);
+	}
 }
 
 static void case_fork_dontfork(void)
