@@ -6,9 +6,17 @@
  * kernel pins its pages for the device), and is filled by an O_DIRECT read
  * of a file, which the block layer performs by DMA straight into it.
  *
- * Physical addresses are printed when this process may see them (root):
- * before registration, and again after it, because the kernel may move
- * ordinary pages until a device pins them (hugetlb pages stay put).
+ * A device stack must know which memory it may register and when to drop
+ * a registration: the program registers a memory event callback first,
+ * which plays the device's registration table.  It is told at once of the
+ * CMA areas mapped (MAP), and would be told before any of them is
+ * unmapped or remapped (UNMAP); the buffer is checked to lie in a range
+ * the "device" has registered before the kernel is given it.
+ *
+ * Physical addresses are printed when this process may see them (root),
+ * as runs of physically contiguous bytes (ucma_vtophys): before
+ * registration, and again after it, because the kernel may move ordinary
+ * pages until a device pins them (hugetlb pages stay put).
  *
  * Build: cc device_buffer.c $(pkg-config --cflags --libs ucma liburing)
  * Usage: device_buffer [FILE]   (default: a temporary file it writes)
@@ -30,17 +38,61 @@
 #endif
 
 #define BUF_SIZE (4u << 20)
+#define MAX_RANGES 16
 
+/* The "device": the ranges it has registered, as the events told it. */
+static struct {
+	void *addr;
+	size_t len;
+} registered[MAX_RANGES];
+static int nr_registered;
+
+static void on_mem_event(enum ucma_mem_event ev, void *addr, size_t len, void *arg)
+{
+	(void)arg;
+	printf("  memory event: %s %p, %zu MiB\n", ev == UCMA_MEM_EVENT_MAP ? "MAP  " : "UNMAP",
+	       addr, len >> 20);
+	if (ev == UCMA_MEM_EVENT_MAP && nr_registered < MAX_RANGES) {
+		registered[nr_registered].addr = addr;
+		registered[nr_registered++].len = len;
+		return;
+	}
+	/* UNMAP: drop every registration inside the range, before returning. */
+	for (int i = 0; i < nr_registered; i++) {
+		char *r = registered[i].addr;
+
+		if (r >= (char *)addr && r + registered[i].len <= (char *)addr + len)
+			registered[i--] = registered[--nr_registered];
+	}
+}
+
+static int device_may_use(const void *buf, size_t len)
+{
+	for (int i = 0; i < nr_registered; i++) {
+		const char *r = registered[i].addr;
+
+		if ((const char *)buf >= r && (const char *)buf + len <= r + registered[i].len)
+			return 1;
+	}
+	return 0;
+}
+
+/* The buffer as a device sees it: runs of physically contiguous bytes. */
 static void print_phys(const char *when, const void *buf)
 {
-	uint64_t phys;
-
 	printf("  %s:", when);
-	for (size_t off = 0; off < BUF_SIZE; off += 1u << 21) {
-		if (ucma_virt2phys((const char *)buf + off, &phys) == 0)
-			printf(" %#" PRIx64, phys);
-		else
+	for (size_t off = 0; off < BUF_SIZE;) {
+		uint64_t phys;
+		size_t run;
+
+		if (ucma_vtophys((const char *)buf + off, &phys, &run) != 0) {
 			printf(" unknown (%s)", strerror(errno));
+			break;
+		}
+		if (run > BUF_SIZE - off)
+			run = BUF_SIZE - off;
+		printf(" %zu KiB at %#" PRIx64, run >> 10, phys);
+		off += run;
 	}
 	printf("\n");
 }
@@ -84,6 +136,11 @@ int main(int argc, char **argv)
 	ssize_t got = -1;
 	int fd, rc = 0;
 
+	printf("device_buffer: registering a memory event callback\n");
+	if (ucma_mem_event_register("device_buffer", on_mem_event, NULL) != 0) {
+		fprintf(stderr, "device_buffer: ucma_mem_event_register: %s\n", strerror(errno));
+		return 1;
+	}
 	buf = ucma_alloc(BUF_SIZE, 1u << 21, UCMA_ALLOC_ZERO | UCMA_ALLOC_POPULATE);
 	if (!buf) {
 		fprintf(stderr, "device_buffer: ucma_alloc: %s\n", strerror(errno));
@@ -91,6 +148,11 @@ int main(int argc, char **argv)
 	}
 	printf("device_buffer: %u MiB contiguous buffer at %p, CMA backing %s\n",
 	       BUF_SIZE >> 20, (void *)buf, ucma_backing_name("cma"));
+	if (!device_may_use(buf, BUF_SIZE)) {
+		fprintf(stderr, "device_buffer: no MAP event covered the buffer\n");
+		return 1;
+	}
+	printf("  the buffer lies in a range the device has registered\n");
 	print_phys("physical, before registration", buf);
 
 	fd = open(path, O_RDONLY | O_DIRECT);
@@ -149,5 +211,6 @@ int main(int argc, char **argv)
 	if (argc <= 1)
 		unlink(path);
 	ucma_release(buf);
+	ucma_mem_event_unregister("device_buffer");
 	return rc;
 }

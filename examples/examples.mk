@@ -1,13 +1,14 @@
 ## Example programs a user copies from; built by `make`, each run by
 ## `make check` (tests/examples.sh), and the guided tour `make demo`.
 noinst_PROGRAMS += examples/demo examples/device_buffer examples/handles examples/numa \
-	examples/preload
+	examples/preload examples/phys_contig
 examples_demo_LDADD = libucma.la
 examples_device_buffer_LDADD = libucma.la $(URING_LIBS)
 examples_device_buffer_CFLAGS = $(AM_CFLAGS) $(URING_CFLAGS)
 examples_handles_LDADD = libucma.la
 examples_numa_LDADD = libucma.la $(NUMA_LIBS)
 examples_preload_SOURCES = examples/preload.c
+examples_phys_contig_LDADD = libucma.la
 
 TESTS += tests/examples.sh
 EXTRA_DIST += tests/examples.sh

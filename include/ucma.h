@@ -74,7 +74,7 @@ struct ucma_config {
 	int node;			/* UCMA_NODE_ID(n) or UCMA_NODE_*; 0 = default */
 	int populate;			/* prefault the arena at start-up */
 	int strict;			/* refuse to start on a bad value */
-	int cma_dontfork;		/* MADV_DONTFORK on the CMA areas */
+	int cma_dontfork;		/* children of fork() get empty CMA areas */
 	int cma_policy;			/* enum ucma_cma_policy */
 	int reserved[8];		/* must be zero */
 };
@@ -150,6 +150,71 @@ size_t ucma_alloc_size(const void *ptr);
  * hidden from this process), ENOTSUP (no pagemap).
  */
 int ucma_virt2phys(const void *ptr, uint64_t *phys);
+
+/**
+ * ucma_vtophys() - physical address of the byte at @ptr and how many bytes
+ * from it on are physically contiguous (SPDK's spdk_vtophys()).
+ * @ptr:        an address in ucma's memory (the arena or its overflow).
+ * @phys:       where to store the physical address.
+ * @contig_len: where to store the number of bytes from @ptr on that are
+ *              physically contiguous, up to the end of the CMA area or
+ *              zone holding @ptr; may be NULL.
+ *
+ * Hugetlb frames of a CMA area are answered from the frame table without
+ * a system call; other memory is read from /proc/self/pagemap at the call,
+ * page by page as far as the run goes.  Never reports address 0.
+ * Return: 0, or -1 with errno EINVAL (NULL @ptr or @phys, memory ucma does
+ * not own, or no page present at @ptr yet), EPERM (frame numbers hidden
+ * from this process: it needs CAP_SYS_ADMIN), ENOTSUP (no pagemap).
+ */
+int ucma_vtophys(const void *ptr, uint64_t *phys, size_t *contig_len);
+
+/* ---------------------------------------------------------------------------
+ * Memory events, for code that registers memory with a device
+ * ------------------------------------------------------------------------- */
+
+/*
+ * The CMA areas are files that ucma maps itself (ucma(7), FRAMES).  Code
+ * that registers memory with a device (ibv_reg_mr, VFIO_IOMMU_MAP_DMA,
+ * cudaHostRegister) learns through these events which ranges are backed
+ * and when a backing is about to go away or change, as with DPDK's
+ * rte_mem_event_callback_register() and SPDK's memory map notifications.
+ */
+enum ucma_mem_event {
+	UCMA_MEM_EVENT_MAP = 1,		/* the range is backed and may be registered */
+	UCMA_MEM_EVENT_UNMAP = 2	/* the range is about to be unbacked or remapped:
+					 * drop its registrations before returning */
+};
+
+/**
+ * ucma_mem_event_register() - call @cb for every memory event from now on.
+ * @name: a unique name, 1 to 63 bytes (copied).
+ * @cb:   the callback: @ev, the range [@addr, @addr + @len), and @arg.
+ * @arg:  passed to @cb.
+ *
+ * Before this returns, @cb is called with UCMA_MEM_EVENT_MAP for every
+ * range mapped at this moment (a late registrant sees everything).
+ * Callbacks run in the thread whose call changed the mapping (or the
+ * registering thread, for the replay), one event at a time, in order,
+ * with no ucma lock held.  A callback may call any ucma function except
+ * ucma_mem_event_register(), ucma_mem_event_unregister() (both fail with
+ * EDEADLK there) and ucma_init(); it must not fork() and must not wait for
+ * a thread that registers, unregisters or delivers events.
+ * Return: 0, or -1 with errno EINVAL (NULL or empty @name or @cb, @name too
+ * long), EEXIST (@name is registered), ENOSPC (32 callbacks registered),
+ * ENOMEM, EDEADLK (called from a callback).
+ */
+int ucma_mem_event_register(const char *name,
+			    void (*cb)(enum ucma_mem_event ev, void *addr, size_t len, void *arg),
+			    void *arg);
+
+/**
+ * ucma_mem_event_unregister() - stop calling the callback named @name.
+ * When this returns, the callback is not running and is never called again.
+ * Return: 0, or -1 with errno EINVAL (NULL @name), ENOENT (no such
+ * callback), EDEADLK (called from a callback).
+ */
+int ucma_mem_event_unregister(const char *name);
 
 /* ---------------------------------------------------------------------------
  * Movable objects and handles

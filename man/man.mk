@@ -10,6 +10,9 @@ dist_man_MANS += \
 	man/ucma_release.3 \
 	man/ucma_alloc_size.3 \
 	man/ucma_virt2phys.3 \
+	man/ucma_vtophys.3 \
+	man/ucma_mem_event_register.3 \
+	man/ucma_mem_event_unregister.3 \
 	man/ucma_halloc.3 \
 	man/ucma_hfree.3 \
 	man/ucma_hrealloc.3 \

@@ -8,13 +8,15 @@
  * is then mapped over its part with MAP_FIXED and the backing chosen for
  * it.  A small program pays only for what it touches.
  *
- * Backing (DESIGN.md): the CMA zone follows the chain hugetlb 1 GiB,
- * hugetlb 2 MiB, transparent huge pages, plain pages, trying each step only
- * when it can work (hugetlb reserves at mmap, so the pool must have enough
- * free pages; a refused mapping falls through to the next step).  The
- * NORMAL zone uses THP unless UCMA_HUGEPAGES_NORMAL asks otherwise, from
- * the moment its heap reaches 16 MiB (plain pages before).
- * Falling back is never an error; the mode in effect is reported.
+ * Backing (DESIGN.md): the CMA areas are files that frames.c creates and
+ * maps, following the chain hugetlb 1 GiB, hugetlb 2 MiB, transparent huge
+ * pages, plain pages.  The NORMAL zone is private memory on the same chain
+ * (map_zone_chain() here), trying each step only when it can work
+ * (hugetlb reserves at mmap, so the pool must have enough free pages; a
+ * refused mapping falls through to the next step); it uses THP unless
+ * UCMA_HUGEPAGES_NORMAL asks otherwise, from the moment its heap reaches
+ * 16 MiB (plain pages before).  Falling back is never an error; the mode
+ * in effect is reported.
  *
  * Metadata lives in separate anonymous mappings (MAP_NORESERVE, touched
  * lazily): 16 bytes per page and 8 per pageblock, so a buffer overflow in
@@ -23,6 +25,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "frames.h"
 
 #include <errno.h>
 #include <numa.h>
@@ -30,19 +33,6 @@
 #include <sched.h>
 #include <string.h>
 #include <sys/mman.h>
-
-#ifndef MAP_HUGE_SHIFT
-#define MAP_HUGE_SHIFT 26
-#endif
-#ifndef MAP_HUGE_2MB
-#define MAP_HUGE_2MB (21 << MAP_HUGE_SHIFT)
-#endif
-#ifndef MAP_HUGE_1GB
-#define MAP_HUGE_1GB (30 << MAP_HUGE_SHIFT)
-#endif
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
 
 /* The arena lives in static storage: creating it must not call malloc. */
 static struct ucma_arena the_arena_storage;
@@ -133,7 +123,7 @@ static int map_zone_chain(void *addr, size_t len, int want)
 	return -1;
 }
 
-/* NUMA placement of a zone mapping; failures are reported, not fatal. */
+/* NUMA placement of a mapping; failures are reported, not fatal. */
 static void place(struct ucma_arena *a, void *addr, size_t len, int node)
 {
 	unsigned long mask[16] = { 0 };	/* up to 1024 nodes, no allocation */
@@ -196,9 +186,17 @@ static void init_zone(struct ucma_arena *a, int id, uint32_t start, uint32_t end
 	ucma_buddy_init_zone(z);
 }
 
-static int init_areas(struct ucma_arena *a, const struct ucma_options *o)
+/* The NUMA placement in effect for a CMA area mapped again (frames.c). */
+static int cma_place_node;
+
+static void place_cma(struct ucma_arena *a, void *addr, size_t len)
 {
-	uint32_t pfn = a->zones[UCMA_ZONE_CMA].start_pfn;
+	place(a, addr, len, cma_place_node);
+}
+
+/* Names, geometry and bitmaps of the CMA areas, from @pfn on. */
+static int init_areas(struct ucma_arena *a, const struct ucma_options *o, uint32_t pfn)
+{
 	int n = o->nr_areas;
 
 	for (int i = 0; i < (n ? n : 1); i++) {
@@ -277,24 +275,28 @@ int ucma_arena_create(const struct ucma_options *o, struct ucma_arena **out)
 						UCMA_BACKING_THP : o->hugepages_normal);
 	if (normal_backing < 0)
 		goto nomem;
-	cma_backing = UCMA_BACKING_NONE;
-	if (cma_size) {
-		cma_backing = map_zone_chain((void *)(a->base + normal_size), cma_size, o->hugepages);
-		if (cma_backing < 0)
-			goto nomem;
-	}
+	if (cma_size && (init_areas(a, o, (uint32_t)(normal_size >> UCMA_PAGE_SHIFT)) != 0 ||
+			 ucma_frames_map_areas(a, o) != 0))
+		goto nomem;
+	/* Placement before any page is allocated: hugetlb files are
+	 * allocated whole right after, where the policy says. */
 	place(a, (void *)a->base, a->size, o->node);
-	if (o->cma_dontfork && cma_size &&
-	    ucma_os.madvise((void *)(a->base + normal_size), cma_size, MADV_DONTFORK) != 0)
-		ucma_log("UCMA_CMA_DONTFORK: madvise(MADV_DONTFORK) failed: %s", strerror(errno));
-	if (o->populate &&
-	    ucma_os.madvise((void *)a->base, a->size, MADV_POPULATE_WRITE) != 0)
+	if (o->populate && normal_size &&
+	    ucma_os.madvise((void *)a->base, normal_size, MADV_POPULATE_WRITE) != 0)
 		ucma_log("UCMA_POPULATE: could not prefault the arena: %s", strerror(errno));
 
 	init_zone(a, UCMA_ZONE_NORMAL, 0, (uint32_t)(normal_size >> UCMA_PAGE_SHIFT),
 		  normal_backing);
 	init_zone(a, UCMA_ZONE_CMA, (uint32_t)(normal_size >> UCMA_PAGE_SHIFT), a->npages,
-		  cma_backing);
+		  UCMA_BACKING_NONE);
+	cma_backing = UCMA_BACKING_NONE;
+	if (cma_size) {
+		cma_place_node = o->node;
+		cma_backing = ucma_frames_allocate(a, place_cma);
+		if (cma_backing < 0)
+			goto nomem;
+		a->zones[UCMA_ZONE_CMA].backing = cma_backing;
+	}
 	/*
 	 * NORMAL on THP starts on plain pages (also where THP is "always") and
 	 * asks for huge ones when the heap grows (zone.c, UCMA_THP_GROW_PAGES):
@@ -303,14 +305,13 @@ int ucma_arena_create(const struct ucma_options *o, struct ucma_arena **out)
 	if (normal_backing == UCMA_BACKING_THP &&
 	    ucma_os.madvise((void *)a->base, normal_size, MADV_NOHUGEPAGE) == 0)
 		a->zones[UCMA_ZONE_NORMAL].thp_deferred = true;
-	if (cma_size && init_areas(a, o) != 0)
-		goto nomem;
 	ucma_arena_poison(a, true);
 	if (o->verbose)
 		ucma_log("arena %p: %zu MiB, normal %zu MiB (%s), cma %zu MiB (%s), %d area(s)",
 			 (void *)a->base, a->size >> 20, normal_size >> 20,
 			 ucma_backing_str(normal_backing), cma_size >> 20,
 			 ucma_backing_str(cma_backing), a->nr_areas);
+	ucma_frames_announce(a);
 	*out = a;
 	return 0;
 nomem:
@@ -325,6 +326,7 @@ void ucma_arena_destroy(struct ucma_arena *a)
 		return;
 	if (a->base)
 		ucma_arena_poison(a, false);
+	ucma_frames_unmap_areas(a);
 	for (int i = 0; i < a->nr_areas; i++) {
 		size_t bytes = UCMA_ALIGN_UP((size_t)a->areas[i].npages, 64) / 8;
 

@@ -1,6 +1,10 @@
 /*
  * cma.c - contiguous allocations from the CMA areas: ucma_alloc(),
  * ucma_alloc_area(), ucma_release(), ucma_alloc_size(), ucma_virt2phys().
+ * Physically contiguous ones (UCMA_ALLOC_PHYS_CONTIG) read where the
+ * physical contiguity of the area's frames breaks from the frame table
+ * (frames.c) when it knows, and probe as little as possible otherwise
+ * (struct phys_search).
  *
  * ucma_alloc() follows the kernel's cma_alloc() and alloc_contig_range():
  *   1. find a free aligned run in the area's bitmap and claim it there;
@@ -24,6 +28,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "frames.h"
 
 #include "rcu.h"
 
@@ -31,10 +36,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
-
-#ifndef MADV_POPULATE_WRITE
-#define MADV_POPULATE_WRITE 23
-#endif
 
 #define CMA_ALLOWED_FLAGS (UCMA_ALLOC_ZERO | UCMA_ALLOC_POPULATE | UCMA_ALLOC_MLOCK | \
 			   UCMA_ALLOC_PHYS_CONTIG | UCMA_ALLOC_NOWAIT)
@@ -224,24 +225,100 @@ static int empty_range(struct ucma_arena *a, uint32_t start, uint32_t end, unsig
 }
 
 /*
- * UCMA_ALLOC_PHYS_CONTIG: where does the physical contiguity of the
- * candidate run at @p (@npages pages) break?  Returns @npages when it does
- * not, the first page out of sequence otherwise (no run that holds both
- * that page and the one before it can be contiguous, so the next
- * candidate starts there), 0 with *@unknown when a page is not present
- * yet, and -1 with errno ENOTSUP when frames are hidden from this process.
+ * struct phys_search - what one UCMA_ALLOC_PHYS_CONTIG call knows about
+ * where physical contiguity breaks in its area.
+ *
+ * With a frame table that knows every frame (hugetlb frames mapped in
+ * physical order, frames.c), a candidate is judged from the table alone:
+ * nothing is probed, nothing populated, and a request longer than the
+ * longest run fails at once; the frames of the run finally chosen are
+ * read from pagemap once more before it is handed out.
+ *
+ * Otherwise contiguity is a property of whatever pages the kernel put
+ * there and is only known for pages that are present.  Those are judged
+ * from pagemap for free; to judge the others, at most @budget pages may be
+ * faulted in (twice the request), so a request that cannot succeed fails
+ * after touching about twice its size instead of the whole area.
  */
-static long phys_break(void *p, uint32_t npages, bool *unknown)
-{
-	long k = ucma_os_phys_run(p, npages, unknown);
+struct phys_search {
+	struct ucma_cma_area *area;
+	bool by_table;			/* ucma_frames_by_table() */
+	uint64_t budget;		/* pages that may still be populated to learn frames */
+};
 
+enum phys_verdict {
+	PHYS_OK,			/* go ahead with this candidate */
+	PHYS_BREAK,			/* not contiguous: the next candidate starts at *next */
+	PHYS_ERROR,			/* errno ENOTSUP: frames are hidden from this process */
+};
+
+static void phys_search_init(struct phys_search *ps, struct ucma_cma_area *area, uint32_t npages)
+{
+	ps->area = area;
+	ps->by_table = ucma_frames_by_table(area);
+	ps->budget = 2ull * npages;
+}
+
+/* Could any run of @npages pages be physically contiguous at all? */
+static bool phys_possible(const struct phys_search *ps, uint32_t npages)
+{
+	struct ucma_frames *f = ucma_area_frames(ps->area);
+	uint32_t longest;
+
+	if (!ps->by_table)
+		return true;
+	pthread_mutex_lock(&f->lock);
+	longest = f->longest_run;
+	pthread_mutex_unlock(&f->lock);
+	return (uint64_t)npages <= (uint64_t)longest * f->frame_pages;
+}
+
+/*
+ * Is the candidate run at area page @off physically contiguous, as far as
+ * is known?  Asked twice per candidate: before anything is migrated out of
+ * it (@claimed false: absent pages may still be faulted in to find out,
+ * within the budget) and once it is claimed and populated (@claimed true:
+ * the answer is final; with a table, its frames are read again first).
+ * *@next: where the next candidate may start when this one does not do.
+ */
+static int phys_judge(struct phys_search *ps, struct ucma_arena *a, uint32_t off,
+		      uint32_t npages, bool claimed, uint32_t *next)
+{
+	void *at = ucma_pfn_to_addr(a, ps->area->base_pfn + off);
+	bool absent;
+	long k;
+
+	if (ps->by_table) {
+		uint32_t run = claimed ? ucma_frames_verify(ps->area, off, npages) :
+					 ucma_frames_table_run(ps->area, off, npages);
+
+		*next = off + (run ? run : 1);
+		return run == npages ? PHYS_OK : PHYS_BREAK;
+	}
+	if (claimed)
+		ps->budget = ps->budget > npages ? ps->budget - npages : 0;
+	k = ucma_os_phys_run(at, npages, &absent);
 	if (k < 0) {
 		errno = ENOTSUP;
-		return -1;
+		return PHYS_ERROR;
 	}
-	if (*unknown)
-		return 0;
-	return k;
+	*next = off + (k > 0 ? (uint32_t)k : 1);
+	if (!absent)
+		return k == (long)npages ? PHYS_OK : PHYS_BREAK;
+	if (!claimed && ps->budget >= npages)
+		return PHYS_OK;
+	/* Page k is unknown and may not be faulted in: no candidate holding
+	 * it can be judged, and the next worth looking at starts on a page
+	 * that is present (one pass over pagemap finds it). */
+	*next = off + (uint32_t)k + 1;
+	if (*next < ps->area->npages) {
+		long skip = ucma_os_next_present(ucma_pfn_to_addr(a, ps->area->base_pfn + *next),
+						 ps->area->npages - *next);
+
+		if (skip > 0)
+			*next += (uint32_t)skip;
+	}
+	return PHYS_BREAK;
 }
 
 static void *alloc_area(struct ucma_arena *a, struct ucma_cma_area *area, size_t size,
@@ -253,12 +330,20 @@ static void *alloc_area(struct ucma_arena *a, struct ucma_cma_area *area, size_t
 	unsigned moved = 0, in_vain = 0;
 	bool saw_busy = false, tried = false, phys_miss = false, other_fail = false;
 	struct ucma_compact_direct dc;
+	struct phys_search ps = { area, false, 0 };
 
 	if (size > (size_t)area->npages << UCMA_PAGE_SHIFT) {
 		errno = ENOMEM;
 		goto fail;
 	}
 	npages = (uint32_t)((size + UCMA_PAGE_SIZE - 1) >> UCMA_PAGE_SHIFT);
+	if (flags & UCMA_ALLOC_PHYS_CONTIG) {
+		phys_search_init(&ps, area, npages);
+		if (!phys_possible(&ps, npages)) {
+			errno = ENOMEM;	/* no run of frames is that long */
+			goto fail;
+		}
+	}
 	/* Objects freed recently still wait for readers: let their space
 	 * count (cheap when nothing waits). */
 	if (ucma_rcu_can_wait())
@@ -291,20 +376,20 @@ retry:
 		 * is passed over before anything is migrated out of it.
 		 */
 		if (flags & UCMA_ALLOC_PHYS_CONTIG) {
-			bool unknown;
-			long k = phys_break(ucma_pfn_to_addr(a, start), npages, &unknown);
+			uint32_t next;
+			int v = phys_judge(&ps, a, off, npages, false, &next);
 
-			if (k < 0 || (!unknown && k < (long)npages)) {
+			if (v != PHYS_OK) {
 				pthread_mutex_lock(&area->lock);
 				bits_set(area->bitmap, off, npages, false);
 				pthread_mutex_unlock(&area->lock);
-				if (k < 0) {
+				if (v == PHYS_ERROR) {
 					err = ENOTSUP;
 					break;
 				}
 				err = ENOMEM;
 				phys_miss = true;
-				from = off + (uint32_t)k;
+				from = next;
 				continue;
 			}
 		}
@@ -341,19 +426,19 @@ retry:
 			if (flags & (UCMA_ALLOC_POPULATE | UCMA_ALLOC_PHYS_CONTIG))
 				ucma_os.madvise(p, len, MADV_POPULATE_WRITE);
 			if (flags & UCMA_ALLOC_PHYS_CONTIG) {
-				bool unknown;
-				long k = phys_break(p, npages, &unknown);
+				uint32_t next;
+				int v = phys_judge(&ps, a, off, npages, true, &next);
 
-				if (k != (long)npages) {
+				if (v != PHYS_OK) {
 					ucma_release(p);
 					in_vain += moved_here;
-					if (k < 0) {
+					if (v == PHYS_ERROR) {
 						err = ENOTSUP;
 						break;
 					}
 					err = ENOMEM;
 					phys_miss = true;
-					from = off + (k > 0 ? (uint32_t)k : 1);
+					from = next;
 					continue;
 				}
 			}

@@ -211,8 +211,8 @@ static const struct opt_def opt_table[O_NR] = {
 	[O_CMA_DONTFORK] = {
 		"cma_dontfork", "UCMA_CMA_DONTFORK", T_BOOL, 0, "0", 0, 1, NULL,
 		OFF(cma_dontfork), 0, BOOL_FORM,
-		"apply MADV_DONTFORK to the CMA areas, so that fork() does not need free "
-		"hugetlb pages to copy them" },
+		"children of fork() get empty CMA areas instead of a copy of the parent's "
+		"(and private hugetlb areas need no free pool pages at fork)" },
 	[O_CMA_POLICY] = {
 		"cma_policy", "UCMA_CMA_POLICY", T_ENUM, 0, "lend", 0, 0, policy_words,
 		OFF(cma_policy), 0, "lend or reserved",

@@ -29,8 +29,13 @@
  *  5. the handle table, after waiting for every entry held MIGRATING to
  *     be released (those holds are short and wait for nothing held here);
  *  6. movable-slab class locks; 7. CMA area locks, then zone locks;
- *  8. the metadata lock, innermost of all.
- * Parent and child handlers run in the reverse order.
+ *  8. the frame tables: the child gets CMA areas of its own, a copy of
+ *     what the parent had allocated there, while the parent waits in its
+ *     handler (frames.c); 9. the memory-event queue;
+ * 10. the metadata lock, innermost of all.
+ * Parent and child handlers run in the reverse order; after the last
+ * child handler, with no ucma lock held, the child's memory events (its
+ * new CMA areas) are delivered before fork() returns to the program.
  *
  * A fork inside a read-side section cannot run stages 1-3: each may wait
  * for a grace period, and a grace period waits for the forking thread's
@@ -43,6 +48,7 @@
  */
 #include "fork.h"
 
+#include "memevent.h"
 #include "rcu.h"
 
 struct fork_stage {
@@ -66,7 +72,9 @@ static const struct fork_stage stages[] = {
 	{ ucma_malloc_atfork_prepare, ucma_malloc_atfork_parent, ucma_malloc_atfork_child, NULL },
 	{ ucma_handle_fork_prepare, ucma_handle_fork_parent, ucma_handle_fork_child, NULL },
 	{ ucma_mslab_fork_prepare, ucma_mslab_fork_parent, ucma_mslab_fork_child, NULL },
-	{ ucma_zones_fork_prepare, ucma_zones_fork_parent, ucma_zones_fork_child, NULL },
+	{ ucma_zones_fork_prepare, ucma_zones_fork_parent, ucma_zones_fork_parent, NULL },
+	{ ucma_frames_fork_prepare, ucma_frames_fork_parent, ucma_frames_fork_child, NULL },
+	{ ucma_mem_event_fork_prepare, ucma_mem_event_fork_parent, ucma_mem_event_fork_child, NULL },
 	{ ucma_meta_fork_prepare, ucma_meta_fork_parent, ucma_meta_fork_parent, NULL },
 };
 #define NR_STAGES UCMA_ARRAY_SIZE(stages)
@@ -106,6 +114,7 @@ static void fork_child(void)
 		else
 			stages[i].child_unprepared();
 	}
+	ucma_mem_event_deliver();
 }
 
 /*

@@ -50,11 +50,18 @@ UCMA_INTERNAL void ucma_handle_fork_child(void);
 UCMA_INTERNAL void ucma_mslab_fork_prepare(void);
 UCMA_INTERNAL void ucma_mslab_fork_parent(void);
 UCMA_INTERNAL void ucma_mslab_fork_child(void);
-/* init.c: CMA area locks, then zone locks; the child re-maps
- * UCMA_CMA_DONTFORK areas. */
+/* init.c: CMA area locks, then zone locks. */
 UCMA_INTERNAL void ucma_zones_fork_prepare(void);
 UCMA_INTERNAL void ucma_zones_fork_parent(void);
-UCMA_INTERNAL void ucma_zones_fork_child(void);
+/* frames.c: the frame tables; the child gets CMA areas of its own, with
+ * a copy of what the parent had allocated there (the parent waits). */
+UCMA_INTERNAL void ucma_frames_fork_prepare(void);
+UCMA_INTERNAL void ucma_frames_fork_parent(void);
+UCMA_INTERNAL void ucma_frames_fork_child(void);
+/* memevent.c: the queue of memory events. */
+UCMA_INTERNAL void ucma_mem_event_fork_prepare(void);
+UCMA_INTERNAL void ucma_mem_event_fork_parent(void);
+UCMA_INTERNAL void ucma_mem_event_fork_child(void);
 /* meta.c: the metadata lock, innermost of all. */
 UCMA_INTERNAL void ucma_meta_fork_prepare(void);
 UCMA_INTERNAL void ucma_meta_fork_parent(void);

@@ -11,11 +11,14 @@
  * libnuma or liburcu are called.
  *
  * Fork: fork.c runs every lock owner's handlers in lock order; the ones
- * for the CMA area and zone locks are here.
+ * for the start-up lock and the CMA area and zone locks are here.  The
+ * CMA areas of the child are frames.c's business (its handler gives the
+ * child areas of its own).
  *
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "memevent.h"
 
 #include "fork.h"
 
@@ -83,37 +86,6 @@ void ucma_zones_fork_parent(void)
 		pthread_mutex_unlock(&a->areas[i].lock);
 }
 
-/*
- * The child of a fork with UCMA_CMA_DONTFORK: the kernel did not map the
- * CMA zone here, yet its free lists and bitmaps say it is there.  Map it
- * again with plain anonymous memory, so that new contiguous and movable
- * allocations in the child work; what the parent had there reads as
- * zeros (ucma(7): the child must not touch those buffers and objects).
- */
-void ucma_zones_fork_child(void)
-{
-	struct ucma_arena *a = ucma_the_arena;
-	struct ucma_zone *z;
-	size_t len;
-	void *p;
-
-	ucma_zones_fork_parent();
-	if (!a || !ucma_opt.cma_dontfork)
-		return;
-	z = &a->zones[UCMA_ZONE_CMA];
-	len = (size_t)z->managed_pages << UCMA_PAGE_SHIFT;
-	if (!len)
-		return;
-	p = ucma_os.mmap(ucma_pfn_to_addr(a, z->start_pfn), len, PROT_READ | PROT_WRITE,
-			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
-	if (p == MAP_FAILED) {
-		ucma_log("UCMA_CMA_DONTFORK: cannot map the CMA areas in the child: %s",
-			 strerror(errno));
-		return;
-	}
-	z->backing = UCMA_BACKING_NONE;
-}
-
 /* ------------------------------------------------------------------------ */
 /* Start-up                                                                  */
 /* ------------------------------------------------------------------------ */
@@ -157,6 +129,8 @@ static void after_start(void)
 {
 	static bool atexit_done;
 
+	/* The MAP events of the CMA areas just created (frames.c). */
+	ucma_mem_event_deliver();
 	if (__atomic_exchange_n(&published, true, __ATOMIC_ACQ_REL))
 		return;
 	if (!__atomic_exchange_n(&atexit_done, true, __ATOMIC_ACQ_REL))

@@ -186,6 +186,7 @@ struct ucma_zone {
 	uint64_t managed_pages;		/* end_pfn - start_pfn */
 	uint32_t purge_epoch;		/* decay: epoch of the last purge */
 	bool thp_deferred;		/* THP backing, not yet asked for (zone.c) */
+	bool file_backed;		/* CMA areas on files (frames.c): never purged */
 
 	/* compaction state (compact.c); protected by compact_lock */
 	pthread_mutex_t compact_lock;
@@ -201,6 +202,8 @@ struct ucma_zone {
 /* ------------------------------------------------------------------------ */
 
 #define UCMA_MAX_CMA_AREAS 16
+
+struct ucma_frames;
 #define UCMA_AREA_NAME_MAX 32
 
 /*
@@ -219,6 +222,7 @@ struct ucma_cma_area {
 	uint64_t nr_allocs;		/* live allocations */
 	uint64_t alloc_success;
 	uint64_t alloc_fail;
+	struct ucma_frames *frames;	/* its backing (frames.h); set once */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -341,9 +345,30 @@ UCMA_INTERNAL void ucma_arena_poison(struct ucma_arena *a, bool poison);
 /* thread creation goes through ucma_os so tests can inject faults.         */
 /* ------------------------------------------------------------------------ */
 
+/* Flags newer than some C libraries' headers (Linux 5.14 and 4.14 values). */
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+#ifndef MAP_HUGE_SHIFT
+#define MAP_HUGE_SHIFT 26
+#endif
+#ifndef MAP_HUGE_2MB
+#define MAP_HUGE_2MB (21 << MAP_HUGE_SHIFT)
+#endif
+#ifndef MAP_HUGE_1GB
+#define MAP_HUGE_1GB (30 << MAP_HUGE_SHIFT)
+#endif
+#ifndef MFD_HUGE_2MB
+#define MFD_HUGE_2MB (21u << 26)
+#endif
+#ifndef MFD_HUGE_1GB
+#define MFD_HUGE_1GB (30u << 26)
+#endif
+
 struct ucma_os_ops {
 	void *(*mmap)(void *addr, size_t len, int prot, int flags, int fd, off_t off);
 	int (*munmap)(void *addr, size_t len);
+	void *(*mremap)(void *old, size_t old_len, size_t new_len, int flags, void *new_addr);
 	int (*madvise)(void *addr, size_t len, int advice);
 	int (*mlock)(const void *addr, size_t len);
 	int (*munlock)(const void *addr, size_t len);
@@ -353,17 +378,30 @@ struct ucma_os_ops {
 			     void *arg);
 	/* free hugetlb pages of the given size in the pool; -1 if unknown */
 	long (*hugetlb_free_pages)(size_t page_size);
+	/* the files behind the CMA areas (frames.c) */
+	int (*memfd_create)(const char *name, unsigned flags);
+	int (*ftruncate)(int fd, off_t len);
+	int (*fallocate)(int fd, int mode, off_t off, off_t len);
+	ssize_t (*pwrite)(int fd, const void *buf, size_t len, off_t off);
 };
 
 UCMA_INTERNAL extern struct ucma_os_ops ucma_os;
 UCMA_INTERNAL void ucma_os_reset(void);
 UCMA_INTERNAL long ucma_os_hugetlb_free_pages(size_t page_size);
 UCMA_INTERNAL bool ucma_os_thp_available(void);
+UCMA_INTERNAL bool ucma_os_shmem_thp_available(void);
 UCMA_INTERNAL int ucma_os_pagemap(const void *addr, uint64_t *phys);
+/* Physical address of the first page of each of @n pieces of @stride bytes
+ * from @addr (0: not present); -1 with EPERM / ENOTSUP as above. */
+UCMA_INTERNAL int ucma_os_pagemap_stride(const void *addr, size_t stride, size_t n,
+					 uint64_t *phys);
 /* Leading pages of [addr, addr + npages pages) present and physically
  * contiguous with the first; *absent: the run ended at a page not present.
  * -1 with errno EPERM / ENOTSUP when frames are unknown to this process. */
 UCMA_INTERNAL long ucma_os_phys_run(const void *addr, size_t npages, bool *absent);
+/* Index of the first page present among @npages from @addr (@npages: none);
+ * -1 with ENOTSUP. */
+UCMA_INTERNAL long ucma_os_next_present(const void *addr, size_t npages);
 UCMA_INTERNAL uint64_t ucma_os_now_ns(void);
 
 /* ------------------------------------------------------------------------ */
@@ -469,6 +507,9 @@ enum ucma_vmstat_item {
 	UCMA_STAT_PURGED_PAGES,
 	UCMA_STAT_OVERFLOW_ALLOC,
 	UCMA_STAT_OVERFLOW_FREE,
+	UCMA_STAT_MEM_EVENT_MAP,
+	UCMA_STAT_MEM_EVENT_UNMAP,
+	UCMA_STAT_PHYS_CONTIG_MOVED,
 	UCMA_STAT_NR
 };
 

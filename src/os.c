@@ -1,16 +1,20 @@
 /*
  * os.c - the one interface between ucma and the kernel's memory calls.
  *
- * Every mmap, munmap, madvise, mlock, mbind and thread creation of the
- * library goes through the function table `ucma_os`.  The installed library
- * keeps it pointing at the real calls; the test build (UCMA_TEST_HOOKS)
- * lets tests replace entries to inject faults (mmap failing, hugepages
- * unavailable, thread creation refused) and restore them with
- * ucma_os_reset().  Nothing else in src/ calls these system calls directly.
+ * Every mmap, munmap, mremap, madvise, mlock, mbind and thread creation of
+ * the library goes through the function table `ucma_os`, and so do the
+ * calls that make the files backing the CMA areas (memfd_create,
+ * ftruncate, fallocate, and the pwrite that copies them for the child of a
+ * fork).  The installed library keeps it pointing at the real calls; the
+ * test build (UCMA_TEST_HOOKS) lets tests replace entries to inject faults
+ * (mmap failing, hugepages unavailable, thread creation refused) and
+ * restore them with ucma_os_reset().  Nothing else in src/ calls these
+ * system calls directly.
  *
  * Also here: facts about the machine that backing decisions need (free
- * hugetlb pages per size, whether transparent huge pages are usable), and
- * physical address look-ups through /proc/self/pagemap.
+ * hugetlb pages per size, whether transparent huge pages are usable, for
+ * private memory and for shmem), and physical address look-ups through
+ * /proc/self/pagemap.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -34,6 +38,11 @@ static void *os_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t 
 static int os_munmap(void *addr, size_t len)
 {
 	return munmap(addr, len);
+}
+
+static void *os_mremap(void *old, size_t old_len, size_t new_len, int flags, void *new_addr)
+{
+	return mremap(old, old_len, new_len, flags, new_addr);
 }
 
 static int os_madvise(void *addr, size_t len, int advice)
@@ -68,6 +77,26 @@ static int os_thread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn
  * Free pages in the hugetlb pool of one page size.  Read without stdio:
  * this may run during start-up inside malloc.
  */
+static int os_memfd_create(const char *name, unsigned flags)
+{
+	return memfd_create(name, flags);
+}
+
+static int os_ftruncate(int fd, off_t len)
+{
+	return ftruncate(fd, len);
+}
+
+static int os_fallocate(int fd, int mode, off_t off, off_t len)
+{
+	return fallocate(fd, mode, off, len);
+}
+
+static ssize_t os_pwrite(int fd, const void *buf, size_t len, off_t off)
+{
+	return pwrite(fd, buf, len, off);
+}
+
 static long os_hugetlb_free_pages(size_t page_size)
 {
 	char path[96], buf[32];
@@ -90,24 +119,34 @@ static long os_hugetlb_free_pages(size_t page_size)
 struct ucma_os_ops ucma_os = {
 	.mmap = os_mmap,
 	.munmap = os_munmap,
+	.mremap = os_mremap,
 	.madvise = os_madvise,
 	.mlock = os_mlock,
 	.munlock = os_munlock,
 	.mbind = os_mbind,
 	.thread_create = os_thread_create,
 	.hugetlb_free_pages = os_hugetlb_free_pages,
+	.memfd_create = os_memfd_create,
+	.ftruncate = os_ftruncate,
+	.fallocate = os_fallocate,
+	.pwrite = os_pwrite,
 };
 
 void ucma_os_reset(void)
 {
 	ucma_os.mmap = os_mmap;
 	ucma_os.munmap = os_munmap;
+	ucma_os.mremap = os_mremap;
 	ucma_os.madvise = os_madvise;
 	ucma_os.mlock = os_mlock;
 	ucma_os.munlock = os_munlock;
 	ucma_os.mbind = os_mbind;
 	ucma_os.thread_create = os_thread_create;
 	ucma_os.hugetlb_free_pages = os_hugetlb_free_pages;
+	ucma_os.memfd_create = os_memfd_create;
+	ucma_os.ftruncate = os_ftruncate;
+	ucma_os.fallocate = os_fallocate;
+	ucma_os.pwrite = os_pwrite;
 }
 
 long ucma_os_hugetlb_free_pages(size_t page_size)
@@ -115,22 +154,46 @@ long ucma_os_hugetlb_free_pages(size_t page_size)
 	return ucma_os.hugetlb_free_pages(page_size);
 }
 
-/* THP is usable unless the administrator set it to "never". */
-bool ucma_os_thp_available(void)
+/* The setting selected in a transparent_hugepage file ("[madvise]"), read
+ * without stdio into @buf; false when the file cannot be read. */
+static bool thp_setting(const char *file, char *buf, size_t len)
 {
-	char buf[128];
+	char path[96];
 	ssize_t n;
 	int fd;
 
-	fd = open("/sys/kernel/mm/transparent_hugepage/enabled", O_RDONLY | O_CLOEXEC);
+	snprintf(path, sizeof(path), "/sys/kernel/mm/transparent_hugepage/%s", file);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0)
 		return false;
-	n = read(fd, buf, sizeof(buf) - 1);
+	n = read(fd, buf, len - 1);
 	close(fd);
 	if (n <= 0)
 		return false;
 	buf[n] = '\0';
-	return strstr(buf, "[never]") == NULL;
+	return true;
+}
+
+/* THP is usable unless the administrator set it to "never". */
+bool ucma_os_thp_available(void)
+{
+	char buf[128];
+
+	return thp_setting("enabled", buf, sizeof(buf)) && strstr(buf, "[never]") == NULL;
+}
+
+/*
+ * Does MADV_HUGEPAGE give shmem mappings huge pages?  Only when
+ * shmem_enabled selects advise, always, within_size or force; "never"
+ * (the default of most distributions) and "deny" leave shmem on 4 KiB
+ * pages whatever is asked.
+ */
+bool ucma_os_shmem_thp_available(void)
+{
+	char buf[128];
+
+	return thp_setting("shmem_enabled", buf, sizeof(buf)) && strstr(buf, "[never]") == NULL &&
+	       strstr(buf, "[deny]") == NULL;
 }
 
 #define PAGEMAP_PRESENT (1ull << 63)
@@ -186,6 +249,69 @@ int ucma_os_pagemap(const void *addr, uint64_t *phys)
 }
 
 /*
+ * One pass over the pagemap entries of @npages pages from the page-aligned
+ * @addr, a few thousand at a time: @visit sees each entry with its index
+ * and returns 0 to go on, 1 to stop there, -1 (errno set) to fail.
+ * Returns the index the walk stopped at, @npages when it did not stop, or
+ * -1 with errno (ENOTSUP without pagemap).
+ */
+static long pagemap_scan(const void *addr, size_t npages,
+			 int (*visit)(void *ctx, size_t i, uint64_t entry), void *ctx)
+{
+	enum { CHUNK = 512 };
+	uint64_t entries[CHUNK];
+	uintptr_t vpn = (uintptr_t)addr >> UCMA_PAGE_SHIFT;
+	long ret = (long)npages;
+	int fd = pagemap_open();
+
+	if (fd < 0)
+		return -1;
+	for (size_t done = 0; done < npages && ret == (long)npages;) {
+		size_t n = npages - done < CHUNK ? npages - done : CHUNK;
+
+		if (!pagemap_read(fd, vpn + done, entries, n)) {
+			errno = ENOTSUP;
+			ret = -1;
+			break;
+		}
+		for (size_t i = 0; i < n; i++) {
+			int v = visit(ctx, done + i, entries[i]);
+
+			if (v != 0) {
+				ret = v > 0 ? (long)(done + i) : -1;
+				break;
+			}
+		}
+		done += n;
+	}
+	close(fd);
+	return ret;
+}
+
+struct phys_run_scan {
+	uint64_t first;			/* frame number of page 0 */
+	bool absent;			/* the run ended at a page not present */
+};
+
+static int phys_run_visit(void *ctx, size_t i, uint64_t entry)
+{
+	struct phys_run_scan *r = ctx;
+	uint64_t pfn = entry & PAGEMAP_PFN_MASK;
+
+	if (!(entry & PAGEMAP_PRESENT)) {
+		r->absent = true;
+		return 1;
+	}
+	if (pfn == 0) {
+		errno = EPERM;
+		return -1;
+	}
+	if (i == 0)
+		r->first = pfn;
+	return i > 0 && pfn != r->first + i;
+}
+
+/*
  * ucma_os_phys_run() - how many of the @npages pages from the page-aligned
  * @addr are present and physically contiguous with the first, read from
  * /proc/self/pagemap in a few large reads.  *@absent tells whether the run
@@ -196,48 +322,67 @@ int ucma_os_pagemap(const void *addr, uint64_t *phys)
  */
 long ucma_os_phys_run(const void *addr, size_t npages, bool *absent)
 {
-	enum { CHUNK = 512 };
-	uint64_t entries[CHUNK], first = 0;
-	uintptr_t vpn = (uintptr_t)addr >> UCMA_PAGE_SHIFT;
-	size_t done = 0;
-	long ret = (long)npages;
-	int fd = pagemap_open();
+	struct phys_run_scan r = { 0, false };
+	long k = pagemap_scan(addr, npages, phys_run_visit, &r);
 
-	*absent = false;
+	*absent = r.absent;
+	return k;
+}
+
+static int present_visit(void *ctx, size_t i, uint64_t entry)
+{
+	(void)ctx;
+	(void)i;
+	return (entry & PAGEMAP_PRESENT) != 0;
+}
+
+/*
+ * ucma_os_next_present() - the index of the first page present in the
+ * @npages pages from the page-aligned @addr, @npages when none is.  -1
+ * with errno ENOTSUP without pagemap.
+ */
+long ucma_os_next_present(const void *addr, size_t npages)
+{
+	return pagemap_scan(addr, npages, present_visit, NULL);
+}
+
+/*
+ * ucma_os_pagemap_stride() - the physical address of the first page of
+ * each of @n pieces of @stride bytes from the page-aligned @addr, read from
+ * /proc/self/pagemap (one small read per piece: the pieces are frames of
+ * a CMA area, and their pages in between need not be looked at).  A piece
+ * whose first page is not present gets 0.  Returns 0, or -1 with errno
+ * EPERM when the kernel hides frame numbers from this process, ENOTSUP
+ * without pagemap.
+ */
+int ucma_os_pagemap_stride(const void *addr, size_t stride, size_t n, uint64_t *phys)
+{
+	uintptr_t vpn = (uintptr_t)addr >> UCMA_PAGE_SHIFT;
+	size_t step = stride >> UCMA_PAGE_SHIFT;
+	int fd = pagemap_open(), rc = 0;
+
 	if (fd < 0)
 		return -1;
-	while (done < npages && ret == (long)npages) {
-		size_t n = npages - done < CHUNK ? npages - done : CHUNK;
+	for (size_t i = 0; i < n; i++) {
+		uint64_t entry;
 
-		if (!pagemap_read(fd, vpn + done, entries, n)) {
+		if (!pagemap_read(fd, vpn + i * step, &entry, 1)) {
 			errno = ENOTSUP;
-			ret = -1;
+			rc = -1;
 			break;
 		}
-		for (size_t i = 0; i < n; i++) {
-			uint64_t pfn = entries[i] & PAGEMAP_PFN_MASK;
-
-			if (!(entries[i] & PAGEMAP_PRESENT)) {
-				*absent = true;
-				ret = (long)(done + i);
-				break;
-			}
-			if (pfn == 0) {
-				errno = EPERM;
-				ret = -1;
-				break;
-			}
-			if (done + i == 0) {
-				first = pfn;
-			} else if (pfn != first + done + i) {
-				ret = (long)(done + i);
-				break;
-			}
+		phys[i] = 0;
+		if (!(entry & PAGEMAP_PRESENT))
+			continue;
+		if ((entry & PAGEMAP_PFN_MASK) == 0) {
+			errno = EPERM;
+			rc = -1;
+			break;
 		}
-		done += n;
+		phys[i] = (entry & PAGEMAP_PFN_MASK) << UCMA_PAGE_SHIFT;
 	}
 	close(fd);
-	return ret;
+	return rc;
 }
 
 uint64_t ucma_os_now_ns(void)

@@ -7,6 +7,10 @@ UCMA_SOURCES = \
 	src/os.c \
 	src/config.c \
 	src/arena.c \
+	src/frames.h \
+	src/frames.c \
+	src/memevent.h \
+	src/memevent.c \
 	src/buddy.c \
 	src/zone.c \
 	src/meta.c \

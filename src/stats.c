@@ -28,6 +28,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "frames.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -65,6 +66,9 @@ const char *const ucma_vmstat_names[UCMA_STAT_NR] = {
 	[UCMA_STAT_PURGED_PAGES] = "purged_pages",
 	[UCMA_STAT_OVERFLOW_ALLOC] = "overflow_alloc",
 	[UCMA_STAT_OVERFLOW_FREE] = "overflow_free",
+	[UCMA_STAT_MEM_EVENT_MAP] = "mem_event_map",
+	[UCMA_STAT_MEM_EVENT_UNMAP] = "mem_event_unmap",
+	[UCMA_STAT_PHYS_CONTIG_MOVED] = "phys_contig_frames_moved",
 };
 
 /* Names used inside statistic names (lower case) and in the tables. */
@@ -255,7 +259,11 @@ uint32_t ucma_bitmap_max_zero_run(const unsigned long *bm, uint32_t nbits)
 #define SNAP_PAGEBLOCKS 0x10u	/* pageblocks per migratetype: a walk */
 
 enum area_field { AREA_SIZE, AREA_USED, AREA_MAXCHUNK, AREA_ALLOCS, AREA_SUCCESS, AREA_FAIL,
+		  /* the frames behind the area (frames.c), printed in a table of their own */
+		  AREA_FILE, AREA_FRAME_SIZE, AREA_FRAMES, AREA_PHYS_RUN_MAX, AREA_PHYS_RUN_FREE,
+		  AREA_FRAMES_LENT, AREA_SORT_NS,
 		  AREA_NR_FIELDS };
+#define AREA_NR_BITMAP_FIELDS AREA_FILE
 
 /*
  * struct stats_snap - the values one report (or one ucma_stat() call) reads,
@@ -335,6 +343,18 @@ static void snap_areas(struct stats_snap *s)
 		v[AREA_ALLOCS] = ar->nr_allocs;
 		v[AREA_SUCCESS] = ar->alloc_success;
 		v[AREA_FAIL] = ar->alloc_fail;
+		{
+			struct ucma_frames_stats fs;
+
+			ucma_frames_stats_locked(ar, &fs);
+			v[AREA_FILE] = fs.kind;
+			v[AREA_FRAME_SIZE] = fs.frame_size;
+			v[AREA_FRAMES] = fs.nr_frames;
+			v[AREA_PHYS_RUN_MAX] = fs.phys_run_max;
+			v[AREA_PHYS_RUN_FREE] = fs.phys_run_free;
+			v[AREA_FRAMES_LENT] = fs.nr_lent;
+			v[AREA_SORT_NS] = fs.sort_ns;
+		}
 		pthread_mutex_unlock(&ar->lock);
 	}
 }
@@ -518,6 +538,13 @@ static const struct stat_family stat_families[] = {
 	AREA("cma_%s_allocs", AREA_ALLOCS, 0),
 	AREA("cma_%s_alloc_success", AREA_SUCCESS, EV),
 	AREA("cma_%s_alloc_fail", AREA_FAIL, EV),
+	AREA("cma_%s_file", AREA_FILE, 0),
+	AREA("cma_%s_frame_size", AREA_FRAME_SIZE, 0),
+	AREA("cma_%s_frames", AREA_FRAMES, 0),
+	AREA("cma_%s_phys_run_max", AREA_PHYS_RUN_MAX, 0),
+	AREA("cma_%s_phys_run_free", AREA_PHYS_RUN_FREE, 0),
+	AREA("cma_%s_frames_lent", AREA_FRAMES_LENT, 0),
+	AREA("cma_%s_frames_sort_ns", AREA_SORT_NS, 0),
 };
 
 /*
@@ -818,19 +845,39 @@ static void print_pagetypeinfo(struct sink *k, struct stats_snap *s)
 /* The kernel's debugfs cma/<area>/ files, one line per area (in pages). */
 static void print_areas(struct sink *k, struct stats_snap *s)
 {
-	static const char *const titles[AREA_NR_FIELDS] = { "size",   "used",    "maxchunk",
-							    "allocs", "success", "fail" };
+	static const char *const titles[AREA_NR_BITMAP_FIELDS] = { "size",   "used",    "maxchunk",
+								   "allocs", "success", "fail" };
 
 	snap_areas(s);
 	sink_printf(k, "%-20s", "CMA area (pages)");
-	for (int fi = 0; fi < AREA_NR_FIELDS; fi++)
+	for (int fi = 0; fi < AREA_NR_BITMAP_FIELDS; fi++)
 		sink_printf(k, " %10s", titles[fi]);
 	sink_printf(k, "\n");
 	for (int i = 0; i < s->a->nr_areas; i++) {
 		sink_printf(k, "%-20s", s->a->areas[i].name);
-		for (int fi = 0; fi < AREA_NR_FIELDS; fi++)
+		for (int fi = 0; fi < AREA_NR_BITMAP_FIELDS; fi++)
 			sink_printf(k, " %10llu", (unsigned long long)s->area[i][fi]);
 		sink_printf(k, "\n");
+	}
+}
+
+/* What backs each area: its file, its frames, its physically contiguous
+ * runs (KiB; 0 where physical addresses are unknown). */
+static void print_frames(struct sink *k, struct stats_snap *s)
+{
+	snap_areas(s);
+	sink_printf(k, "%-20s %10s %10s %10s %12s %12s %8s\n", "CMA area frames", "file",
+		    "frame KiB", "frames", "run max KiB", "run free KiB", "lent");
+	for (int i = 0; i < s->a->nr_areas; i++) {
+		const uint64_t *v = s->area[i];
+
+		sink_printf(k, "%-20s %10s %10llu %10llu %12llu %12llu %8llu\n",
+			    s->a->areas[i].name, ucma_frame_file_str((int)v[AREA_FILE]),
+			    (unsigned long long)v[AREA_FRAME_SIZE] >> 10,
+			    (unsigned long long)v[AREA_FRAMES],
+			    (unsigned long long)v[AREA_PHYS_RUN_MAX] >> 10,
+			    (unsigned long long)v[AREA_PHYS_RUN_FREE] >> 10,
+			    (unsigned long long)v[AREA_FRAMES_LENT]);
 	}
 }
 
@@ -887,6 +934,8 @@ static void report(struct sink *k, struct ucma_arena *a)
 		print_pagetypeinfo(k, &s);
 		sink_printf(k, "\n");
 		print_areas(k, &s);
+		sink_printf(k, "\n");
+		print_frames(k, &s);
 		sink_printf(k, "\n");
 		print_extfrag(k, &s);
 	}

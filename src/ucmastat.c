@@ -1213,14 +1213,48 @@ static int cmd_prune(void)
 
 /* A stretch of pageblocks shown under one title: a zone, or a CMA area. */
 struct section {
-	char title[128];
+	char title[192];
 	uint32_t start, end;
 };
 
 #define MAX_SECTIONS (UCMA_SHM_MAX_AREAS * 2 + UCMA_SHM_MAX_ZONES + 2)
 
-static int build_sections(const struct ucma_shm_header *h, struct section *out)
+/*
+ * What backs CMA area @name, from its counters: ", hugetlb file, 256
+ * frames of 2 MiB, physical runs up to 68 MiB"; empty when the segment
+ * has no such counters (an older library).
+ */
+static void frames_note(const struct seg *s, const char *name, char *buf, size_t len)
 {
+	static const char *const files[] = { "anonymous", "shmem file", "hugetlb file" };
+	char key[UCMA_SHM_NAME_MAX];
+	uint64_t kind, fsize, frames, run;
+
+	buf[0] = '\0';
+	snprintf(key, sizeof(key), "cma_%s_file", name);
+	if (!counter_find(s, key))
+		return;
+	kind = counter_value(s, key, 0);
+	snprintf(key, sizeof(key), "cma_%s_frame_size", name);
+	fsize = counter_value(s, key, 0);
+	snprintf(key, sizeof(key), "cma_%s_frames", name);
+	frames = counter_value(s, key, 0);
+	snprintf(key, sizeof(key), "cma_%s_phys_run_max", name);
+	run = counter_value(s, key, 0);
+	if (!fsize) {
+		snprintf(buf, len, ", %s, no frames", files[kind < 3 ? kind : 0]);
+		return;
+	}
+	snprintf(buf, len, ", %s, %llu frames of %llu KiB", files[kind < 3 ? kind : 0],
+		 (unsigned long long)frames, (unsigned long long)(fsize >> 10));
+	if (run)
+		snprintf(buf + strlen(buf), len - strlen(buf), ", physical runs up to %llu MiB",
+			 (unsigned long long)(run >> 20));
+}
+
+static int build_sections(const struct seg *s, struct section *out)
+{
+	const struct ucma_shm_header *h = s->h;
 	int n = 0;
 
 	for (uint32_t zi = 0; zi < h->nr_zones; zi++) {
@@ -1252,9 +1286,14 @@ static int build_sections(const struct ucma_shm_header *h, struct section *out)
 			}
 			if (!next || n >= MAX_SECTIONS - 1)
 				break;
-			snprintf(out[n].title, sizeof(out[n].title),
-				 "zone %.32s, CMA area %.32s (%.16s)", z->name, next->name,
-				 next->backing);
+			{
+				char note[96];
+
+				frames_note(s, next->name, note, sizeof(note));
+				snprintf(out[n].title, sizeof(out[n].title),
+					 "zone %.32s, CMA area %.32s (%.16s%s)", z->name,
+					 next->name, next->backing, note);
+			}
 			out[n].start = next->start_pb;
 			out[n].end = next->end_pb < z->end_pb ? next->end_pb : z->end_pb;
 			pos = out[n].end;
@@ -1303,7 +1342,7 @@ static int cmd_map(pid_t pid, bool color)
 	printf("ucma arena of process %ld (%.16s): %s, %u pageblocks of %s, updated %.1f s ago\n",
 	       (long)pid, s.h->comm, size_str(s.h->arena_size, sz1), s.h->nr_pageblocks,
 	       size_str((uint64_t)s.h->pageblock_pages * s.h->page_size, sz2), seg_age(&s));
-	nsec = build_sections(s.h, sec);
+	nsec = build_sections(&s, sec);
 	for (int i = 0; i < nsec; i++) {
 		printf("%s: pageblocks %u-%u\n", sec[i].title, sec[i].start, sec[i].end - 1);
 		for (uint32_t row = sec[i].start; row < sec[i].end; row += MAP_WIDTH) {
@@ -1387,7 +1426,7 @@ static int cmd_svg(pid_t pid, const char *file)
 	FILE *f;
 
 	seg_open_or_die(pid, &s);
-	nsec = build_sections(s.h, sec);
+	nsec = build_sections(&s, sec);
 	width = SVG_MARGIN * 2 + SVG_LABEL + MAP_WIDTH * SVG_PITCH;
 	height = SVG_MARGIN + 2 * SVG_LINE;
 	for (int i = 0; i < nsec; i++)

@@ -32,7 +32,9 @@
  * epoch advances and dirty free blocks of an older epoch are returned to the
  * kernel with MADV_DONTNEED (order >= UCMA_PURGE_MIN_ORDER, so the cost of
  * the system call is amortised).  Zones on hugetlb pages are not purged:
- * hugetlb memory is reserved and cannot be given back in pieces.
+ * hugetlb memory is reserved and cannot be given back in pieces.  Nor are
+ * CMA areas on files (frames.c): their frames are the reservation, and
+ * MADV_DONTNEED would not even free a shared page, only unmap it.
  *
  * Locking: each zone's lock protects its free lists and the metadata of its
  * free pages and pageblocks (see struct ucma_zone).  Functions here take the
@@ -92,9 +94,10 @@ static unsigned order_for(uint32_t npages)
 	return npages <= 1 ? 0 : 32u - (unsigned)__builtin_clz(npages - 1);
 }
 
-static bool zone_is_hugetlb(const struct ucma_zone *z)
+static bool zone_keeps_memory(const struct ucma_zone *z)
 {
-	return z->backing == UCMA_BACKING_HUGETLB_1G || z->backing == UCMA_BACKING_HUGETLB_2M;
+	return z->file_backed || z->backing == UCMA_BACKING_HUGETLB_1G ||
+	       z->backing == UCMA_BACKING_HUGETLB_2M;
 }
 
 /* Mark [pfn, pfn + npages) as an allocated run (caller holds the lock). */
@@ -839,7 +842,7 @@ void ucma_zone_purge(struct ucma_zone *z, bool all)
 	uint64_t purged = 0;
 	uint32_t epoch;
 
-	if (zone_is_hugetlb(z))
+	if (zone_keeps_memory(z))
 		return;
 	pthread_mutex_lock(&z->lock);
 	epoch = z->purge_epoch++;
@@ -869,7 +872,7 @@ static void maybe_purge(struct ucma_zone *z)
 {
 	uint64_t now, next;
 
-	if (ucma_opt.decay_ms == 0 || zone_is_hugetlb(z))
+	if (ucma_opt.decay_ms == 0 || zone_keeps_memory(z))
 		return;
 	now = ucma_os_now_ns();
 	next = atomic_load_explicit(&next_purge_ns[z->id], memory_order_relaxed);

@@ -16,6 +16,7 @@ run() {
 }
 run "demo runs (fragment, map, compact, allocate)" env UCMASTAT="$b/ucmastat" "$b/examples/demo"
 run "device_buffer reads a file into a contiguous buffer" "$b/examples/device_buffer"
+run "phys_contig asks for 8 MiB physically contiguous (or says why not)" "$b/examples/phys_contig"
 run "handles: pin/RCU reads while compaction runs" "$b/examples/handles"
 run "numa places the arena on node 0" "$b/examples/numa" 0
 if [ -n "${UCMA_TEST_SANITIZER:-}" ]; then

@@ -10,9 +10,13 @@
 #ifndef UCMA_TAP_H
 #define UCMA_TAP_H
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static int tap_n, tap_failed, tap_planned = -1;
 
@@ -95,6 +99,48 @@ __attribute__((format(printf, 1, 2), noreturn)) static inline void bail_out(cons
 	printf("\n");
 	fflush(stdout);
 	exit(1);
+}
+
+/*
+ * tap_in_child() - run @fn in a child process, which continues the TAP
+ * numbering and sends its counters back through a pipe, then calls
+ * @before_exit (if any) and exit() (so its atexit handlers run: a hugetlb
+ * pool reserved there is given back).  A child that dies counts as one
+ * failure.  For cases that need a process of their own.
+ */
+static inline void tap_in_child(const char *what, void (*fn)(void), void (*before_exit)(void))
+{
+	int fds[2], status;
+	int counts[2] = { 0, 0 };
+	pid_t pid;
+
+	if (pipe(fds) != 0)
+		bail_out("pipe: %s", strerror(errno));
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		close(fds[0]);
+		fn();
+		counts[0] = tap_n;
+		counts[1] = tap_failed;
+		if (write(fds[1], counts, sizeof(counts)) != (ssize_t)sizeof(counts))
+			_exit(2);
+		if (before_exit)
+			before_exit();
+		exit(0);
+	}
+	close(fds[1]);
+	if (pid < 0 || read(fds[0], counts, sizeof(counts)) != (ssize_t)sizeof(counts)) {
+		close(fds[0]);
+		if (pid > 0)
+			waitpid(pid, &status, 0);
+		ok(0, "%s: the child process died", what);
+		return;
+	}
+	close(fds[0]);
+	waitpid(pid, &status, 0);
+	tap_n = counts[0];
+	tap_failed += counts[1];
 }
 
 static inline int done(void)

@@ -23,6 +23,7 @@ include tests/integration/integration.mk
 include tests/fuzz/fuzz.mk
 include tests/unit/malloc.mk
 include tests/bench/bench.mk
+include tests/bench/frag.mk
 EXTRA_DIST += tests/run-all.sh
 if ENABLE_ASAN
 AM_TESTS_ENVIRONMENT += UCMA_TEST_SANITIZER=asan; export UCMA_TEST_SANITIZER;

@@ -21,7 +21,7 @@
 #define TU_HUGEPAGES_LOCK "/tmp/ucma-test-hugepages.lock"
 
 static char tu_hp_path[128];
-static long tu_hp_old = -1;
+static long tu_hp_added = -1;	/* pages this process added to the pool; -1: none */
 static int tu_hp_lockfd = -1;
 
 static inline long tu_read_long(const char *path)
@@ -50,11 +50,14 @@ static inline int tu_write_long(const char *path, long v)
 	return rc;
 }
 
+/* Take back what this process added, whatever others did meanwhile. */
 static void tu_hugepages_restore(void)
 {
-	if (tu_hp_old >= 0)
-		tu_write_long(tu_hp_path, tu_hp_old);
-	tu_hp_old = -1;
+	long now = tu_hp_added > 0 ? tu_read_long(tu_hp_path) : -1;
+
+	if (now >= 0)
+		tu_write_long(tu_hp_path, now > tu_hp_added ? now - tu_hp_added : 0);
+	tu_hp_added = -1;
 	if (tu_hp_lockfd >= 0)
 		close(tu_hp_lockfd);	/* drops the flock */
 	tu_hp_lockfd = -1;
@@ -63,13 +66,16 @@ static void tu_hugepages_restore(void)
 /*
  * tu_hugepages_reserve() - make @count free hugetlb pages of @kb KiB
  * available to this test, as root.  Holds an exclusive lock file for the
- * life of the process so parallel tests do not race on the pool, and
- * restores the old pool size at exit.  Returns 0, or -1 with a reason
- * (not root, kernel refused, not enough memory) in @why.
+ * life of the process so parallel tests do not race on the pool.  The
+ * pages are added to the pool whatever it holds already (free pages there
+ * may belong to another program that is about to use them), and exactly
+ * those are taken back at exit, so concurrent users of the pool keep
+ * theirs.  Returns 0, or -1 with a reason (not root, kernel refused, not
+ * enough memory) in @why.
  */
 static inline int tu_hugepages_reserve(long kb, long count, char *why, size_t whylen)
 {
-	long total, freep, want;
+	long total, freep;
 	char freepath[128];
 
 	if (geteuid() != 0) {
@@ -96,19 +102,40 @@ static inline int tu_hugepages_reserve(long kb, long count, char *why, size_t wh
 		tu_hugepages_restore();
 		return -1;
 	}
-	tu_hp_old = total;
+	if (tu_write_long(tu_hp_path, total + count) != 0) {
+		snprintf(why, whylen, "cannot grow the %ld KiB hugepage pool", kb);
+		tu_hugepages_restore();
+		return -1;
+	}
+	tu_hp_added = tu_read_long(tu_hp_path) - total;
 	atexit(tu_hugepages_restore);
-	if (freep >= count)
-		return 0;
-	want = total + (count - freep);
-	if (tu_write_long(tu_hp_path, want) != 0 ||
-	    tu_read_long(freepath) < count) {
+	if (tu_hp_added < count || tu_read_long(freepath) < count) {
 		snprintf(why, whylen, "the kernel gave fewer than %ld free %ld KiB hugepages",
 			 count, kb);
 		tu_hugepages_restore();
 		return -1;
 	}
 	return 0;
+}
+
+/* Unset every UCMA_* option variable, so the harness's environment does
+ * not change a test's cases (the UCMA_TEST_* ones stay). */
+static inline void tu_clear_env(void)
+{
+	extern char **environ;
+	char name[256];
+
+	for (;;) {
+		char **e;
+
+		for (e = environ; *e; e++)
+			if (strncmp(*e, "UCMA_", 5) == 0 && strncmp(*e, "UCMA_TEST_", 10) != 0)
+				break;
+		if (!*e)
+			return;
+		snprintf(name, sizeof(name), "%.*s", (int)strcspn(*e, "="), *e);
+		unsetenv(name);
+	}
 }
 
 /* A 64-bit FNV-1a checksum; good enough to detect any corrupted byte. */
@@ -152,6 +179,20 @@ static inline int tu_check(const void *p, size_t n, uint64_t seed)
 			return 0;
 	}
 	return 1;
+}
+
+/* This process's resident memory in KiB (/proc/self/statm), or -1. */
+static inline long tu_rss_kb(void)
+{
+	long size, resident;
+	FILE *f = fopen("/proc/self/statm", "r");
+
+	if (!f)
+		return -1;
+	if (fscanf(f, "%ld %ld", &size, &resident) != 2)
+		resident = -1;
+	fclose(f);
+	return resident < 0 ? -1 : resident * (sysconf(_SC_PAGESIZE) / 1024);
 }
 
 static inline uint64_t tu_now_ns(void)

@@ -41,28 +41,8 @@
 #define MiB ((size_t)1 << 20)
 #define GiB ((size_t)1 << 30)
 
-extern char **environ;
-
 static struct ucma_arena *a;
 static bool thp_ok;		/* THP is not "never" */
-
-/* Unset every UCMA_* option variable (the harness's UCMA_TEST_* stay). */
-static void clear_env(void)
-{
-	char name[256];
-
-	for (;;) {
-		char **e;
-
-		for (e = environ; *e; e++)
-			if (strncmp(*e, "UCMA_", 5) == 0 && strncmp(*e, "UCMA_TEST_", 10) != 0)
-				break;
-		if (!*e)
-			return;
-		snprintf(name, sizeof(name), "%.*s", (int)strcspn(*e, "="), *e);
-		unsetenv(name);
-	}
-}
 
 /* Start again with @cfg; returns the arena or NULL (errno set). */
 static struct ucma_arena *start(const struct ucma_config *cfg)
@@ -622,45 +602,6 @@ static void test_populate(void)
 /* Hugetlb cases, each in a child process holding the pool lock             */
 /* ------------------------------------------------------------------------ */
 
-/*
- * Run @fn in a child process, which continues the TAP numbering and sends
- * its counters back through a pipe.  If the child dies, its checks count as
- * one failure.
- */
-static void in_child(const char *what, void (*fn)(void))
-{
-	int fds[2], status;
-	int counts[2] = { 0, 0 };
-	pid_t pid;
-
-	if (pipe(fds) != 0)
-		bail_out("pipe: %s", strerror(errno));
-	fflush(NULL);
-	pid = fork();
-	if (pid == 0) {
-		close(fds[0]);
-		fn();
-		counts[0] = tap_n;
-		counts[1] = tap_failed;
-		if (write(fds[1], counts, sizeof(counts)) != (ssize_t)sizeof(counts))
-			_exit(2);
-		ucma_test_reset();
-		exit(0);	/* atexit: the hugepage pool is restored */
-	}
-	close(fds[1]);
-	if (pid < 0 || read(fds[0], counts, sizeof(counts)) != (ssize_t)sizeof(counts)) {
-		close(fds[0]);
-		if (pid > 0)
-			waitpid(pid, &status, 0);
-		ok(0, "%s: the child process died", what);
-		return;
-	}
-	close(fds[0]);
-	waitpid(pid, &status, 0);
-	tap_n = counts[0];
-	tap_failed += counts[1];
-}
-
 #define HUGE2M_CHECKS (3 * CASE_CHECKS + 5)
 
 /* Is every page of [p, p + len) physically where the first one says? */
@@ -783,7 +724,7 @@ static void case_hugetlb_1g(void)
 int main(void)
 {
 	plan_no_plan();
-	clear_env();
+	tu_clear_env();
 	thp_ok = ucma_os_thp_available();
 	diag("THP %s; free hugetlb pages: 2M %ld, 1G %ld; %s", thp_ok ? "usable" : "never",
 	     ucma_os_hugetlb_free_pages(UCMA_PAGEBLOCK_SIZE), ucma_os_hugetlb_free_pages(GiB),
@@ -797,7 +738,7 @@ int main(void)
 	test_dontfork();
 	test_populate();
 	ucma_test_reset();
-	in_child("hugetlb 2M", case_hugetlb_2m);
-	in_child("hugetlb 1G", case_hugetlb_1g);
+	tap_in_child("hugetlb 2M", case_hugetlb_2m, ucma_test_reset);
+	tap_in_child("hugetlb 1G", case_hugetlb_1g, ucma_test_reset);
 	return done();
 }

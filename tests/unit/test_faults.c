@@ -17,7 +17,14 @@
  *  - madvise(MADV_DONTFORK) or MADV_POPULATE_WRITE fails: one message each,
  *    start-up succeeds;
  *  - madvise(MADV_DONTNEED) fails during a purge: the blocks stay dirty,
- *    the zone invariants hold, and a later purge returns them.
+ *    the zone invariants hold, and a later purge returns them;
+ *  - the files behind the CMA areas cannot be made (memfd_create or
+ *    ftruncate refused): each step of the chain falls back to private
+ *    memory of the same kind, without a message, and works as before
+ *    frames; fallocate of a hugetlb file fails: the next step is taken;
+ *  - the child of a fork cannot copy the CMA areas (pwrite refused, or no
+ *    file for it): it copies into private memory, or says why and aborts,
+ *    never runs on with missing data.
  *
  * Messages go to fd 2, which each case captures to count them.
  *
@@ -30,9 +37,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include "frames.h"
 #include "tap.h"
 #include "testutil.h"
 
@@ -61,6 +71,10 @@ static struct {
 	long fake_hugetlb_free;		/* >= 0: hugetlb_free_pages() claims this */
 	int fail_advice[4];		/* madvise with these advices fails; 0 ends */
 	bool fail_mbind;
+	bool fail_memfd;		/* memfd_create fails with EMFILE */
+	bool fail_ftruncate;		/* ftruncate fails with EFBIG */
+	bool fail_fallocate;		/* fallocate fails with ENOSPC */
+	bool fail_pwrite;		/* pwrite fails with ENOSPC */
 } fault;
 
 /* What the fake calls saw. */
@@ -69,6 +83,9 @@ static struct {
 	int hugetlb_mmaps;		/* MAP_HUGETLB attempts */
 	int advice_failed;		/* madvise calls failed on purpose */
 	int mbind_calls;
+	int hugetlb_files;		/* memfd_create(MFD_HUGETLB) attempts */
+	int memfds;			/* memfd_create attempts */
+	int fallocates;
 } seen;
 
 /* Mappings made through the table and not unmapped yet (leak check). */
@@ -166,6 +183,51 @@ static long fake_hugetlb_free_pages(size_t page_size)
 	return real.hugetlb_free_pages(page_size);
 }
 
+static int fake_memfd_create(const char *name, unsigned flags)
+{
+	seen.memfds++;
+	if (flags & MFD_HUGETLB) {
+		seen.hugetlb_files++;
+		if (fault.refuse_hugetlb) {
+			errno = ENOMEM;
+			return -1;
+		}
+	}
+	if (fault.fail_memfd) {
+		errno = EMFILE;
+		return -1;
+	}
+	return real.memfd_create(name, flags);
+}
+
+static int fake_ftruncate(int fd, off_t len)
+{
+	if (fault.fail_ftruncate) {
+		errno = EFBIG;
+		return -1;
+	}
+	return real.ftruncate(fd, len);
+}
+
+static int fake_fallocate(int fd, int mode, off_t off, off_t len)
+{
+	seen.fallocates++;
+	if (fault.fail_fallocate) {
+		errno = ENOSPC;
+		return -1;
+	}
+	return real.fallocate(fd, mode, off, len);
+}
+
+static ssize_t fake_pwrite(int fd, const void *buf, size_t len, off_t off)
+{
+	if (fault.fail_pwrite) {
+		errno = ENOSPC;
+		return -1;
+	}
+	return real.pwrite(fd, buf, len, off);
+}
+
 /* Install the fakes (which pass through while no fault is set). */
 static void os_fake(void)
 {
@@ -177,6 +239,10 @@ static void os_fake(void)
 	ucma_os.madvise = fake_madvise;
 	ucma_os.mbind = fake_mbind;
 	ucma_os.hugetlb_free_pages = fake_hugetlb_free_pages;
+	ucma_os.memfd_create = fake_memfd_create;
+	ucma_os.ftruncate = fake_ftruncate;
+	ucma_os.fallocate = fake_fallocate;
+	ucma_os.pwrite = fake_pwrite;
 }
 
 static void os_restore(void)
@@ -346,20 +412,150 @@ static void test_hugetlb_refused(void)
 	fault.fake_hugetlb_free = 1 << 20;
 	fault.refuse_hugetlb = true;
 	ok(init_captured(&cfg, false) == 0 && a, "pool claims 2^20 free pages, mmap refuses "
-	   "MAP_HUGETLB: ucma_init succeeds");
-	ok(seen.hugetlb_mmaps >= 2, "both zones tried hugetlb (%d attempts)", seen.hugetlb_mmaps);
+	   "MAP_HUGETLB and memfd_create refuses MFD_HUGETLB: ucma_init succeeds");
+	ok(seen.hugetlb_mmaps >= 2 && seen.hugetlb_files >= 1,
+	   "both zones tried hugetlb (%d mappings, %d files)", seen.hugetlb_mmaps,
+	   seen.hugetlb_files);
 	ok(a && names_are(thp_or_none(), thp_or_none()), "both zones fell back to %s",
 	   thp_or_none());
 	ok(msg[0] == '\0', "falling back is no error: no message");
 	ok(a && arena_works(), "the reservation is intact: both zones usable");
 
-	/* 1 GiB CMA zone asking for 1 GiB pages: 1G and 2M refused. */
+	/* 1 GiB CMA zone asking for 1 GiB pages: 1G and 2M refused, each as
+	 * a file and then as private memory. */
 	cfg = cfg_of(GiB + 16 * MiB, GiB, UCMA_BACKING_HUGETLB_1G, UCMA_BACKING_NONE);
-	seen.hugetlb_mmaps = 0;
+	seen.hugetlb_mmaps = seen.hugetlb_files = 0;
 	ok(init_captured(&cfg, false) == 0 && a && seen.hugetlb_mmaps == 2 &&
-		   names_are(thp_or_none(), "none") && arena_works(),
-	   "1G then 2M refused for a 1 GiB CMA zone: %s, usable", thp_or_none());
+		   seen.hugetlb_files == 2 && names_are(thp_or_none(), "none") && arena_works(),
+	   "1G then 2M refused for a 1 GiB CMA zone: %s, usable (%d mappings, %d files)",
+	   thp_or_none(), seen.hugetlb_mmaps, seen.hugetlb_files);
 	os_restore();
+}
+
+/* The cma_<area>_file statistic of the default area, or -1. */
+static long area_file(void)
+{
+	uint64_t v;
+
+	return ucma_stat("cma_default_file", &v) == 0 ? (long)v : -1;
+}
+
+/*
+ * No file for the CMA areas: the chain goes on with private memory of the
+ * same kind, silently, and the arena works as before frames existed;
+ * movable objects and a contiguous buffer there survive a fork in the
+ * child (copy-on-write, the old rule).
+ */
+static void test_no_file(void)
+{
+	struct ucma_config cfg = cfg_of(32 * MiB, 16 * MiB, UCMA_BACKING_NONE, UCMA_BACKING_NONE);
+	static const char *const how[] = { "memfd_create", "ftruncate" };
+
+	for (int i = 0; i < 2; i++) {
+		os_fake();
+		fault.fail_memfd = i == 0;
+		fault.fail_ftruncate = i == 1;
+		ok(init_captured(&cfg, false) == 0 && a && msg[0] == '\0',
+		   "%s fails: ucma_init works, no message", how[i]);
+		ok(a && seen.memfds >= 1 && names_are("none", "none") && area_file() == 0 &&
+			   a->areas[0].frames->nr_frames == 0 && arena_works(),
+		   "%s fails: the CMA area is private memory without frames, and works", how[i]);
+		os_restore();
+	}
+	{
+		char *p = ucma_alloc(64 * 1024, 0, UCMA_ALLOC_ZERO);
+		int status = -1;
+		pid_t pid;
+
+		if (p)
+			memset(p, 0x5a, 64 * 1024);
+		fflush(NULL);
+		pid = p ? fork() : -1;
+		if (pid == 0)
+			_exit(p[4095] == 0x5a && p[65535] == 0x5a ? 0 : 1);
+		if (pid > 0)
+			waitpid(pid, &status, 0);
+		ok(p && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+		   "without frames a child still sees the parent's buffer (status %#x)", status);
+		if (p)
+			ucma_release(p);
+	}
+
+	/* A hugetlb file that cannot be allocated: the next step. */
+	cfg = cfg_of(32 * MiB, 16 * MiB, UCMA_BACKING_HUGETLB_2M, UCMA_BACKING_NONE);
+	os_fake();
+	fault.fake_hugetlb_free = 1 << 20;
+	fault.fail_fallocate = true;
+	fault.refuse_hugetlb = false;
+	ok(init_captured(&cfg, false) == 0 && a && msg[0] == '\0',
+	   "fallocate of the hugetlb file fails: ucma_init works, no message");
+	ok(a && (seen.fallocates >= 1 || seen.hugetlb_files >= 1) &&
+		   strcmp(ucma_backing_name("cma"), "hugetlb-2M") != 0 && arena_works(),
+	   "the CMA area went down the chain (%s, %d fallocates) and works",
+	   a ? ucma_backing_name("cma") : "-", seen.fallocates);
+	os_restore();
+}
+
+/*
+ * The child of a fork must copy the parent's live CMA memory.  pwrite into
+ * its new file refused: the child says so and aborts (it must not run on
+ * with zeros where its objects are).  No file for the child: it copies
+ * into private memory and its data is intact.
+ */
+static void test_fork_copy_fails(void)
+{
+	struct ucma_config cfg = cfg_of(32 * MiB, 16 * MiB, UCMA_BACKING_NONE, UCMA_BACKING_NONE);
+	char *p;
+
+	if (init_captured(&cfg, false) != 0 || !a || area_file() != 1) {
+		skip(3, "the CMA area has no shmem file here (file kind %ld)", area_file());
+		return;
+	}
+	p = ucma_alloc(256 * 1024, 0, 0);
+	if (!p) {
+		ok(0, "a contiguous buffer for the fork checks: %s", strerror(errno));
+		skip(2, "no buffer");
+		return;
+	}
+	memset(p, 0x3c, 256 * 1024);
+	for (int i = 0; i < 2; i++) {
+		int fds[2], status = -1, saved;
+		char why[512] = "";
+		ssize_t n = 0;
+		pid_t pid;
+
+		/* The child speaks from inside fork(): its fd 2 is the pipe. */
+		fflush(NULL);
+		saved = dup(STDERR_FILENO);
+		if (pipe(fds) != 0 || saved < 0 || dup2(fds[1], STDERR_FILENO) < 0)
+			bail_out("pipe: %s", strerror(errno));
+		os_fake();
+		fault.fail_pwrite = i == 0;
+		fault.fail_memfd = i == 1;
+		pid = fork();
+		if (pid == 0)
+			_exit(p[0] == 0x3c && p[256 * 1024 - 1] == 0x3c ? 0 : 1);
+		os_restore();
+		dup2(saved, STDERR_FILENO);
+		close(saved);
+		close(fds[1]);
+		if (pid > 0) {
+			n = read(fds[0], why, sizeof(why) - 1);
+			waitpid(pid, &status, 0);
+		}
+		close(fds[0]);
+		why[n > 0 ? n : 0] = '\0';
+		if (i == 0)
+			ok(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT &&
+				   strstr(why, "fork: cannot copy") != NULL,
+			   "pwrite refused in the child: it aborts, saying why (status %#x: %.80s)",
+			   status, why);
+		else
+			ok(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+			   "no file for the child: it copies into private memory, data intact "
+			   "(status %#x)", status);
+	}
+	ok(p[0] == 0x3c && ucma_release(p) == 0, "the parent's buffer is untouched");
 }
 
 static void test_madv_hugepage_fails(void)
@@ -522,6 +718,8 @@ int main(void)
 	test_reservation_fails();
 	test_metadata_fails();
 	test_hugetlb_refused();
+	test_no_file();
+	test_fork_copy_fails();
 	test_madv_hugepage_fails();
 	test_mbind_fails();
 	test_advice_fails();

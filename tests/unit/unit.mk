@@ -16,3 +16,10 @@ tests_unit_test_handles_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_handles_LDADD = $(TEST_LDADD)
 tests_unit_test_cma_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_cma_LDADD = $(TEST_LDADD)
+
+## The frame layer: CMA areas on files, physical order, PHYS_CONTIG from
+## the frame table, ucma_vtophys, memory events, fork.
+check_PROGRAMS += tests/unit/test_frames
+TESTS += tests/unit/test_frames
+tests_unit_test_frames_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_frames_LDADD = $(TEST_LDADD)

@@ -1,0 +1,37 @@
+/*
+ * memevent.h - memory events for device stacks: which ranges of the CMA
+ * areas are backed (MAP) and which are about to lose or change their
+ * backing (UNMAP).  The public side is ucma_mem_event_register() and
+ * ucma_mem_event_unregister() (ucma.h); the producers are frames.c today
+ * and the borrowers of frames tomorrow.
+ *
+ * A producer posts an event with ucma_mem_event_post(), under whatever
+ * lock it holds, and later calls ucma_mem_event_deliver() with no ucma
+ * lock held.  UNMAP means "about to": post it, deliver, and only then
+ * unmap or remap.  MAP comes after the range is backed.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef UCMA_MEMEVENT_H
+#define UCMA_MEMEVENT_H
+
+#include "internal.h"
+
+/*
+ * Record @ev for [@addr, @addr + @len) and queue it for the callbacks
+ * registered now.  Cheap; takes only the event lock (innermost but for
+ * meta.c's), so any caller may post.  The range joins or leaves the set
+ * that a late registrant is replayed.
+ */
+UCMA_INTERNAL void ucma_mem_event_post(enum ucma_mem_event ev, void *addr, size_t len);
+
+/*
+ * Call the callbacks for every queued event, in order, one event at a
+ * time.  The caller holds no ucma lock.  Returns at once when nothing is
+ * queued, and when called from inside a callback (the outer delivery goes
+ * on with what was posted meanwhile).
+ */
+UCMA_INTERNAL void ucma_mem_event_deliver(void);
+
+
+#endif /* UCMA_MEMEVENT_H */
