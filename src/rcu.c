@@ -52,17 +52,7 @@ static char grace_period_token;
 #define TSAN_ACQUIRE_GRACE()  ((void)0)
 #endif
 
-/*
- * struct ucma_rcu_thread - the calling thread's sections.  Only the
- * thread itself reads or writes it (initial-exec TLS: no call to reach it).
- */
-struct ucma_rcu_thread {
-	unsigned long depth;	/* sections open through ucma */
-	bool in_urcu;		/* the outermost one entered liburcu */
-};
-
-static __thread struct ucma_rcu_thread ucma_rcu_self
-	__attribute__((tls_model("initial-exec")));
+__thread struct ucma_rcu_thread ucma_rcu_self __attribute__((tls_model("initial-exec")));
 
 /* Set once, in the child of a fork made inside a section (single-threaded
  * then; threads made later see it through pthread_create). */
@@ -88,11 +78,6 @@ void ucma_rcu_read_unlock(void)
 		TSAN_RELEASE_READER();
 		urcu_bp_read_unlock();
 	}
-}
-
-unsigned long ucma_rcu_depth(void)
-{
-	return ucma_rcu_self.depth;
 }
 
 /* A section the thread opened with liburcu-bp itself.  Reads liburcu's
