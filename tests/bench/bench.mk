@@ -14,3 +14,15 @@ EXTRA_DIST += tests/bench/malloc.sh tests/bench/RESULTS.md
 bench: bench-malloc
 bench-malloc: tests/bench/bench_malloc$(EXEEXT) libucma-preload.la
 	top_builddir=$(top_builddir) $(SHELL) $(top_srcdir)/tests/bench/malloc.sh
+
+## Reaching a movable object: pin + unpin and the read side against two
+## compare-and-swap and a plain load.  `make bench-handles`.
+check_PROGRAMS += tests/bench/bench_handles
+tests_bench_bench_handles_SOURCES = tests/bench/bench_handles.c
+tests_bench_bench_handles_CPPFLAGS = $(AM_CPPFLAGS)
+tests_bench_bench_handles_LDADD = libucma.la -lpthread
+
+.PHONY: bench-handles
+bench: bench-handles
+bench-handles: tests/bench/bench_handles$(EXEEXT)
+	UCMA_COMPACT=0 ./tests/bench/bench_handles$(EXEEXT)
