@@ -148,6 +148,19 @@ enum ucma_migratetype {
 
 #define UCMA_PB_SKIP      0x01u	/* compaction skip hint */
 
+/*
+ * struct ucma_pageblock - state of one 2 MiB pageblock, out of band.
+ *
+ * Locking: mt, saved_mt and nr_free belong to the zone lock (readers hold
+ * it too); zone is set when the arena is made and never changes.
+ * isolate_count is written under the zone lock with an atomic store, and
+ * movable slabs read it without the lock (an acquire load): a stale
+ * count either passes over a pageblock just released, or lets one new
+ * object into a pageblock being emptied, which the emptier's next round
+ * (cma.c, compact.c) finds and moves out again.  flags (the skip
+ * hints) belong to the zone's compact_lock; a byte of its own, so their
+ * writes never touch the fields the zone lock guards.
+ */
 struct ucma_pageblock {
 	uint8_t mt;		/* enum ucma_migratetype */
 	uint8_t saved_mt;	/* migratetype before isolation */
