@@ -750,6 +750,8 @@ UCMA_INTERNAL uint64_t ucma_overflow_bytes(void);
  * it stands for "no cache" (a thread being created or past its
  * destructor) and sends every request to the central bins.
  */
+#define UCMA_TBIN_MAX_CAP 128u	/* the largest bin (tcache.c, cap_for()) */
+
 struct ucma_tbin {
 	void **stack;			/* stack[0..n): cached objects, top at n-1 */
 	uint16_t n;
@@ -761,6 +763,19 @@ struct ucma_tbin {
 };
 /* Frees need no counter of their own: held - n objects went out through
  * this bin and were not freed into it, so nfree = nmalloc - held + n. */
+
+/*
+ * Push @p on bin @b holding @n objects (n < cap).  Other threads look for
+ * blocks in the stack (ucma_tcache_any_holds()), so the entry is stored
+ * atomically and published by the release store of the new count: a
+ * reader that sees the count sees the entries below it.  Both are plain
+ * moves on x86.
+ */
+static inline void ucma_tbin_push(struct ucma_tbin *b, unsigned n, void *p)
+{
+	__atomic_store_n(&b->stack[n], p, __ATOMIC_RELAXED);
+	__atomic_store_n(&b->n, (uint16_t)(n + 1), __ATOMIC_RELEASE);
+}
 
 struct ucma_tcache {
 	struct ucma_tbin bins[UCMA_NR_CLASSES];
@@ -788,8 +803,9 @@ UCMA_INTERNAL void *ucma_tcache_alloc_slow(struct ucma_tcache *tc, unsigned cls)
 /* Bin @cls of @tc is full (or @tc is the dummy): make room and push @p. */
 UCMA_INTERNAL void ucma_tcache_free_slow(struct ucma_tcache *tc, unsigned cls, void *p);
 UCMA_INTERNAL void ucma_tcache_flush_all(struct ucma_tcache *tc);
-/* Is @p parked in bin @cls of @tc? */
-UCMA_INTERNAL bool ucma_tcache_bin_holds(struct ucma_tcache *tc, unsigned cls, const void *p);
+/* Is @p parked in bin @cls of any thread's cache?  For free()'s slow
+ * path, taken only for a block that carries the free marker. */
+UCMA_INTERNAL bool ucma_tcache_any_holds(unsigned cls, const void *p);
 /* Count a large block allocated (+1) or freed (-1) by the calling thread. */
 UCMA_INTERNAL void ucma_tcache_count_large(int dir, size_t usable, size_t arena_pages);
 /* Sum every thread's counters (and those of exited threads) into @out. */

@@ -20,10 +20,15 @@
  *
  * Hostile input: a freed small object carries a per-process random marker
  * in its second word (AddressSanitizer builds poison it instead).  free()
- * finding the marker looks for the object in its own cache bin and in the
- * slab's bitmap before it concludes "double free"; giving a batch back to
- * a slab checks each object's bit, so a double free through another
- * thread's cache is caught at the latest there.  Interior pointers fail
+ * finding the marker looks for the object in the bin of its class in
+ * every thread's cache and in the slab's bitmap before it concludes
+ * "double free" (live data that happens to hold the marker is freed
+ * normally); giving a batch back to a slab checks each object's bit as
+ * well.  The fast paths never look further than the marker, so correct
+ * programs pay nothing for the walk.  What escapes: a block whose marker
+ * the program overwrote after the first free (use after free), a block
+ * already handed out again, and a second free racing the first or racing
+ * the block's move between a cache and its slab.  Interior pointers fail
  * the exact offset check (a multiplication by the class's reciprocal).
  * Every such error prints one line naming the call and the address and
  * aborts before any metadata changes.
@@ -361,20 +366,18 @@ static inline void *small_alloc(struct ucma_tcache *tc, unsigned cls)
 	return p;
 }
 
-/* Is the small object @p of slab @s already free (in our cache or in its
- * slab, or - with AddressSanitizer - anywhere)?  Called only when @p
- * carries the free marker, which live data matches by chance only. */
-static bool small_is_freed(struct ucma_tcache *tc, struct ucma_slab *s, const void *p)
+/* Is the small object @p of slab @s already free: parked in any thread's
+ * cache or free in its slab (with AddressSanitizer: poisoned)?  Called
+ * only when @p carries the free marker, which live data matches by chance
+ * only, so the walk over every cache costs nothing in a correct program. */
+static bool small_is_freed(struct ucma_slab *s, const void *p)
 {
 #ifdef UCMA_ASAN
 	/* Poisoning is exact: a poisoned object is free or cached. */
-	(void)tc;
 	(void)s;
 	return obj_marked_free(p);
 #else
-	if (tc && tc != &ucma_tcache_dummy && ucma_tcache_bin_holds(tc, s->cls, p))
-		return true;
-	return ucma_slab_obj_is_free(s, p);
+	return ucma_tcache_any_holds(s->cls, p) || ucma_slab_obj_is_free(s, p);
 #endif
 }
 
@@ -384,7 +387,7 @@ static __attribute__((noinline)) void small_free_slow(struct ucma_tcache *tc, st
 	unsigned cls = s->cls;
 	int saved = errno;	/* free() leaves errno alone */
 
-	if (obj_marked_free(p) && small_is_freed(tc, s, p))
+	if (obj_marked_free(p) && small_is_freed(s, p))
 		ucma_fatal("%s: double free of %p", who, p);
 	if (!tc) {
 		tc = thread_start();
@@ -409,8 +412,7 @@ static inline void small_free(struct ucma_slab *s, void *p, const char *who)
 
 		if (UCMA_LIKELY(n < b->cap && !obj_marked_free(p))) {
 			obj_mark_free(p, cls);
-			b->stack[n] = p;
-			__atomic_store_n(&b->n, (uint16_t)(n + 1), __ATOMIC_RELAXED);
+			ucma_tbin_push(b, n, p);
 			return;
 		}
 	}
@@ -621,8 +623,7 @@ static inline bool free_fast(void *p)
 
 				if (UCMA_LIKELY(n < b->cap && !obj_marked_free(p))) {
 					obj_mark_free(p, s->cls);
-					b->stack[n] = p;
-					__atomic_store_n(&b->n, (uint16_t)(n + 1), __ATOMIC_RELAXED);
+					ucma_tbin_push(b, n, p);
 					return true;
 				}
 			}
@@ -670,7 +671,7 @@ void *ucma_realloc(void *p, size_t size)
 	old = pi.usable;
 	switch (kind) {
 	case PK_SMALL:
-		if (obj_marked_free(p) && small_is_freed(ucma_tcache_tls, pi.slab, p))
+		if (obj_marked_free(p) && small_is_freed(pi.slab, p))
 			ucma_fatal("realloc(): invalid pointer %p (already freed)", p);
 		/* Same class, or a smaller one that still needs half of it. */
 		if (size <= old && size > old / 2)

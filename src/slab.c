@@ -653,7 +653,10 @@ static unsigned slab_take(struct ucma_slab *s, const struct ucma_class *c, void 
 			unsigned idx = w * 64 + (unsigned)__builtin_ctzll(bits);
 
 			bits &= bits - 1;
-			out[got++] = (void *)(s->base + (uintptr_t)idx * c->size);
+			/* out[] is a cache bin's stack, which other threads
+			 * may read (ucma_tcache_any_holds()): atomic stores. */
+			__atomic_store_n(&out[got++], (void *)(s->base + (uintptr_t)idx * c->size),
+					 __ATOMIC_RELAXED);
 		}
 		s->free_bits[w] = bits;
 	}

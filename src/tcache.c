@@ -70,7 +70,7 @@ static uint16_t bin_cap[UCMA_NR_CLASSES];
 static uint16_t cap_for(uint32_t size)
 {
 	if (size <= 128)
-		return 128;
+		return UCMA_TBIN_MAX_CAP;
 	if (size <= 512)
 		return 64;
 	if (size <= 2048)
@@ -177,17 +177,25 @@ static void tcache_destroy(void *arg)
 	pthread_mutex_unlock(&reg_lock);
 }
 
-/* Give the oldest objects of bin @b back so that @keep remain. */
+/*
+ * Give the oldest objects of bin @b back so that @keep remain.  They
+ * leave the stack before they reach their slabs: another thread's
+ * ucma_tcache_any_holds() may miss them for a moment, but never finds a
+ * block in a stale slot after a slab handed it out again.
+ */
 static void bin_flush(struct ucma_tbin *b, unsigned cls, unsigned keep)
 {
+	void *out[UCMA_TBIN_MAX_CAP];
 	unsigned n = b->n;
 	unsigned nflush = n - keep;
 
 	if (n <= keep)
 		return;
-	ucma_slab_free_batch(cls, b->stack, nflush);
-	memmove(b->stack, b->stack + nflush, keep * sizeof(void *));
-	__atomic_store_n(&b->n, (uint16_t)keep, __ATOMIC_RELAXED);
+	memcpy(out, b->stack, nflush * sizeof(void *));
+	for (unsigned i = 0; i < keep; i++)
+		__atomic_store_n(&b->stack[i], b->stack[nflush + i], __ATOMIC_RELAXED);
+	__atomic_store_n(&b->n, (uint16_t)keep, __ATOMIC_RELEASE);
+	ucma_slab_free_batch(cls, out, nflush);
 	ucma_relaxed_add(&b->held, -(uint64_t)nflush);
 }
 
@@ -237,15 +245,17 @@ void *ucma_tcache_alloc_slow(struct ucma_tcache *tc, unsigned cls)
 	got = ucma_slab_alloc_batch(tc->binset, cls, b->stack, b->fill);
 	if (got == 0)
 		return NULL;
-	/* Pop in address order: the lowest object goes on top. */
+	/* Pop in address order: the lowest object goes on top.  Atomic
+	 * stores: the slots may be read by ucma_tcache_any_holds(), which
+	 * looks below the count only, but may have read an older count. */
 	for (unsigned i = 0, j = got - 1; i < j; i++, j--) {
 		void *t = b->stack[i];
 
-		b->stack[i] = b->stack[j];
-		b->stack[j] = t;
+		__atomic_store_n(&b->stack[i], b->stack[j], __ATOMIC_RELAXED);
+		__atomic_store_n(&b->stack[j], t, __ATOMIC_RELAXED);
 	}
 	p = b->stack[got - 1];
-	__atomic_store_n(&b->n, (uint16_t)(got - 1), __ATOMIC_RELAXED);
+	__atomic_store_n(&b->n, (uint16_t)(got - 1), __ATOMIC_RELEASE);
 	ucma_relaxed_add(&b->held, got);
 	ucma_relaxed_add(&b->nmalloc, 1);
 	return p;
@@ -263,8 +273,7 @@ void ucma_tcache_free_slow(struct ucma_tcache *tc, unsigned cls, void *p)
 	tcache_event(tc);
 	if (b->n >= b->cap)
 		bin_flush(b, cls, b->cap / 2);
-	b->stack[b->n] = p;
-	__atomic_store_n(&b->n, (uint16_t)(b->n + 1), __ATOMIC_RELAXED);
+	ucma_tbin_push(b, b->n, p);
 }
 
 void ucma_tcache_flush_all(struct ucma_tcache *tc)
@@ -275,14 +284,30 @@ void ucma_tcache_flush_all(struct ucma_tcache *tc)
 		bin_flush(&tc->bins[c], c, 0);
 }
 
-bool ucma_tcache_bin_holds(struct ucma_tcache *tc, unsigned cls, const void *p)
+/*
+ * The registry lock keeps every listed cache (and its stack) in place
+ * while we look; the owners go on pushing and popping.  The acquire load
+ * of a bin's count pairs with the release store of ucma_tbin_push(), so
+ * the entries below the count we read are the ones pushed, never older
+ * values of those slots; entries are read atomically because their owner
+ * may overwrite them meanwhile.  A block that moves between a cache and
+ * its slab during the walk may be missed (see malloc.c), never found
+ * where it is not.
+ */
+bool ucma_tcache_any_holds(unsigned cls, const void *p)
 {
-	const struct ucma_tbin *b = &tc->bins[cls];
+	bool found = false;
 
-	for (unsigned i = 0; i < b->n; i++)
-		if (b->stack[i] == p)
-			return true;
-	return false;
+	pthread_mutex_lock(&reg_lock);
+	for (struct ucma_tcache *tc = reg_list; tc && !found; tc = tc->next) {
+		struct ucma_tbin *b = &tc->bins[cls];
+		unsigned n = __atomic_load_n(&b->n, __ATOMIC_ACQUIRE);
+
+		for (unsigned i = 0; i < n && !found; i++)
+			found = __atomic_load_n(&b->stack[i], __ATOMIC_RELAXED) == p;
+	}
+	pthread_mutex_unlock(&reg_lock);
+	return found;
 }
 
 void ucma_tcache_count_large(int dir, size_t usable, size_t arena_pages)

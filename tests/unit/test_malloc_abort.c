@@ -1,7 +1,7 @@
 /*
  * test_malloc_abort.c - the hostile-input policy of the malloc family:
  * double frees (in the thread cache, in the slab, through another
- * thread), frees of interior pointers, realloc of a freed block, frees of
+ * thread, in another thread's cache), frees of interior pointers, realloc of a freed block, frees of
  * pointers that malloc never returned.  Each case runs in a child whose
  * standard error the parent reads: the child must die of SIGABRT after
  * one line naming the problem and the address.
@@ -111,6 +111,20 @@ static void case_double_free_other_thread(void)
 	pthread_create(&t, NULL, free_it, p);
 	pthread_join(t, NULL);	/* its cache went back to the slabs at exit */
 	ucma_free(p);
+}
+
+/* The second free comes from a thread whose own cache never saw the
+ * block: it is parked in the first thread's cache, and its slab counts it
+ * as taken. */
+static void case_double_free_cached_other_thread(void)
+{
+	void *p = ucma_malloc(32);
+	pthread_t t;
+
+	SET_VICTIM(p);
+	ucma_free(p);	/* p sits in this thread's cache */
+	pthread_create(&t, NULL, free_it, p);
+	pthread_join(t, NULL);
 }
 
 static void case_double_free_large(void)
@@ -235,13 +249,15 @@ int main(void)
 	/* Initialise in the parent, so every child starts from the same
 	 * arena and key. */
 	ucma_free(ucma_malloc(1));
-	plan(12);
+	plan(13);
 	ok(dies_with(case_double_free_cached, "free(): double free of", "cached"),
 	   "double free of a block still in the thread cache aborts");
 	ok(dies_with(case_double_free_slab, "free(): double free of", "slab"),
 	   "double free of a block back in its slab aborts");
 	ok(dies_with(case_double_free_other_thread, "free(): double free of", "thread"),
 	   "double free after another thread freed the block aborts");
+	ok(dies_with(case_double_free_cached_other_thread, "free(): double free of", "other cache"),
+	   "double free by another thread while the block sits in the first thread's cache aborts");
 	ok(dies_with(case_double_free_large, "free(): double free or invalid pointer", "large"),
 	   "double free of a large block aborts");
 	ok(dies_with(case_interior_small, "free(): invalid pointer", "interior small"),
