@@ -293,6 +293,12 @@ UCMA_INTERNAL bool ucma_page_is_free_head(const struct ucma_arena *a, uint32_t p
 UCMA_INTERNAL uint32_t ucma_pages_alloc(struct ucma_arena *a, uint32_t npages, unsigned gfp);
 UCMA_INTERNAL uint32_t ucma_pages_alloc_zone(struct ucma_zone *z, uint32_t npages, unsigned gfp);
 UCMA_INTERNAL void ucma_pages_free(struct ucma_arena *a, uint32_t pfn);
+/* Keep only [keep, keep + nkeep) of the allocated run at @head and give
+ * the pages before and after back (an aligned request's slack, as dirty).
+ * The kept part must lie in one pageblock or start on a pageblock
+ * boundary; its owner is cleared, for the caller to record. */
+UCMA_INTERNAL void ucma_pages_trim(struct ucma_arena *a, uint32_t head, uint32_t keep,
+				   uint32_t nkeep);
 UCMA_INTERNAL uint32_t ucma_run_head(const struct ucma_arena *a, uint32_t pfn);
 /* Record who owns an allocated run: written into the head and every tail
  * page, so that any pointer into the run finds its owner with one load. */
@@ -621,9 +627,9 @@ UCMA_INTERNAL void ucma_malloc_counters_read(struct ucma_malloc_counters *out);
 /*
  * Size classes: 16 to 128 bytes in steps of 16, then four classes per
  * doubling up to UCMA_SMALL_MAX (internal fragmentation at most 20%).
- * Larger requests are page runs (UCMA_OWN_LARGE, owner = pfn of the
- * address handed out, which differs from the run head only for aligned
- * requests).  Small objects live in slabs: runs of pages of one class
+ * Larger requests are page runs (UCMA_OWN_LARGE, owner = pfn of the run
+ * head, which is the address handed out: an aligned request's slack is
+ * given back, ucma_pages_trim()).  Small objects live in slabs: runs of pages of one class
  * (UCMA_OWN_SLAB, owner = struct ucma_slab *), or spans of overflow chunks
  * outside the arena when the NORMAL zone is full.
  */

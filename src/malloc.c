@@ -424,36 +424,39 @@ static inline void small_free(struct ucma_slab *s, void *p, const char *who)
 /* ------------------------------------------------------------------------ */
 
 /*
- * A run of @npages pages whose address @pfn is aligned to @align; *@head
- * is the run's first page (before @pfn when alignment needed slack).
- * The first try takes an exact run, which the buddy allocator often
- * aligns anyway; only when that one is misaligned is the request repeated
- * with align - 1 pages of slack.
+ * A run of exactly @npages pages whose address is aligned to @align.  The
+ * first try takes an exact run, which the buddy allocator aligns to its
+ * order anyway; only when that one is misaligned is the request repeated
+ * with room to align: a block of the alignment itself when it is at most a
+ * pageblock (a buddy block is aligned to its size), else align - 1 pages
+ * of slack.  The head and tail around the aligned pages go back at once,
+ * as glibc gives back the ends of an over-sized chunk, so an aligned
+ * block holds what it was asked for and no more.
  */
-static uint32_t run_alloc(struct ucma_arena *a, uint32_t npages, size_t align, bool zero,
-			  uint32_t *head)
+static uint32_t run_alloc(struct ucma_arena *a, uint32_t npages, size_t align, bool zero)
 {
 	unsigned gfp = UCMA_GFP_UNMOVABLE | (zero ? UCMA_GFP_ZERO : 0);
 	uintptr_t mask = align > UCMA_PAGE_SIZE ? align - 1 : 0;
-	uint64_t slack, total;
+	uint64_t align_pages = align >> UCMA_PAGE_SHIFT, total;
 	uint32_t pfn, h;
 
 	pfn = ucma_pages_alloc(a, npages, gfp);
-	if (pfn == UCMA_PFN_NONE || !((uintptr_t)ucma_pfn_to_addr(a, pfn) & mask)) {
-		*head = pfn;
+	if (pfn == UCMA_PFN_NONE || !((uintptr_t)ucma_pfn_to_addr(a, pfn) & mask))
 		return pfn;
-	}
 	ucma_pages_free(a, pfn);
-	slack = (align >> UCMA_PAGE_SHIFT) - 1;
-	total = (uint64_t)npages + slack;
+	if (align_pages <= UCMA_PAGEBLOCK_PAGES && npages <= align_pages)
+		total = align_pages;
+	else
+		total = (uint64_t)npages + align_pages - 1;
 	if (total > a->zones[UCMA_ZONE_NORMAL].managed_pages)
 		return UCMA_PFN_NONE;
 	h = ucma_pages_alloc(a, (uint32_t)total, gfp);
 	if (h == UCMA_PFN_NONE)
 		return UCMA_PFN_NONE;
-	*head = h;
-	return ucma_addr_to_pfn(a, (void *)UCMA_ALIGN_UP((uintptr_t)ucma_pfn_to_addr(a, h),
-							 (uintptr_t)align));
+	pfn = ucma_addr_to_pfn(a, (void *)UCMA_ALIGN_UP((uintptr_t)ucma_pfn_to_addr(a, h),
+							(uintptr_t)align));
+	ucma_pages_trim(a, h, pfn, npages);
+	return pfn;
 }
 
 static void *large_alloc(size_t size, size_t align, bool zero)
@@ -471,13 +474,13 @@ static void *large_alloc(size_t size, size_t align, bool zero)
 		size = 1;
 	npages = (size + UCMA_PAGE_SIZE - 1) >> UCMA_PAGE_SHIFT;
 	if (a && npages <= a->zones[UCMA_ZONE_NORMAL].managed_pages && align < a->size) {
-		uint32_t head, pfn = run_alloc(a, (uint32_t)npages, align, zero, &head);
+		uint32_t pfn = run_alloc(a, (uint32_t)npages, align, zero);
 
 		if (pfn != UCMA_PFN_NONE) {
-			uint32_t run = a->pages[head].aux;
+			uint32_t run = a->pages[pfn].aux;
 
-			ucma_run_set_owner(a, head, UCMA_OWN_LARGE, pfn);
-			usable = (size_t)(head + run - pfn) << UCMA_PAGE_SHIFT;
+			ucma_run_set_owner(a, pfn, UCMA_OWN_LARGE, pfn);
+			usable = (size_t)run << UCMA_PAGE_SHIFT;
 			ucma_tcache_count_large(1, usable, run);
 			/* Refill and large paths are where a malloc-only
 			 * process changes its map: keep ucmastat's view fresh. */

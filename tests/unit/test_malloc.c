@@ -1,6 +1,6 @@
 /*
  * test_malloc.c - the malloc family: size classes and their boundaries,
- * alignment, usable sizes, realloc growth and shrinking, calloc zeroing
+ * alignment (and what aligned page runs hold), usable sizes, realloc growth and shrinking, calloc zeroing
  * and overflow checks, ownership, counters, trimming, threads freeing
  * each other's blocks (data stamped and checked), and fork in a
  * multi-threaded process.
@@ -190,6 +190,77 @@ static void test_alignment(void)
 	q = ucma_memalign(24, 100);
 	ok(q && !((uintptr_t)q & 31), "memalign(24) rounds the alignment up to 32");
 	ucma_free(q);
+}
+
+/* Bytes the malloc family holds: arena pages and overflow mappings. */
+static uint64_t held_bytes(void)
+{
+	struct ucma_malloc_info mi;
+
+	if (ucma_malloc_info(&mi) != 0)
+		bail_out("ucma_malloc_info: %s", strerror(errno));
+	return mi.active + mi.overflow;
+}
+
+static bool normal_zone_ok(const char *when)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+	char why[256];
+
+	if (!a)
+		return true;	/* no arena: every block is an overflow mapping */
+	if (ucma_zone_check(&a->zones[UCMA_ZONE_NORMAL], why, sizeof(why)) == 0)
+		return true;
+	diag("zone check %s: %s", when, why);
+	return false;
+}
+
+/*
+ * Aligned page runs hold what was asked for: the slack taken to align
+ * them goes back (glibc gives back the ends of its over-sized chunk too),
+ * and the usable size is the request rounded to pages.
+ */
+static void aligned_holds(size_t align, size_t size, int n)
+{
+	static void *v[1000];
+	uint64_t before = held_bytes(), held;
+	size_t want = UCMA_ALIGN_UP(size, UCMA_PAGE_SIZE);
+	int bad = 0;
+
+	if (n > (int)UCMA_ARRAY_SIZE(v))
+		bail_out("aligned_holds: %d blocks", n);
+	for (int i = 0; i < n; i++) {
+		v[i] = ucma_aligned_alloc(align, size);
+		if (!v[i] || ((uintptr_t)v[i] & (align - 1)) || ucma_usable_size(v[i]) != want)
+			bad++;
+		else
+			memset(v[i], 0x3c, size);
+	}
+	held = held_bytes() - before;
+	ok(bad == 0, "%d x aligned_alloc(%zu, %zu): aligned, usable size %zu (%d bad)", n, align,
+	   size, want, bad);
+	ok(held <= (uint64_t)n * want + (uint64_t)n * want / 8,
+	   "they hold %.2fx the %zu KiB asked for (at most 1.125x)",
+	   (double)held / ((double)n * (double)want), (size_t)n * want / 1024);
+	ok(normal_zone_ok("with the blocks"), "zone invariants hold with them");
+	for (int i = 0; i < n; i++)
+		ucma_free(v[i]);
+	ok(normal_zone_ok("after freeing them"), "zone invariants hold after freeing them");
+}
+
+static void test_aligned_slack(void)
+{
+	void *p;
+
+	aligned_holds(65536, 4096, 1000);
+	aligned_holds((size_t)2 << 20, 4096, 100);
+	aligned_holds((size_t)2 << 20, 20000, 100);
+	aligned_holds((size_t)8 << 20, (size_t)3 << 20, 10);
+	p = ucma_aligned_alloc((size_t)1 << 29, 1);
+	ok(p && !((uintptr_t)p & (((size_t)1 << 29) - 1)) && ucma_usable_size(p) == UCMA_PAGE_SIZE,
+	   "aligned_alloc(512 MiB, 1): usable size %zu", ucma_usable_size(p));
+	ucma_free(p);
+	ok(normal_zone_ok("after aligned_alloc(512 MiB, 1)"), "zone invariants hold after it");
 }
 
 static void test_realloc(void)
@@ -616,6 +687,7 @@ int main(void)
 	plan_no_plan();
 	test_sizes();
 	test_alignment();
+	test_aligned_slack();
 	test_realloc();
 	test_calloc();
 	test_owns();
