@@ -48,6 +48,8 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "slab.h"
+#include "tcache.h"
 
 #include <errno.h>
 #include <string.h>
@@ -78,6 +80,26 @@ static bool minit_done;
 /* Initialisation                                                            */
 /* ------------------------------------------------------------------------ */
 
+/* Fork handlers of the malloc family: every malloc lock in prepare
+ * (registry, then bins, then overflow), released in parent and child. */
+static void malloc_atfork_prepare(void)
+{
+	ucma_tcache_atfork_prepare();
+	ucma_slab_atfork_prepare();
+}
+
+static void malloc_atfork_parent(void)
+{
+	ucma_slab_atfork_parent();
+	ucma_tcache_atfork_parent();
+}
+
+static void malloc_atfork_child(void)
+{
+	ucma_slab_atfork_child();
+	ucma_tcache_atfork_child();
+}
+
 static uint64_t make_key(void)
 {
 	uint64_t k = 0;
@@ -102,8 +124,8 @@ static void malloc_init_once(void)
 		ucma_slab_init();
 		free_key = make_key();
 		ucma_tcache_init();
-		ucma_atfork_register(20, ucma_malloc_atfork_prepare, ucma_malloc_atfork_parent,
-				     ucma_malloc_atfork_child);
+		ucma_atfork_register(20, malloc_atfork_prepare, malloc_atfork_parent,
+				     malloc_atfork_child);
 		__atomic_store_n(&minit_done, true, __ATOMIC_RELEASE);
 	}
 	pthread_mutex_unlock(&minit_lock);
@@ -864,7 +886,7 @@ int ucma_malloc_info(struct ucma_malloc_info *info)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Statistics and fork                                                       */
+/* Statistics                                                                */
 /* ------------------------------------------------------------------------ */
 
 void ucma_malloc_counters_read(struct ucma_malloc_counters *out)
@@ -875,22 +897,4 @@ void ucma_malloc_counters_read(struct ucma_malloc_counters *out)
 	ucma_tcache_counters(out);
 	out->active_bytes += ucma_slab_active_bytes();
 	out->overflow_bytes = ucma_overflow_bytes();
-}
-
-void ucma_malloc_atfork_prepare(void)
-{
-	ucma_tcache_atfork_prepare();
-	ucma_slab_atfork_prepare();
-}
-
-void ucma_malloc_atfork_parent(void)
-{
-	ucma_slab_atfork_parent();
-	ucma_tcache_atfork_parent();
-}
-
-void ucma_malloc_atfork_child(void)
-{
-	ucma_slab_atfork_child();
-	ucma_tcache_atfork_child();
 }

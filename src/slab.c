@@ -50,6 +50,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "slab.h"
 
 #include <errno.h>
 #include <linux/futex.h>

@@ -16,7 +16,9 @@ UCMA_SOURCES = \
 	src/cma.c \
 	src/compact.c \
 	src/compactd.c \
+	src/slab.h \
 	src/slab.c \
+	src/tcache.h \
 	src/tcache.c \
 	src/malloc.c \
 	src/stats.c \

@@ -26,8 +26,9 @@
  * fast path counts nothing.  The statistics sum them over the registry of
  * live caches plus the totals of exited threads (and of calls made without
  * a cache), weighting by class size for the allocated bytes.  Other
- * threads read a cache's counters and fill levels, so the owner writes
- * them with relaxed atomic stores.
+ * threads read a cache's counters, fill levels and stack slots (the
+ * statistics, and free()'s double-free look), so the owner writes them
+ * with atomic stores; tcache.h states the rule of every field.
  *
  * Locking: reg_lock protects the registry, the recycled structures and
  * the exited totals; it is never held while a bin lock is taken.  Fork:
@@ -38,6 +39,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "tcache.h"
 
 #include <errno.h>
 #include <string.h>

@@ -8,6 +8,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "slab.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -596,6 +597,73 @@ static void test_threads(void)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Live blocks that look freed                                               */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A live block whose second word happens to hold the free marker sends
+ * free() to its slow path, which looks for the block in every thread's
+ * cache while the owners push, pop, flush and refill: it must be freed
+ * normally, never reported as a double free (ThreadSanitizer builds also
+ * check that the look is free of data races).
+ */
+#ifndef UCMA_ASAN
+#define LOOKALIKE_SIZE 32
+
+static bool lookalike_stop;	/* atomic */
+
+static void *lookalike_churn(void *arg)
+{
+	uint64_t rng = (uint64_t)(intptr_t)arg;
+	void *slot[300] = { 0 };
+
+	while (!__atomic_load_n(&lookalike_stop, __ATOMIC_RELAXED)) {
+		/* bursts larger than a bin: flushes and refills too */
+		for (int k = 0; k < 300; k++)
+			slot[k] = ucma_malloc(17 + tu_rand(&rng) % 16);
+		for (int k = 0; k < 300; k++)
+			ucma_free(slot[(k * 7) % 300]);
+	}
+	return NULL;
+}
+
+static void test_marker_lookalike(void)
+{
+	enum { ROUNDS = 400, N = 50 };
+	pthread_t t[2];
+	uint64_t key;
+	void *p[N];
+	int good = 0;
+
+	/* The marker is what a freed block holds in its second word. */
+	p[0] = ucma_malloc(LOOKALIKE_SIZE);
+	ucma_free(p[0]);
+	key = ((volatile uint64_t *)p[0])[1];
+	for (int i = 0; i < 2; i++)
+		pthread_create(&t[i], NULL, lookalike_churn, (void *)(intptr_t)(i + 5));
+	for (int r = 0; r < ROUNDS; r++) {
+		for (int i = 0; i < N; i++) {
+			p[i] = ucma_malloc(LOOKALIKE_SIZE);
+			((uint64_t *)p[i])[1] = key;
+		}
+		for (int i = 0; i < N; i++)
+			ucma_free(p[i]);
+		good++;
+	}
+	__atomic_store_n(&lookalike_stop, true, __ATOMIC_RELAXED);
+	for (int i = 0; i < 2; i++)
+		pthread_join(t[i], NULL);
+	ok(good == ROUNDS, "%d live blocks holding the free marker freed while 2 threads churn",
+	   ROUNDS * N);
+}
+#else
+static void test_marker_lookalike(void)
+{
+	skip(1, "AddressSanitizer builds mark freed blocks by poisoning them");
+}
+#endif
+
+/* ------------------------------------------------------------------------ */
 /* fork with other threads running                                           */
 /* ------------------------------------------------------------------------ */
 
@@ -694,6 +762,7 @@ int main(void)
 	test_counters();
 	test_trim();
 	test_threads();
+	test_marker_lookalike();
 	test_fork();
 	return done();
 }

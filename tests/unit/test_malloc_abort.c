@@ -9,6 +9,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "slab.h"
 
 #include <errno.h>
 #include <pthread.h>
