@@ -48,6 +48,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "malloc_hooks.h"
 #include "slab.h"
 #include "tcache.h"
 
@@ -666,6 +667,22 @@ void ucma_free(void *p)
 }
 
 static __attribute__((noinline)) int owns_slow(const void *p);
+
+static __attribute__((noinline)) void free_or_slow(void *p, void (*foreign_free)(void *))
+{
+	if (!owns_slow(p)) {
+		foreign_free(p);
+		return;
+	}
+	free_slow(p);
+}
+
+void ucma_free_or(void *p, void (*foreign_free)(void *))
+{
+	if (free_fast(p) || !p)
+		return;
+	free_or_slow(p, foreign_free);
+}
 
 int ucma_try_free(void *p)
 {
