@@ -616,7 +616,7 @@ struct ucma_malloc_counters {
 	uint64_t active_bytes;		/* bytes of arena pages held by malloc */
 	uint64_t large_allocs;		/* live page-run allocations */
 	uint64_t overflow_bytes;	/* bytes mapped outside the arena */
-	uint64_t tcache_bytes;		/* bytes parked in thread caches */
+	uint64_t tcache_bytes;		/* free bytes threads keep: parked, or in their slabs */
 };
 UCMA_INTERNAL void ucma_malloc_counters_read(struct ucma_malloc_counters *out);
 

@@ -3,9 +3,10 @@
  * friends.
  *
  * Requests up to UCMA_SMALL_MAX bytes are rounded to a size class and
- * served by the calling thread's cache (tcache.c), which refills from the
- * slabs of the class (slab.c).  The fast paths are a table look-up and a
- * pop or push on a per-thread array: no atomics, no locks.  Larger
+ * served by the calling thread's cache (tcache.c): the blocks it freed
+ * lately, else the slabs it owns (slab.c).  The fast paths are a table
+ * look-up and a pop or push on a per-thread stack, or a bit taken from a
+ * slab's out-of-band bitmap: no locks, no atomic read-modify-write.  Larger
  * requests are exact runs of pages from the NORMAL zone (zone.c), recorded
  * as UCMA_OWN_LARGE with the pfn of the address handed out as owner.  When
  * the zone is exhausted, or the arena could not be created, memory comes
@@ -19,19 +20,20 @@
  * ucma_try_free() does both in one call.
  *
  * Hostile input: a freed small object carries a per-process random marker
- * in its second word (AddressSanitizer builds poison it instead).  free()
- * finding the marker looks for the object in the bin of its class in
- * every thread's cache and in the slab's bitmap before it concludes
- * "double free" (live data that happens to hold the marker is freed
- * normally); giving a batch back to a slab checks each object's bit as
- * well.  The fast paths never look further than the marker, so correct
- * programs pay nothing for the walk.  What escapes: a block whose marker
- * the program overwrote after the first free (use after free), a block
- * already handed out again, and a second free racing the first or racing
- * the block's move between a cache and its slab.  Interior pointers fail
- * the exact offset check (a multiplication by the class's reciprocal).
- * Every such error prints one line naming the call and the address and
- * aborts before any metadata changes.
+ * in its second word (AddressSanitizer builds poison it instead), and its
+ * slab's bitmap says whether it is allocated.  free() finding the marker
+ * looks for the object in the stack of its class in every thread's cache
+ * and in the slab's bitmaps before it concludes "double free" (live data
+ * that happens to hold the marker is freed normally); a block whose bit
+ * says it is free is one whatever its second word holds.  The fast paths
+ * never look further than the marker and the bit, so correct programs pay
+ * nothing for the walk.  What escapes: a block whose marker the program
+ * overwrote after the first free while it is parked (use after free), a
+ * block already handed out again, and a second free racing the first or
+ * racing the block's move from a cache to its slab.  Interior pointers
+ * fail the exact index check (one multiplication by the class's
+ * reciprocal).  Every such error prints one line naming the call and the
+ * address and aborts before any metadata changes.
  *
  * Start-up: the first call may come before the library is initialised,
  * and re-entrantly while the initialising thread creates the arena
@@ -71,8 +73,8 @@ static struct {
 	size_t size;
 } mg __attribute__((aligned(64)));
 
-/* The marker in the second word of every freed small object. */
-static uint64_t free_key;
+/* The marker in the second word of every free small object (tcache.h). */
+uint64_t ucma_free_key;
 
 static pthread_mutex_t minit_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool minit_done;
@@ -123,7 +125,7 @@ static void malloc_init_once(void)
 	pthread_mutex_lock(&minit_lock);
 	if (!minit_done) {
 		ucma_slab_init();
-		free_key = make_key();
+		ucma_free_key = make_key();
 		ucma_tcache_init();
 		ucma_atfork_register(20, malloc_atfork_prepare, malloc_atfork_parent,
 				     malloc_atfork_child);
@@ -169,37 +171,6 @@ static struct ucma_tcache *thread_start(void)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Free markers                                                              */
-/* ------------------------------------------------------------------------ */
-
-static inline bool obj_marked_free(const void *p)
-{
-#ifdef UCMA_ASAN
-	return __asan_address_is_poisoned(p);
-#else
-	return ((const uint64_t *)p)[1] == free_key;
-#endif
-}
-
-static inline void obj_mark_free(void *p, unsigned cls)
-{
-#ifdef UCMA_ASAN
-	UCMA_POISON(p, ucma_classes[cls].size);
-#else
-	((uint64_t *)p)[1] = free_key;
-#endif
-}
-
-static inline void obj_mark_live(void *p, unsigned cls)
-{
-#ifdef UCMA_ASAN
-	UCMA_UNPOISON(p, ucma_classes[cls].size);
-#else
-	((uint64_t *)p)[1] = 0;
-#endif
-}
-
-/* ------------------------------------------------------------------------ */
 /* Bootstrap buffer                                                          */
 /* ------------------------------------------------------------------------ */
 
@@ -225,7 +196,6 @@ static void *large_alloc(size_t size, size_t align, bool zero);
 static void *boot_alloc(size_t size, size_t align)
 {
 	size_t old, start, end;
-	void *p;
 
 	if (align < 16)
 		align = 16;
@@ -249,10 +219,7 @@ exhausted:
 		for (unsigned cls = ucma_size_class(size); cls < UCMA_NR_CLASSES; cls++) {
 			if (ucma_classes[cls].size & (align - 1))
 				continue;
-			p = ucma_tcache_alloc_slow(&ucma_tcache_dummy, cls);
-			if (p)
-				obj_mark_live(p, cls);
-			return p;
+			return ucma_tcache_alloc_slow(&ucma_tcache_dummy, cls);
 		}
 	}
 	return large_alloc(size, align, false);
@@ -266,6 +233,7 @@ enum ptr_kind { PK_FOREIGN = 0, PK_BAD, PK_SMALL, PK_LARGE, PK_OVF_LARGE, PK_BOO
 
 struct ptr_info {
 	struct ucma_slab *slab;		/* PK_SMALL */
+	int idx;			/* PK_SMALL: object index in the slab */
 	struct ucma_arena *a;		/* PK_LARGE */
 	uint32_t head;			/* PK_LARGE: run head */
 	size_t usable;
@@ -289,7 +257,8 @@ static int classify(const void *p, struct ptr_info *pi, const char *who)
 
 		if (type == UCMA_OWN_SLAB) {
 			pi->slab = (struct ucma_slab *)(uintptr_t)pg->owner;
-			if (ucma_slab_offset_bad(pi->slab, p)) {
+			pi->idx = ucma_slab_index(pi->slab, p);
+			if (pi->idx < 0) {
 				why = "inside a small object";
 				goto bad;
 			}
@@ -325,7 +294,8 @@ static int classify(const void *p, struct ptr_info *pi, const char *who)
 	switch (ucma_overflow_find(p, &pi->ovf)) {
 	case UCMA_OVF_SLAB:
 		pi->slab = pi->ovf.slab;
-		if (ucma_slab_offset_bad(pi->slab, p)) {
+		pi->idx = ucma_slab_index(pi->slab, p);
+		if (pi->idx < 0) {
 			why = "inside a small object";
 			goto bad;
 		}
@@ -364,13 +334,24 @@ static __attribute__((noinline)) void *small_alloc_slow(struct ucma_tcache *tc, 
 		errno = ENOMEM;
 		return NULL;
 	}
-	obj_mark_live(p, cls);
+	ucma_obj_mark_live(p, ucma_classes[cls].size);
 	if (ucma_config_debug) {
 		struct ucma_slab *s = ucma_slab_of(p);
 
-		if (!s || s->cls != cls || ucma_slab_offset_bad(s, p))
+		if (!s || s->cls != cls || ucma_slab_index(s, p) < 0)
 			ucma_fatal("internal error: cache of class %u gave %p", cls, p);
 	}
+	return p;
+}
+
+/* Pop the newest parked object of bin @b, clearing its marker. */
+static inline void *stack_pop(struct ucma_tbin *b, unsigned n)
+{
+	void *p = b->stack[n - 1];
+
+	__atomic_store_n(&b->n, (uint16_t)(n - 1), __ATOMIC_RELAXED);
+	__atomic_store_n(&b->npop, b->npop + 1, __ATOMIC_RELAXED);
+	ucma_obj_mark_live(p, b->size);
 	return p;
 }
 
@@ -380,66 +361,68 @@ static inline void *small_alloc(struct ucma_tcache *tc, unsigned cls)
 	unsigned n = b->n;
 	void *p;
 
-	if (UCMA_UNLIKELY(n == 0))
+	if (n)
+		return stack_pop(b, n);
+	p = ucma_tbin_alloc(b);
+	if (UCMA_UNLIKELY(!p))
 		return small_alloc_slow(tc, cls);
-	p = b->stack[n - 1];
-	__atomic_store_n(&b->n, (uint16_t)(n - 1), __ATOMIC_RELAXED);
-	ucma_relaxed_add(&b->nmalloc, 1);
-	obj_mark_live(p, cls);
 	return p;
 }
 
-/* Is the small object @p of slab @s already free: parked in any thread's
- * cache or free in its slab (with AddressSanitizer: poisoned)?  Called
- * only when @p carries the free marker, which live data matches by chance
- * only, so the walk over every cache costs nothing in a correct program. */
-static bool small_is_freed(struct ucma_slab *s, const void *p)
+/* The stack of bin @b is full: a block of a slab @tc owns (and that was
+ * not full: a full slab's owner carries a flag) goes back to the slab's
+ * bitmap at once; the rest is ucma_tcache_free_slow()'s. */
+static __attribute__((noinline)) void small_free_bitmap(struct ucma_tcache *tc, struct ucma_tbin *b,
+							 struct ucma_slab *s, unsigned idx, void *p,
+							 const char *who)
 {
-#ifdef UCMA_ASAN
-	/* Poisoning is exact: a poisoned object is free or cached. */
-	(void)s;
-	return obj_marked_free(p);
-#else
-	return ucma_tcache_any_holds(s->cls, p) || ucma_slab_obj_is_free(s, p);
-#endif
-}
+	uint64_t *wp = &s->used[idx >> 6], bit = 1ull << (idx & 63);
+	uint64_t u = __atomic_load_n(wp, __ATOMIC_RELAXED);
 
-static __attribute__((noinline)) void small_free_slow(struct ucma_tcache *tc, struct ucma_slab *s,
-						      void *p, const char *who)
-{
-	unsigned cls = s->cls;
-	int saved = errno;	/* free() leaves errno alone */
-
-	if (obj_marked_free(p) && small_is_freed(s, p))
-		ucma_fatal("%s: double free of %p", who, p);
-	if (!tc) {
-		tc = thread_start();
-		if (!tc)
-			tc = &ucma_tcache_dummy;
+	if (__atomic_load_n(&s->owner, __ATOMIC_RELAXED) != tc ||
+	    (__atomic_load_n(wp + UCMA_SLAB_REMOTE_OFF, __ATOMIC_RELAXED) & bit)) {
+		ucma_tcache_free_slow(tc, s, idx, p, who);
+		return;
 	}
-	obj_mark_free(p, cls);
-	ucma_tcache_free_slow(tc, cls, p);
-	errno = saved;
+	ucma_obj_mark_free(p, b->size);
+	__atomic_store_n(wp, u & ~bit, __ATOMIC_RELAXED);
+	__atomic_store_n(&b->nfree_direct, b->nfree_direct + 1, __ATOMIC_RELAXED);
+	if (UCMA_UNLIKELY(!(u & ~bit)))
+		ucma_tcache_word_emptied(tc, s);
 }
 
-/* Free the small object @p of slab @s, @p already checked to start an
- * object. */
-static inline void small_free(struct ucma_slab *s, void *p, const char *who)
+/*
+ * Free object @idx (at @p) of slab @s.  The fast path: the block carries
+ * no free marker and its bit says it is allocated; then it gets the
+ * marker and is parked on the calling thread's stack for the class, for
+ * its next malloc, whoever owns the slab.  When the stack is full, a
+ * block of a slab the thread owns (and that was not full: a full slab's
+ * owner carries a flag) goes back to the slab's bitmap at once.  The rest
+ * is ucma_tcache_free_slow()'s.  Its loads are the slab's first line and
+ * the block's bitmap word, the block's second word and the thread's bin.
+ */
+static inline __attribute__((always_inline)) void small_free(struct ucma_slab *s, unsigned idx,
+							      void *p, const char *who)
 {
 	struct ucma_tcache *tc = ucma_tcache_tls;
-	unsigned cls = s->cls;
 
-	if (UCMA_LIKELY(tc != NULL)) {
-		struct ucma_tbin *b = &tc->bins[cls];
+	/* The bitmap word is loaded atomically: its owner may be another
+	 * thread, writing it meanwhile. */
+	if (UCMA_LIKELY(tc != NULL && !ucma_obj_marked_free(p) &&
+			(__atomic_load_n(&s->used[idx >> 6], __ATOMIC_RELAXED) &
+			 (1ull << (idx & 63))))) {
+		struct ucma_tbin *b = &tc->bins[s->cls];
 		unsigned n = b->n;
 
-		if (UCMA_LIKELY(n < b->cap && !obj_marked_free(p))) {
-			obj_mark_free(p, cls);
+		if (UCMA_LIKELY(n < b->cap)) {
+			ucma_obj_mark_free(p, b->size);
 			ucma_tbin_push(b, n, p);
 			return;
 		}
+		small_free_bitmap(tc, b, s, idx, p, who);
+		return;
 	}
-	small_free_slow(tc, s, p, who);
+	ucma_tcache_free_slow(tc, s, idx, p, who);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -527,7 +510,7 @@ static void free_classified(void *p, int kind, struct ptr_info *pi, const char *
 {
 	switch (kind) {
 	case PK_SMALL:
-		small_free(pi->slab, p, who);
+		small_free(pi->slab, (unsigned)pi->idx, p, who);
 		return;
 	case PK_LARGE: {
 		uint32_t run = pi->a->pages[pi->head].aux;
@@ -575,12 +558,33 @@ static __attribute__((noinline)) void *malloc_slow(size_t size)
 	return large_alloc(size, 0, false);
 }
 
+/* The fast path: the newest parked object of the class (the block this
+ * thread freed last, still cache-hot), else the lowest free object of
+ * the cursor's word (tcache.h), written out here so that it needs no
+ * stack frame; everything else leaves through a tail call. */
 void *ucma_malloc(size_t size)
 {
 	struct ucma_tcache *tc = ucma_tcache_tls;
 
-	if (UCMA_LIKELY(tc != NULL && size <= UCMA_SMALL_MAX))
-		return small_alloc(tc, ucma_size_class(size));
+	if (UCMA_LIKELY(tc != NULL && size <= UCMA_SMALL_MAX)) {
+		size_t cls = ucma_class_of_size[(size + 15) >> 4];
+		struct ucma_tbin *b = &tc->bins[cls];
+		unsigned n = b->n;
+		uint64_t *wp, u;
+		void *p;
+
+		if (UCMA_LIKELY(n))
+			return stack_pop(b, n);
+		wp = b->usedw;
+		u = *wp;
+		if (UCMA_UNLIKELY(u == b->full))
+			return small_alloc_slow(tc, (unsigned)cls);
+		__atomic_store_n(wp, u | (u + 1), __ATOMIC_RELAXED);
+		__atomic_store_n(&b->ncur, b->ncur + 1, __ATOMIC_RELAXED);
+		p = (void *)(b->wbase + (uintptr_t)__builtin_ctzll(~u) * b->size);
+		ucma_obj_mark_live(p, b->size);
+		return p;
+	}
 	return malloc_slow(size);
 }
 
@@ -624,13 +628,12 @@ static __attribute__((noinline, noreturn)) void free_interior(void *p)
 }
 
 /*
- * The fast path: a small block of the arena going into a cache bin with
- * room.  Returns false for everything else, leaving it to the caller's
- * slow path; the rest leaves through tail calls, so this path needs no
- * stack frame.  Its loads are the arena geometry, the page's owner, the
- * slab's first line, the bin and the block's marker word.
+ * The fast path: a small block of the arena.  Returns false for
+ * everything else, leaving it to the caller's slow path; the rest leaves
+ * through tail calls, so this path needs no stack frame.  Its loads are
+ * the arena geometry, the page's owner, the slab's two lines and the bin.
  */
-static inline bool free_fast(void *p)
+static inline __attribute__((always_inline)) bool free_fast(void *p)
 {
 	uintptr_t off = (uintptr_t)p - __atomic_load_n(&mg.base, __ATOMIC_RELAXED);
 
@@ -639,21 +642,11 @@ static inline bool free_fast(void *p)
 
 		if (UCMA_LIKELY(pg->owner_type == UCMA_OWN_SLAB)) {
 			struct ucma_slab *s = (struct ucma_slab *)(uintptr_t)pg->owner;
-			struct ucma_tcache *tc = ucma_tcache_tls;
+			int idx = ucma_slab_index(s, p);
 
-			if (UCMA_UNLIKELY(ucma_slab_offset_bad(s, p)))
+			if (UCMA_UNLIKELY(idx < 0))
 				free_interior(p);
-			if (UCMA_LIKELY(tc != NULL)) {
-				struct ucma_tbin *b = &tc->bins[s->cls];
-				unsigned n = b->n;
-
-				if (UCMA_LIKELY(n < b->cap && !obj_marked_free(p))) {
-					obj_mark_free(p, s->cls);
-					ucma_tbin_push(b, n, p);
-					return true;
-				}
-			}
-			small_free_slow(tc, s, p, "free()");
+			small_free(s, (unsigned)idx, p, "free()");
 			return true;
 		}
 	}
@@ -713,7 +706,7 @@ void *ucma_realloc(void *p, size_t size)
 	old = pi.usable;
 	switch (kind) {
 	case PK_SMALL:
-		if (obj_marked_free(p) && small_is_freed(pi.slab, p))
+		if (ucma_tcache_obj_is_freed(pi.slab, (unsigned)pi.idx, p))
 			ucma_fatal("realloc(): invalid pointer %p (already freed)", p);
 		/* Same class, or a smaller one that still needs half of it. */
 		if (size <= old && size > old / 2)
@@ -872,7 +865,7 @@ int ucma_trim(void)
 
 	if (!__atomic_load_n(&minit_done, __ATOMIC_ACQUIRE))
 		return 0;
-	ucma_tcache_flush_all(ucma_tcache_tls);
+	ucma_tcache_trim(ucma_tcache_tls);
 	released = ucma_slab_trim();
 	if (a) {
 		ucma_stat("purged_pages", &purged0);

@@ -16,6 +16,7 @@ UCMA_SOURCES = \
 	src/cma.c \
 	src/compact.c \
 	src/compactd.c \
+	src/lock.h \
 	src/slab.h \
 	src/slab.c \
 	src/tcache.h \

@@ -2,10 +2,15 @@
  * tcache.h - the per-thread caches of the malloc family (tcache.c), as
  * malloc.c's fast paths see them.
  *
- * Each thread owns one struct ucma_tcache, reached through a TLS pointer;
- * malloc pops and free pushes the stack of a bin without a lock and
- * without an atomic read-modify-write.  ucma_tcache_dummy has no room in
- * any bin: it stands for "no cache" (a thread being created or past its
+ * Each thread owns one struct ucma_tcache, reached through a TLS pointer:
+ * per size class a stack of parked objects (the blocks it freed lately,
+ * which its malloc pops first) and the slabs it allocates from, with a
+ * cursor on the bitmap of one of them.  malloc, and the owner's frees,
+ * touch only the thread's own bins and the bits of its own slabs: plain
+ * loads and relaxed atomic stores, no lock, no atomic read-modify-write.
+ * A block of a slab another thread owns goes back to it with an atomic
+ * fetch-or on the slab's remote bitmap (tcache.c).  ucma_tcache_dummy owns
+ * nothing: it stands for "no cache" (a thread being created or past its
  * destructor) and sends every request to the central bins.
  *
  * SPDX-License-Identifier: MIT
@@ -15,40 +20,96 @@
 
 #include "slab.h"
 
-#define UCMA_TBIN_MAX_CAP 128u	/* the largest bin (tcache.c, cap_for()) */
+/* The current slab of a bin that has none: every word is full. */
+UCMA_INTERNAL extern struct ucma_slab ucma_slab_none;
 
 /*
- * struct ucma_tbin - the cache of one size class in one thread.
+ * Free objects carry a marker: a per-process random word in their second
+ * word (AddressSanitizer builds poison them instead).  A free that finds
+ * the marker looks further before it concludes "double free" (live data
+ * that happens to hold it is freed normally), so the fast paths need not
+ * look anywhere but the block and its slab.  malloc clears it.
+ */
+UCMA_INTERNAL extern uint64_t ucma_free_key;
+
+static inline bool ucma_obj_marked_free(const void *p)
+{
+#ifdef UCMA_ASAN
+	return __asan_address_is_poisoned(p);
+#else
+	return ((const uint64_t *)p)[1] == ucma_free_key;
+#endif
+}
+
+static inline void ucma_obj_mark_free(void *p, size_t size)
+{
+#ifdef UCMA_ASAN
+	UCMA_POISON(p, size);
+#else
+	(void)size;
+	((uint64_t *)p)[1] = ucma_free_key;
+#endif
+}
+
+static inline void ucma_obj_mark_live(void *p, size_t size)
+{
+#ifdef UCMA_ASAN
+	UCMA_UNPOISON(p, size);
+#else
+	(void)size;
+	((uint64_t *)p)[1] = 0;
+#endif
+}
+
+/* The most objects a bin parks: the bin is then 1 KiB. */
+#define UCMA_TBIN_SLOTS 118u
+
+/*
+ * struct ucma_tbin - one size class of one thread's cache: a stack of
+ * parked objects, which its malloc pops and its free pushes (LIFO, so a
+ * random working set stays in the CPU cache), and a cursor on one word of
+ * the bitmap of one of its slabs, which malloc takes the lowest free
+ * object of when the stack is empty.  A parked object stays allocated in
+ * its slab's bitmap and carries the free marker; a free that finds the
+ * stack full gives the object back to its slab's bitmap instead.  So
+ * nothing ever moves objects between caches and shared bins in batches.
  *
- * Locking and atomicity: only the owning thread writes a bin, and it
- * reads its own fields with plain loads (no other thread writes them, so
- * those reads race with nothing).  Other threads read, never write:
- *  - @stack (the pointer), @cap, @fill: set by tcache_setup() before the
- *    cache is put on the registry (registry lock), constant after.
- *  - the slots stack[i]: every store is a relaxed atomic store (pushes,
- *    refills, flushes), because ucma_tcache_any_holds() reads them from
- *    other threads under the registry lock, which keeps the cache from
- *    being recycled meanwhile.
- *  - @n: stored atomically; release when it grows (ucma_tbin_push(),
- *    refills) and when a flush shrinks it after moving slots, so a reader
- *    that loads it with acquire sees the slots below it as pushed; relaxed
- *    on pop, which writes no slot.  Read by ucma_tcache_any_holds()
- *    (acquire) and by the counters walk (relaxed).
- *  - @nmalloc, @held: relaxed atomic stores (ucma_relaxed_add()), read
- *    relaxed by the counters walk under the registry lock: a statistic may
- *    be a moment old, never torn.
+ * Locking and atomicity: only the owning thread writes a bin, and it reads
+ * its own fields with plain loads (no other thread writes them, so those
+ * reads race with nothing).  Other threads read only what follows:
+ *  - the slots stack[i]: every store is a relaxed atomic store, because
+ *    ucma_tcache_any_holds() reads them from other threads under the
+ *    registry lock (which keeps the cache from being recycled meanwhile);
+ *  - @n: stored atomically, release when it grows (ucma_tbin_push()), so
+ *    a reader that loads it with acquire sees the slots below it as
+ *    pushed; relaxed on pop, which writes no slot;
+ *  - @npop, @ncur, @nfree_direct, @nflush: relaxed atomic stores by the
+ *    owner, read relaxed by the counters walk under the registry lock: a
+ *    statistic may be a moment old, never torn.  Parking a block counts
+ *    nothing: the frees are the pops plus the flushed plus the parked
+ *    plus the direct ones, so the push needs no counter of its own.
+ * @usedw, @wbase, @full, @slab (the cursor) are the owner's alone (other
+ * threads reach its slabs through the bins' registries, slab.c); @size
+ * and @cap are constant.
  */
 struct ucma_tbin {
-	void **stack;			/* stack[0..n): cached objects, top at n-1 */
-	uint16_t n;
-	uint16_t cap;
-	uint16_t fill;			/* objects taken per refill */
-	uint16_t pad;
-	uint64_t nmalloc;		/* objects handed out from this bin */
-	uint64_t held;			/* taken from slabs minus given back */
+	uint64_t *usedw;		/* &slab->used[w], the word malloc takes from */
+	uintptr_t wbase;		/* address of object w * 64 of the slab */
+	uint64_t full;			/* *usedw when that word has no room */
+	uint32_t size;			/* object size */
+	uint16_t n;			/* objects parked in @stack */
+	uint16_t cap;			/* room in @stack */
+	uint64_t npop;			/* objects handed out from @stack */
+	uint64_t ncur;			/* objects handed out by the cursor */
+	struct ucma_slab *slab;		/* the cursor's slab (owned, PARTIAL), or &ucma_slab_none */
+	uint64_t pad;
+	void *stack[UCMA_TBIN_SLOTS];	/* stack[0..n): parked objects, top at n-1 */
+	uint64_t nfree_direct;		/* frees of this class not parked (see tcache.c) */
+	uint64_t nflush;		/* parked objects given back to their slabs */
 };
-/* Frees need no counter of their own: held - n objects went out through
- * this bin and were not freed into it, so nfree = nmalloc - held + n. */
+_Static_assert(offsetof(struct ucma_tbin, stack) == 64 && sizeof(struct ucma_tbin) == 1024,
+	       "a bin: a line for the fast paths, then its stack; a power of two, so that "
+	       "indexing the bins is a shift");
 
 /*
  * Push @p on bin @b holding @n objects (n < cap).  Other threads look for
@@ -63,33 +124,77 @@ static inline void ucma_tbin_push(struct ucma_tbin *b, unsigned n, void *p)
 	__atomic_store_n(&b->n, (uint16_t)(n + 1), __ATOMIC_RELEASE);
 }
 
+/* Point @b's cursor at word @w of @s, an owned slab on the partial list. */
+static inline void ucma_tbin_point(struct ucma_tbin *b, struct ucma_slab *s, unsigned w)
+{
+	b->slab = s;
+	b->usedw = &s->used[w];
+	b->wbase = s->base + (uintptr_t)w * 64 * s->size;
+	b->full = ucma_slab_word_full(s, w);
+}
+
+/*
+ * Take the lowest free object of bin @b's cursor word, or NULL when the
+ * word is full (the slow path looks further).  The owner alone writes the
+ * bits of its slabs; the store is atomic because other threads read them.
+ */
+static inline void *ucma_tbin_alloc(struct ucma_tbin *b)
+{
+	uint64_t *wp = b->usedw, u = *wp;
+	void *p;
+
+	if (UCMA_UNLIKELY(u == b->full))
+		return NULL;
+	__atomic_store_n(wp, u | (u + 1), __ATOMIC_RELAXED);
+	__atomic_store_n(&b->ncur, b->ncur + 1, __ATOMIC_RELAXED);
+	p = (void *)(b->wbase + (uintptr_t)(unsigned)__builtin_ctzll(~u) * b->size);
+	ucma_obj_mark_live(p, b->size);
+	return p;
+}
+
+/* The owned slabs of one class (the owner's alone). */
+struct ucma_tlists {
+	struct ucma_slab *partial;	/* with room at the last look; the cursor's among them */
+	struct ucma_slab *fulls;	/* without room at the last look */
+	struct ucma_slab *empty;	/* wholly free, kept for reuse */
+	unsigned nempty;
+	uint32_t gc_mark;		/* bin activity at the GC's last look */
+};
+
 /*
  * struct ucma_tcache - one thread's cache.
  *
- * Locking and atomicity: the owning thread alone writes every field but
- * the registry links; other threads read only what the rules of struct
- * ucma_tbin and the lines below allow.
+ * Locking and atomicity:
  *  - @bins: see struct ucma_tbin.
- *  - @binset, @gc_events, @gc_next, @gc_mark: the owner's alone, plain.
+ *  - @remote_hint: remote_hint[c] is set (seq_cst store, after the remote
+ *    free's fetch-or) by a thread that freed into a slab of class c this
+ *    cache owns, and exchanged to 0 by the owner before it merges the
+ *    remote bits of its full slabs: so either the owner sees the bit or the
+ *    freer sees the hint still set.  A line of its own, so that those
+ *    stores do not disturb the bins.  Caches are never freed (recycled),
+ *    so a stale store lands in some cache's hint: a needless look.
+ *  - @lists: the owner's alone.  No other thread walks them: the fork
+ *    child, which reclaims the slabs of threads it does not have, and the
+ *    statistics use the bins' registries (slab.c) instead.
+ *  - @binset, @gc_events, @gc_next: the owner's alone, plain.
  *  - @large_*: relaxed atomic stores by the owner, read relaxed by the
  *    counters walk under the registry lock.
  *  - @next, @prev: the registry lock (tcache.c reg_lock), which also
  *    guards retiring a cache (thread exit, the fork child) and recycling
  *    its memory, so a walker holding it never sees a cache disappear.
- *  - @slots: the bins' stacks, see struct ucma_tbin.
  */
 struct ucma_tcache {
 	struct ucma_tbin bins[UCMA_NR_CLASSES];
-	unsigned binset;		/* central bin set refills come from */
+	uint8_t remote_hint[UCMA_NR_CLASSES] __attribute__((aligned(64)));
+	unsigned binset __attribute__((aligned(64)));		/* central bin set new slabs come from */
 	unsigned gc_events;		/* slow-path calls since the last GC step */
 	unsigned gc_next;		/* next bin the GC looks at */
-	uint32_t gc_mark[UCMA_NR_CLASSES];	/* bin activity at the last look */
+	struct ucma_tlists lists[UCMA_NR_CLASSES];
 	uint64_t large_nmalloc;
 	uint64_t large_nfree;
 	uint64_t large_bytes;		/* usable bytes allocated minus freed */
 	uint64_t large_pages;		/* arena pages allocated minus freed */
 	struct ucma_tcache *next, *prev;	/* registry (registry lock) */
-	void *slots[];			/* the bins' stacks */
 };
 
 UCMA_INTERNAL extern __thread struct ucma_tcache *ucma_tcache_tls
@@ -99,13 +204,27 @@ UCMA_INTERNAL extern struct ucma_tcache ucma_tcache_dummy;
 UCMA_INTERNAL void ucma_tcache_init(void);
 /* A cache for the calling thread (or the dummy when none can be made). */
 UCMA_INTERNAL struct ucma_tcache *ucma_tcache_create(void);
-/* Bin @cls of @tc is empty: refill it and pop one; NULL with ENOMEM. */
+/* Bin @cls of @tc has no room in its current word: find room (another
+ * word, remote frees, another slab, a new one) and allocate; NULL with
+ * ENOMEM.  @tc may be the dummy. */
 UCMA_INTERNAL void *ucma_tcache_alloc_slow(struct ucma_tcache *tc, unsigned cls);
-/* Bin @cls of @tc is full (or @tc is the dummy): make room and push @p. */
-UCMA_INTERNAL void ucma_tcache_free_slow(struct ucma_tcache *tc, unsigned cls, void *p);
-UCMA_INTERNAL void ucma_tcache_flush_all(struct ucma_tcache *tc);
-/* Is @p parked in bin @cls of any thread's cache?  For free()'s slow
- * path, taken only for a block that carries the free marker. */
+/* Free object @idx (at @p) of slab @s where the fast path would not:
+ * @tc (the caller's cache, NULL or the dummy) does not own @s, or its
+ * stack is full, or the object carries the free marker (a double free,
+ * which aborts naming @who, unless live data just looked like it). */
+UCMA_INTERNAL void ucma_tcache_free_slow(struct ucma_tcache *tc, struct ucma_slab *s,
+					 unsigned idx, void *p, const char *who);
+/* The owner's free emptied a word of @s: is the whole slab free? */
+UCMA_INTERNAL void ucma_tcache_word_emptied(struct ucma_tcache *tc, struct ucma_slab *s);
+/* Give back every wholly free slab of @self, the caller's own cache. */
+UCMA_INTERNAL void ucma_tcache_trim(struct ucma_tcache *self);
+/* Is object @idx (at @p) of @s free already: free in its slab, freed by
+ * another thread and not merged, or parked in any thread's stack?  The
+ * walk over the stacks is taken only when the block carries the free
+ * marker, which live data matches by chance only. */
+UCMA_INTERNAL bool ucma_tcache_obj_is_freed(const struct ucma_slab *s, unsigned idx,
+					    const void *p);
+/* Is @p parked in bin @cls of any thread's cache? */
 UCMA_INTERNAL bool ucma_tcache_any_holds(unsigned cls, const void *p);
 /* Count a large block allocated (+1) or freed (-1) by the calling thread. */
 UCMA_INTERNAL void ucma_tcache_count_large(int dir, size_t usable, size_t arena_pages);

@@ -597,71 +597,87 @@ static void test_threads(void)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Live blocks that look freed                                               */
+/* Blocks freed by other threads make room where they came from               */
 /* ------------------------------------------------------------------------ */
 
-/*
- * A live block whose second word happens to hold the free marker sends
- * free() to its slow path, which looks for the block in every thread's
- * cache while the owners push, pop, flush and refill: it must be freed
- * normally, never reported as a double free (ThreadSanitizer builds also
- * check that the look is free of data races).
- */
-#ifndef UCMA_ASAN
-#define LOOKALIKE_SIZE 32
+#define REUSE_N    20000
+#define REUSE_SIZE 48
 
-static bool lookalike_stop;	/* atomic */
+static void *reuse_blocks[REUSE_N];
 
-static void *lookalike_churn(void *arg)
+static void *free_all_blocks(void *arg)
 {
-	uint64_t rng = (uint64_t)(intptr_t)arg;
-	void *slot[300] = { 0 };
+	(void)arg;
+	for (int i = 0; i < REUSE_N; i++)
+		ucma_free(reuse_blocks[i]);
+	return NULL;
+}
 
-	while (!__atomic_load_n(&lookalike_stop, __ATOMIC_RELAXED)) {
-		/* bursts larger than a bin: flushes and refills too */
-		for (int k = 0; k < 300; k++)
-			slot[k] = ucma_malloc(17 + tu_rand(&rng) % 16);
-		for (int k = 0; k < 300; k++)
-			ucma_free(slot[(k * 7) % 300]);
+static void *alloc_all_blocks(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < REUSE_N; i++) {
+		reuse_blocks[i] = ucma_malloc(REUSE_SIZE);
+		tu_fill(reuse_blocks[i], REUSE_SIZE, (uint64_t)i);
 	}
 	return NULL;
 }
 
-static void test_marker_lookalike(void)
+static int check_all_blocks(void)
 {
-	enum { ROUNDS = 400, N = 50 };
-	pthread_t t[2];
-	uint64_t key;
-	void *p[N];
-	int good = 0;
+	int bad = 0;
 
-	/* The marker is what a freed block holds in its second word. */
-	p[0] = ucma_malloc(LOOKALIKE_SIZE);
-	ucma_free(p[0]);
-	key = ((volatile uint64_t *)p[0])[1];
-	for (int i = 0; i < 2; i++)
-		pthread_create(&t[i], NULL, lookalike_churn, (void *)(intptr_t)(i + 5));
-	for (int r = 0; r < ROUNDS; r++) {
-		for (int i = 0; i < N; i++) {
-			p[i] = ucma_malloc(LOOKALIKE_SIZE);
-			((uint64_t *)p[i])[1] = key;
-		}
-		for (int i = 0; i < N; i++)
-			ucma_free(p[i]);
-		good++;
-	}
-	__atomic_store_n(&lookalike_stop, true, __ATOMIC_RELAXED);
-	for (int i = 0; i < 2; i++)
-		pthread_join(t[i], NULL);
-	ok(good == ROUNDS, "%d live blocks holding the free marker freed while 2 threads churn",
-	   ROUNDS * N);
+	for (int i = 0; i < REUSE_N; i++)
+		if (!tu_check(reuse_blocks[i], REUSE_SIZE, (uint64_t)i))
+			bad++;
+	return bad;
 }
-#else
-static void test_marker_lookalike(void)
+
+static void run_thread(void *(*fn)(void *))
 {
-	skip(1, "AddressSanitizer builds mark freed blocks by poisoning them");
+	pthread_t t;
+
+	pthread_create(&t, NULL, fn, NULL);
+	pthread_join(t, NULL);
 }
-#endif
+
+/*
+ * The slabs of a thread fill up, another thread frees every block, and the
+ * owner allocates as many again: the room the remote frees made must be
+ * found (the owner merges them), not new slabs taken.  Then the same with
+ * an owner that exits before its blocks are freed: its slabs go central,
+ * and the next thread adopts them.
+ */
+static void test_remote_reuse(void)
+{
+	uint64_t active0, active1, active2;
+	int bad;
+
+	ucma_trim();
+	alloc_all_blocks(NULL);
+	active0 = stat_of("malloc_active");
+	run_thread(free_all_blocks);
+	alloc_all_blocks(NULL);
+	bad = check_all_blocks();
+	active1 = stat_of("malloc_active");
+	ok(bad == 0 && active1 <= active0 + (256u << 10),
+	   "blocks freed by another thread are reused by their owner (slab bytes %llu -> %llu, "
+	   "%d stamps bad)", (unsigned long long)active0, (unsigned long long)active1, bad);
+	free_all_blocks(NULL);
+
+	ucma_trim();
+	run_thread(alloc_all_blocks);
+	active0 = stat_of("malloc_active");
+	free_all_blocks(NULL);	/* their owner is gone */
+	run_thread(alloc_all_blocks);
+	active2 = stat_of("malloc_active");
+	bad = check_all_blocks();
+	ok(bad == 0 && active2 <= active0 + (256u << 10),
+	   "blocks of an exited thread freed elsewhere are reused by the next thread (slab bytes "
+	   "%llu -> %llu, %d stamps bad)", (unsigned long long)active0, (unsigned long long)active2,
+	   bad);
+	free_all_blocks(NULL);
+}
 
 /* ------------------------------------------------------------------------ */
 /* fork with other threads running                                           */
@@ -762,7 +778,7 @@ int main(void)
 	test_counters();
 	test_trim();
 	test_threads();
-	test_marker_lookalike();
+	test_remote_reuse();
 	test_fork();
 	return done();
 }

@@ -1,7 +1,8 @@
 /*
  * test_malloc_abort.c - the hostile-input policy of the malloc family:
  * double frees (in the thread cache, in the slab, through another
- * thread, in another thread's cache), frees of interior pointers, realloc of a freed block, frees of
+ * thread, in another thread's cache), frees of interior pointers and of
+ * slots never handed out, realloc of a freed block, frees of
  * pointers that malloc never returned.  Each case runs in a child whose
  * standard error the parent reads: the child must die of SIGABRT after
  * one line naming the problem and the address.
@@ -162,6 +163,15 @@ static void case_realloc_freed(void)
 	ucma_realloc(p, 600);
 }
 
+/* A slot of a slab that malloc never handed out: its bit says so. */
+static void case_free_unallocated_slot(void)
+{
+	char *p = ucma_malloc(64);
+
+	SET_VICTIM(p + 64);
+	ucma_free(p + 64);
+}
+
 static void case_free_stack(void)
 {
 	char buf[64];
@@ -250,7 +260,7 @@ int main(void)
 	/* Initialise in the parent, so every child starts from the same
 	 * arena and key. */
 	ucma_free(ucma_malloc(1));
-	plan(13);
+	plan(14);
 	ok(dies_with(case_double_free_cached, "free(): double free of", "cached"),
 	   "double free of a block still in the thread cache aborts");
 	ok(dies_with(case_double_free_slab, "free(): double free of", "slab"),
@@ -267,6 +277,10 @@ int main(void)
 	   "free of a pointer inside a large block aborts");
 	ok(dies_with(case_realloc_freed, "realloc(): invalid pointer", "realloc"),
 	   "realloc of a freed block aborts");
+	/* "invalid pointer"; "double free" with AddressSanitizer, where a
+	 * slot never handed out is poisoned like a freed one */
+	ok(dies_with(case_free_unallocated_slot, "free(): ", "unallocated slot"),
+	   "free of a slot malloc never handed out aborts");
 	ok(dies_with(case_free_stack, "free(): invalid pointer", "stack"),
 	   "free of a stack address aborts");
 	ok(dies_with(case_free_contig, "free(): invalid pointer", "contig"),
