@@ -284,6 +284,14 @@ static int classify(const void *p, struct ptr_info *pi, const char *who)
 					   who, p);
 			return PK_BAD;
 		}
+		if (type == UCMA_OWN_NONE) {
+			/* a run nobody owns: raw pages, or a large run freed
+			 * and kept for reuse (ucma_tcache_large_put()) */
+			if (who)
+				ucma_fatal("%s: double free or invalid pointer %p (no live block there)",
+					   who, p);
+			return PK_BAD;
+		}
 		why = "not from malloc";
 		goto bad;
 	}
@@ -480,8 +488,24 @@ static void *large_alloc(size_t size, size_t align, bool zero)
 		size = 1;
 	npages = (size + UCMA_PAGE_SIZE - 1) >> UCMA_PAGE_SHIFT;
 	if (a && npages <= a->zones[UCMA_ZONE_NORMAL].managed_pages && align < a->size) {
-		uint32_t pfn = run_alloc(a, (uint32_t)npages, align, zero);
+		struct ucma_tcache *tc = ucma_tcache_tls;
+		uint32_t pfn = UCMA_PFN_NONE;
 
+		/* A run this thread freed lately, when no alignment beyond a
+		 * page is asked for (every run starts on one). */
+		if (tc && align <= UCMA_PAGE_SIZE) {
+			pfn = ucma_tcache_large_get(tc, a, (uint32_t)npages);
+			if (pfn != UCMA_PFN_NONE) {
+				usable = npages << UCMA_PAGE_SHIFT;
+				ucma_run_set_owner(a, pfn, UCMA_OWN_LARGE, pfn);
+				ucma_tcache_count_large(1, usable, 0);	/* pages kept counted */
+				if (zero)
+					memset(ucma_pfn_to_addr(a, pfn), 0, usable);
+				errno = saved;
+				return ucma_pfn_to_addr(a, pfn);
+			}
+		}
+		pfn = run_alloc(a, (uint32_t)npages, align, zero);
 		if (pfn != UCMA_PFN_NONE) {
 			uint32_t run = a->pages[pfn].aux;
 
@@ -515,6 +539,13 @@ static void free_classified(void *p, int kind, struct ptr_info *pi, const char *
 	case PK_LARGE: {
 		uint32_t run = pi->a->pages[pi->head].aux;
 
+		/* Kept for this thread's next large malloc of the size, owned
+		 * by nobody meanwhile (a second free of it is refused). */
+		ucma_run_set_owner(pi->a, pi->head, UCMA_OWN_NONE, 0);
+		if (ucma_tcache_large_put(ucma_tcache_tls, pi->a, pi->head)) {
+			ucma_tcache_count_large(-1, pi->usable, 0);
+			return;
+		}
 		ucma_tcache_count_large(-1, pi->usable, run);
 		ucma_pages_free(pi->a, pi->head);
 		return;

@@ -113,6 +113,7 @@ static bool tc_key_ok;
 
 static void tcache_destroy(void *arg);
 static void bin_flush(struct ucma_tcache *tc, unsigned cls, unsigned keep);
+static void large_flush(struct ucma_tcache *tc);
 
 static void bin_set_none(struct ucma_tbin *b)
 {
@@ -342,7 +343,12 @@ static void trim_class(struct ucma_tcache *tc, unsigned cls)
 
 static void tcache_gc_step(struct ucma_tcache *tc)
 {
+	uint32_t large_now = (uint32_t)(tc->large_nmalloc + tc->large_nfree);
+
 	tc->gc_events = 0;
+	if (large_now == tc->large_gc_mark)
+		large_flush(tc);
+	tc->large_gc_mark = large_now;
 	for (unsigned k = 0; k < GC_BINS; k++) {
 		unsigned c = tc->gc_next++ % UCMA_NR_CLASSES;
 		struct ucma_tbin *b = &tc->bins[c];
@@ -582,6 +588,66 @@ bool ucma_tcache_any_holds(unsigned cls, const void *p)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Kept large runs                                                           */
+/* ------------------------------------------------------------------------ */
+
+uint32_t ucma_tcache_large_get(struct ucma_tcache *tc, struct ucma_arena *a, uint32_t npages)
+{
+	if (tc == &ucma_tcache_dummy || npages > UCMA_TLARGE_MAX_PAGES)
+		return UCMA_PFN_NONE;
+	for (unsigned i = tc->nlarge_kept; i-- > 0;) {
+		uint32_t pfn = tc->large_kept[i];
+
+		if (a->pages[pfn].aux != npages)
+			continue;
+		memmove(&tc->large_kept[i], &tc->large_kept[i + 1],
+			(tc->nlarge_kept - i - 1) * sizeof(uint32_t));
+		tc->nlarge_kept--;
+		__atomic_store_n(&tc->large_kept_pages, tc->large_kept_pages - npages,
+				 __ATOMIC_RELAXED);
+		UCMA_UNPOISON(ucma_pfn_to_addr(a, pfn), (size_t)npages << UCMA_PAGE_SHIFT);
+		return pfn;
+	}
+	return UCMA_PFN_NONE;
+}
+
+/* Give back the oldest kept run of @tc. */
+static void large_evict(struct ucma_tcache *tc, struct ucma_arena *a)
+{
+	uint32_t pfn = tc->large_kept[0], npages = a->pages[pfn].aux;
+
+	memmove(&tc->large_kept[0], &tc->large_kept[1], (tc->nlarge_kept - 1) * sizeof(uint32_t));
+	tc->nlarge_kept--;
+	__atomic_store_n(&tc->large_kept_pages, tc->large_kept_pages - npages, __ATOMIC_RELAXED);
+	ucma_relaxed_add(&tc->large_pages, -(uint64_t)npages);
+	UCMA_UNPOISON(ucma_pfn_to_addr(a, pfn), (size_t)npages << UCMA_PAGE_SHIFT);
+	ucma_pages_free(a, pfn);
+}
+
+bool ucma_tcache_large_put(struct ucma_tcache *tc, struct ucma_arena *a, uint32_t pfn)
+{
+	uint32_t npages = a->pages[pfn].aux;
+
+	if (!tc || tc == &ucma_tcache_dummy || npages > UCMA_TLARGE_MAX_PAGES)
+		return false;
+	while (tc->nlarge_kept == UCMA_TLARGE_SLOTS ||
+	       (tc->nlarge_kept && tc->large_kept_pages + npages > UCMA_TLARGE_KEEP_PAGES))
+		large_evict(tc, a);
+	UCMA_POISON(ucma_pfn_to_addr(a, pfn), (size_t)npages << UCMA_PAGE_SHIFT);
+	tc->large_kept[tc->nlarge_kept++] = pfn;
+	__atomic_store_n(&tc->large_kept_pages, tc->large_kept_pages + npages, __ATOMIC_RELAXED);
+	return true;
+}
+
+static void large_flush(struct ucma_tcache *tc)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+
+	while (tc->nlarge_kept)
+		large_evict(tc, a);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Thread exit, trim                                                         */
 /* ------------------------------------------------------------------------ */
 
@@ -590,6 +656,7 @@ static void tcache_release_all(struct ucma_tcache *tc)
 {
 	/* First every parked object (giving back a foreign one may adopt
 	 * its slab), then every slab. */
+	large_flush(tc);
 	for (unsigned c = 0; c < UCMA_NR_CLASSES; c++)
 		bin_flush(tc, c, 0);
 	for (unsigned c = 0; c < UCMA_NR_CLASSES; c++) {
@@ -665,6 +732,7 @@ static void tcache_destroy(void *arg)
  * ones included. */
 static void trim_own(struct ucma_tcache *tc)
 {
+	large_flush(tc);
 	for (unsigned c = 0; c < UCMA_NR_CLASSES; c++)
 		bin_flush(tc, c, 0);
 	for (unsigned c = 0; c < UCMA_NR_CLASSES; c++) {
@@ -747,6 +815,8 @@ void ucma_tcache_counters(struct ucma_malloc_counters *out)
 		}
 		add_large(out, &tc->large_nmalloc, &tc->large_nfree, &tc->large_bytes,
 			  &tc->large_pages);
+		out->tcache_bytes += (uint64_t)__atomic_load_n(&tc->large_kept_pages,
+							       __ATOMIC_RELAXED) << UCMA_PAGE_SHIFT;
 	}
 	pthread_mutex_unlock(&reg_lock);
 	for (unsigned c = 0; c < UCMA_NR_CLASSES; c++)
@@ -800,6 +870,9 @@ void ucma_tcache_atfork_child(void)
 			b->n = 0;
 		}
 	}
+	for (tc = reg_list; tc; tc = tc->next)
+		if (tc != self)
+			large_flush(tc);
 	ucma_slab_release_foreign(self);
 	for (tc = reg_list; tc; tc = next) {
 		next = tc->next;

@@ -162,6 +162,17 @@ struct ucma_tlists {
 };
 
 /*
+ * A thread keeps a few freed large runs (up to UCMA_TLARGE_MAX_PAGES pages
+ * each, UCMA_TLARGE_KEEP_PAGES pages in all), and a large malloc of the
+ * same number of pages takes one back without the zone lock and the buddy
+ * allocator's splitting and merging: a program that frees and allocates
+ * blocks of a few tens of KiB does so at the speed of the small ones.
+ */
+#define UCMA_TLARGE_SLOTS       16u
+#define UCMA_TLARGE_MAX_PAGES   64u	/* 256 KiB */
+#define UCMA_TLARGE_KEEP_PAGES  256u	/* 1 MiB */
+
+/*
  * struct ucma_tcache - one thread's cache.
  *
  * Locking and atomicity:
@@ -177,8 +188,12 @@ struct ucma_tlists {
  *    child, which reclaims the slabs of threads it does not have, and the
  *    statistics use the bins' registries (slab.c) instead.
  *  - @binset, @gc_events, @gc_next: the owner's alone, plain.
- *  - @large_*: relaxed atomic stores by the owner, read relaxed by the
- *    counters walk under the registry lock.
+ *  - @large_nmalloc, @large_nfree, @large_bytes, @large_pages,
+ *    @large_kept_pages: relaxed atomic stores by the owner, read relaxed
+ *    by the counters walk under the registry lock.
+ *  - @large_kept, @nlarge_kept, @large_gc_mark: the owner's alone.  A kept
+ *    run is allocated in its zone, owned by nobody (UCMA_OWN_NONE), so a
+ *    free of it is refused as the free of a block that is not live.
  *  - @next, @prev: the registry lock (tcache.c reg_lock), which also
  *    guards retiring a cache (thread exit, the fork child) and recycling
  *    its memory, so a walker holding it never sees a cache disappear.
@@ -193,7 +208,11 @@ struct ucma_tcache {
 	uint64_t large_nmalloc;
 	uint64_t large_nfree;
 	uint64_t large_bytes;		/* usable bytes allocated minus freed */
-	uint64_t large_pages;		/* arena pages allocated minus freed */
+	uint64_t large_pages;		/* arena pages held: allocated and kept */
+	uint32_t large_kept[UCMA_TLARGE_SLOTS];	/* kept runs (head pfns), newest last */
+	uint32_t nlarge_kept;
+	uint32_t large_kept_pages;	/* atomic: the statistics read it */
+	uint32_t large_gc_mark;		/* large activity at the GC's last look */
 	struct ucma_tcache *next, *prev;	/* registry (registry lock) */
 };
 
@@ -226,6 +245,14 @@ UCMA_INTERNAL bool ucma_tcache_obj_is_freed(const struct ucma_slab *s, unsigned 
 					    const void *p);
 /* Is @p parked in bin @cls of any thread's cache? */
 UCMA_INTERNAL bool ucma_tcache_any_holds(unsigned cls, const void *p);
+/* A kept run of exactly @npages pages of arena @a for @tc, owned by
+ * nobody (the caller makes it its own), or UCMA_PFN_NONE. */
+UCMA_INTERNAL uint32_t ucma_tcache_large_get(struct ucma_tcache *tc, struct ucma_arena *a,
+					     uint32_t npages);
+/* Keep the freed large run at @pfn (its owner cleared) for @tc; false
+ * when @tc keeps no runs of that size, and the caller frees it. */
+UCMA_INTERNAL bool ucma_tcache_large_put(struct ucma_tcache *tc, struct ucma_arena *a,
+					 uint32_t pfn);
 /* Count a large block allocated (+1) or freed (-1) by the calling thread. */
 UCMA_INTERNAL void ucma_tcache_count_large(int dir, size_t usable, size_t arena_pages);
 /* Sum every thread's counters (and those of exited threads) into @out. */

@@ -456,6 +456,36 @@ static void test_trim(void)
 	ok(stat_of("malloc_tcache_bytes") < 1u << 20, "the thread cache was flushed");
 }
 
+/*
+ * A large run the thread freed is kept for its next large malloc of the
+ * same number of pages: it counts as cached and still held, comes back
+ * for that malloc, and goes back to the page allocator on trim.
+ */
+static void test_large_kept(void)
+{
+	uint64_t cached0, cached1, active0, active1;
+	void *p, *q;
+
+	ucma_trim();
+	cached0 = stat_of("malloc_tcache_bytes");
+	p = ucma_malloc(100000);	/* 25 pages */
+	memset(p, 7, 100000);
+	active0 = stat_of("malloc_active");
+	ucma_free(p);
+	cached1 = stat_of("malloc_tcache_bytes");
+	active1 = stat_of("malloc_active");
+	ok(cached1 >= cached0 + 25 * UCMA_PAGE_SIZE && active1 == active0,
+	   "a freed 100000-byte block is kept: cached %llu -> %llu, active %llu -> %llu",
+	   (unsigned long long)cached0, (unsigned long long)cached1,
+	   (unsigned long long)active0, (unsigned long long)active1);
+	q = ucma_malloc(99000);		/* 25 pages too */
+	ok(q == p && ucma_usable_size(q) == 25 * UCMA_PAGE_SIZE,
+	   "the next malloc of as many pages takes it back");
+	ucma_free(q);
+	ucma_trim();
+	ok(stat_of("malloc_active") < active1, "trim gives the kept run back");
+}
+
 /* ------------------------------------------------------------------------ */
 /* Threads freeing each other's blocks                                       */
 /* ------------------------------------------------------------------------ */
@@ -777,6 +807,7 @@ int main(void)
 	test_owns();
 	test_counters();
 	test_trim();
+	test_large_kept();
 	test_threads();
 	test_remote_reuse();
 	test_fork();
