@@ -106,10 +106,12 @@ static struct tc_totals totals;		/* reg_lock, or atomics */
 static pthread_key_t tc_key;
 static bool tc_key_ok;
 
-/* Wholly free slabs a bin keeps beside its current one: enough that a
- * thread freeing and refilling a few slabs' worth does not make and
- * destroy slabs each time; the GC gives them back when the bin idles. */
-#define KEEP_EMPTY 4
+/* Wholly free slabs a class keeps: enough that a thread freeing and
+ * refilling a few slabs' worth does not make and destroy slabs each time,
+ * at most 4 and 128 KiB of them (at least one); the GC gives them back
+ * when the class idles. */
+#define KEEP_EMPTY_MAX   4u
+#define KEEP_EMPTY_BYTES (128u << 10)
 
 static void tcache_destroy(void *arg);
 static void bin_flush(struct ucma_tcache *tc, unsigned cls, unsigned keep);
@@ -132,11 +134,11 @@ void ucma_tcache_init(void)
 
 /*
  * Room in a bin's stack: many small objects, few large ones, so a cache
- * parks a bounded number of bytes (under 2.7 MiB if every stack were
- * full, half of it in the 8 classes above 8 KiB; the GC empties stacks
- * that fall idle).  A free that finds the
- * stack full gives its object to the slab's bitmap instead, which costs
- * about as much: the stack is for reuse order, not for batching.
+ * parks a bounded number of bytes (under 1.8 MiB if every stack were
+ * full, under half of it in the 8 classes above 8 KiB; the GC empties
+ * stacks that fall idle).  A free that finds the stack full gives its
+ * object to the slab's bitmap instead, which costs about as much: the
+ * stack is for reuse order, not for batching.
  */
 static uint16_t cap_for(uint32_t size)
 {
@@ -146,9 +148,11 @@ static uint16_t cap_for(uint32_t size)
 		return 64;
 	if (size <= 2048)
 		return 32;
-	if (size <= 8192)
+	if (size <= 4096)
 		return 16;
-	return 8;
+	if (size <= 16384)
+		return 8;
+	return 4;
 }
 
 static void tcache_setup(struct ucma_tcache *tc)
@@ -241,7 +245,11 @@ static void give_up(struct ucma_tcache *tc, unsigned cls, struct ucma_slab *s)
 /* Keep the wholly free slab @s (on no list) for reuse, or give it up. */
 static void keep_empty(struct ucma_tcache *tc, unsigned cls, struct ucma_slab *s)
 {
-	if (tc->lists[cls].nempty < KEEP_EMPTY) {
+	unsigned keep = KEEP_EMPTY_BYTES / ((unsigned)ucma_classes[cls].npages << UCMA_PAGE_SHIFT);
+
+	if (keep > KEEP_EMPTY_MAX)
+		keep = KEEP_EMPTY_MAX;
+	if (tc->lists[cls].nempty < (keep ? keep : 1)) {
 		set_state(s, UCMA_SLAB_EMPTY);
 		ucma_slab_list_add(&tc->lists[cls].empty, s);
 		tc->lists[cls].nempty++;
