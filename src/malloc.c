@@ -497,7 +497,9 @@ static void *large_alloc(size_t size, size_t align, bool zero)
 			pfn = ucma_tcache_large_get(tc, a, (uint32_t)npages);
 			if (pfn != UCMA_PFN_NONE) {
 				usable = npages << UCMA_PAGE_SHIFT;
-				ucma_run_set_owner(a, pfn, UCMA_OWN_LARGE, pfn);
+				/* its tails still say so: only the head changes */
+				__atomic_store_n(&a->pages[pfn].owner_type, UCMA_OWN_LARGE,
+						 __ATOMIC_RELEASE);
 				ucma_tcache_count_large(1, usable, 0);	/* pages kept counted */
 				if (zero)
 					memset(ucma_pfn_to_addr(a, pfn), 0, usable);
@@ -539,9 +541,8 @@ static void free_classified(void *p, int kind, struct ptr_info *pi, const char *
 	case PK_LARGE: {
 		uint32_t run = pi->a->pages[pi->head].aux;
 
-		/* Kept for this thread's next large malloc of the size, owned
-		 * by nobody meanwhile (a second free of it is refused). */
-		ucma_run_set_owner(pi->a, pi->head, UCMA_OWN_NONE, 0);
+		/* Kept for this thread's next large malloc of the size, its
+		 * head owned by nobody meanwhile (a second free is refused). */
 		if (ucma_tcache_large_put(ucma_tcache_tls, pi->a, pi->head)) {
 			ucma_tcache_count_large(-1, pi->usable, 0);
 			return;

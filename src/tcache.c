@@ -604,12 +604,12 @@ uint32_t ucma_tcache_large_get(struct ucma_tcache *tc, struct ucma_arena *a, uin
 	if (tc == &ucma_tcache_dummy || npages > UCMA_TLARGE_MAX_PAGES)
 		return UCMA_PFN_NONE;
 	for (unsigned i = tc->nlarge_kept; i-- > 0;) {
-		uint32_t pfn = tc->large_kept[i];
+		uint32_t pfn = tc->large_kept[i].pfn;
 
-		if (a->pages[pfn].aux != npages)
+		if (tc->large_kept[i].npages != npages)
 			continue;
 		memmove(&tc->large_kept[i], &tc->large_kept[i + 1],
-			(tc->nlarge_kept - i - 1) * sizeof(uint32_t));
+			(tc->nlarge_kept - i - 1) * sizeof(tc->large_kept[0]));
 		tc->nlarge_kept--;
 		__atomic_store_n(&tc->large_kept_pages, tc->large_kept_pages - npages,
 				 __ATOMIC_RELAXED);
@@ -622,9 +622,10 @@ uint32_t ucma_tcache_large_get(struct ucma_tcache *tc, struct ucma_arena *a, uin
 /* Give back the oldest kept run of @tc. */
 static void large_evict(struct ucma_tcache *tc, struct ucma_arena *a)
 {
-	uint32_t pfn = tc->large_kept[0], npages = a->pages[pfn].aux;
+	uint32_t pfn = tc->large_kept[0].pfn, npages = tc->large_kept[0].npages;
 
-	memmove(&tc->large_kept[0], &tc->large_kept[1], (tc->nlarge_kept - 1) * sizeof(uint32_t));
+	memmove(&tc->large_kept[0], &tc->large_kept[1],
+		(tc->nlarge_kept - 1) * sizeof(tc->large_kept[0]));
 	tc->nlarge_kept--;
 	__atomic_store_n(&tc->large_kept_pages, tc->large_kept_pages - npages, __ATOMIC_RELAXED);
 	ucma_relaxed_add(&tc->large_pages, -(uint64_t)npages);
@@ -641,8 +642,13 @@ bool ucma_tcache_large_put(struct ucma_tcache *tc, struct ucma_arena *a, uint32_
 	while (tc->nlarge_kept == UCMA_TLARGE_SLOTS ||
 	       (tc->nlarge_kept && tc->large_kept_pages + npages > UCMA_TLARGE_KEEP_PAGES))
 		large_evict(tc, a);
+	/* Only the head: a pointer to a block is a pointer to its head
+	 * page, and the tails already refuse any other. */
+	__atomic_store_n(&a->pages[pfn].owner_type, UCMA_OWN_NONE, __ATOMIC_RELEASE);
 	UCMA_POISON(ucma_pfn_to_addr(a, pfn), (size_t)npages << UCMA_PAGE_SHIFT);
-	tc->large_kept[tc->nlarge_kept++] = pfn;
+	tc->large_kept[tc->nlarge_kept].pfn = pfn;
+	tc->large_kept[tc->nlarge_kept].npages = npages;
+	tc->nlarge_kept++;
 	__atomic_store_n(&tc->large_kept_pages, tc->large_kept_pages + npages, __ATOMIC_RELAXED);
 	return true;
 }

@@ -192,8 +192,9 @@ struct ucma_tlists {
  *    @large_kept_pages: relaxed atomic stores by the owner, read relaxed
  *    by the counters walk under the registry lock.
  *  - @large_kept, @nlarge_kept, @large_gc_mark: the owner's alone.  A kept
- *    run is allocated in its zone, owned by nobody (UCMA_OWN_NONE), so a
- *    free of it is refused as the free of a block that is not live.
+ *    run is allocated in its zone, its head page owned by nobody
+ *    (UCMA_OWN_NONE), so a free of it is refused as the free of a block
+ *    that is not live.
  *  - @next, @prev: the registry lock (tcache.c reg_lock), which also
  *    guards retiring a cache (thread exit, the fork child) and recycling
  *    its memory, so a walker holding it never sees a cache disappear.
@@ -209,7 +210,10 @@ struct ucma_tcache {
 	uint64_t large_nfree;
 	uint64_t large_bytes;		/* usable bytes allocated minus freed */
 	uint64_t large_pages;		/* arena pages held: allocated and kept */
-	uint32_t large_kept[UCMA_TLARGE_SLOTS];	/* kept runs (head pfns), newest last */
+	struct {
+		uint32_t pfn;		/* head of a kept run */
+		uint32_t npages;
+	} large_kept[UCMA_TLARGE_SLOTS];	/* newest last */
 	uint32_t nlarge_kept;
 	uint32_t large_kept_pages;	/* atomic: the statistics read it */
 	uint32_t large_gc_mark;		/* large activity at the GC's last look */
@@ -245,12 +249,12 @@ UCMA_INTERNAL bool ucma_tcache_obj_is_freed(const struct ucma_slab *s, unsigned 
 					    const void *p);
 /* Is @p parked in bin @cls of any thread's cache? */
 UCMA_INTERNAL bool ucma_tcache_any_holds(unsigned cls, const void *p);
-/* A kept run of exactly @npages pages of arena @a for @tc, owned by
- * nobody (the caller makes it its own), or UCMA_PFN_NONE. */
+/* A kept run of exactly @npages pages of arena @a for @tc, its head owned
+ * by nobody (the caller makes it its own again), or UCMA_PFN_NONE. */
 UCMA_INTERNAL uint32_t ucma_tcache_large_get(struct ucma_tcache *tc, struct ucma_arena *a,
 					     uint32_t npages);
-/* Keep the freed large run at @pfn (its owner cleared) for @tc; false
- * when @tc keeps no runs of that size, and the caller frees it. */
+/* Keep the freed large run at @pfn for @tc, clearing the owner of its
+ * head; false when @tc keeps no runs of that size (the caller frees it). */
 UCMA_INTERNAL bool ucma_tcache_large_put(struct ucma_tcache *tc, struct ucma_arena *a,
 					 uint32_t pfn);
 /* Count a large block allocated (+1) or freed (-1) by the calling thread. */

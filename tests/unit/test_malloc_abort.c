@@ -192,7 +192,9 @@ static void case_free_contig(void)
 
 static void case_free_free_page(void)
 {
-	char *p = ucma_malloc(200000);
+	/* beyond the runs a thread keeps for reuse (UCMA_TLARGE_MAX_PAGES),
+	 * so its pages go back to the zone at once */
+	char *p = ucma_malloc(400000);
 
 	ucma_free(p);
 	SET_VICTIM(p + 4096);
