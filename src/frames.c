@@ -55,6 +55,7 @@
 #include "frames.h"
 #include "fork.h"
 #include "memevent.h"
+#include "slab.h"
 
 #include <errno.h>
 #include <fcntl.h>

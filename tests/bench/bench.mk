@@ -1,5 +1,6 @@
-## The malloc benchmark: glibc, jemalloc and ucma on the same workloads,
-## each case in its own process (tests/bench/malloc.sh prints the table).
+## The malloc benchmark: glibc, jemalloc, mimalloc, tcmalloc and ucma on the
+## same workloads, each case in its own process (tests/bench/malloc.sh
+## installs the other allocators if it can and prints the tables).
 ## `make bench-malloc`, or `make bench` for every benchmark.
 check_PROGRAMS += tests/bench/bench_malloc
 tests_bench_bench_malloc_SOURCES = tests/bench/bench_malloc.c
