@@ -121,7 +121,7 @@ void ucma_entry_release(struct ucma_hentry *e)
 static void wait_for_holds(void)
 {
 	uint64_t deadline = ucma_os_now_ns() + FORK_HOLD_WAIT_NS;
-	uint32_t end = __atomic_load_n(&next_index, __ATOMIC_ACQUIRE);
+	uint32_t end = next_index;	/* table lock held */
 
 	for (uint32_t i = 1; i < end; i++) {
 		struct ucma_hentry *e = ucma_handle_entry(i);
@@ -140,11 +140,17 @@ static void wait_for_holds(void)
 	}
 }
 
+/*
+ * The table lock first: an entry handed out after it is read (next_index)
+ * is handed out after this fork's flag was set, so its first hold sees the
+ * flag; holders never take the table lock while they hold an entry, so
+ * waiting for them with it held is safe.
+ */
 void ucma_handle_fork_prepare(void)
 {
 	atomic_store(&fork_pending, 1);
-	wait_for_holds();
 	pthread_mutex_lock(&table_lock);
+	wait_for_holds();
 }
 
 void ucma_handle_fork_parent(void)
