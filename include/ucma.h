@@ -303,6 +303,13 @@ int ucma_compact_order(unsigned order, int prio);
  * Corruption is not survivable: a double free, the free or realloc of a
  * pointer into an allocation or of one the family never returned, prints
  * one line naming the call and the address to standard error and aborts.
+ * A small block counts as freed while it is parked in any thread's cache
+ * or free in its slab, whichever thread freed it first, and a large block
+ * while its pages are free.  Not detected: a second free after the block
+ * was handed out again (it then frees the new owner's block), after the
+ * program overwrote the block's second word following the first free
+ * (the free marker), or racing the first free (or the block's move from
+ * a cache to its slab) in another thread at the same moment.
  */
 
 /**
@@ -461,7 +468,7 @@ struct ucma_malloc_info {
 	size_t allocated;	/* usable bytes of live blocks */
 	size_t active;		/* bytes of arena pages held: slabs and runs */
 	size_t overflow;	/* bytes mapped outside the arena */
-	size_t cached;		/* freed bytes parked in thread caches */
+	size_t cached;		/* free bytes threads keep: parked, or in their slabs */
 	uint64_t nmalloc;	/* blocks handed out so far */
 	uint64_t nfree;		/* blocks freed so far */
 	size_t large_allocs;	/* live page-run blocks */

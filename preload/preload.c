@@ -7,9 +7,11 @@
  * malloc_stats, cfree, free_sized, free_aligned_sized) on top of ucma's
  * public malloc family, so that an unmodified program allocates from the
  * NORMAL zone of the arena.  C++ operator new and delete come along: the
- * ones of libstdc++ call malloc and free.  The library is linked against
- * libucma.so, so a program that also links -lucma has one arena, one set of
- * statistics and one set of fork handlers.
+ * ones of libstdc++ call malloc and free.  The allocator is linked into
+ * this library (preload.mk), and its ucma_* interface is exported under
+ * libucma.so's symbol version, so a program that also links -lucma binds
+ * to this copy: one arena, one set of statistics and one set of fork
+ * handlers.
  *
  * Where a pointer comes from decides where it goes back to, asked in
  * this order:
@@ -37,7 +39,8 @@
  * long after start-up; its own allocations come back here harmlessly.
  *
  * Locking: none.  This layer holds no lock and takes none; its only state
- * is the threshold (written idempotently, relaxed atomics), a flag that is
+ * is the threshold (written idempotently, relaxed atomics, read by one
+ * comparison on malloc's fast path), a flag that is
  * set once the first contiguous buffer exists, the cached address of
  * glibc's malloc_usable_size(), and a per-thread flag that keeps ucma_alloc()
  * from re-entering itself through malloc.  fork() is covered by the
@@ -60,6 +63,7 @@
 #include <unistd.h>
 
 #include "ucma.h"
+#include "malloc_hooks.h"
 
 /* glibc's own allocator, exported by libc.so.6 under these names. */
 extern void __libc_free(void *ptr);
@@ -100,8 +104,11 @@ static size_t page_size(void)
 /* UCMA_PRELOAD_CONTIG_MIN                                                   */
 /* ------------------------------------------------------------------------ */
 
-static _Atomic bool contig_read;	/* the threshold below is final */
-static _Atomic size_t contig_min_bytes;	/* 0: off */
+/* The smallest request served by ucma_alloc(): SIZE_MAX when the feature
+ * is off, 0 until the environment was read (so that one comparison on the
+ * malloc fast path sends both the unread and the qualifying case to the
+ * slow path). */
+static _Atomic size_t contig_threshold;
 static _Atomic bool contig_used;	/* some contiguous buffer was handed out */
 static __thread bool contig_busy;	/* this thread is inside ucma_alloc() */
 
@@ -192,10 +199,10 @@ static size_t contig_min_parse(void)
 /* The contiguous threshold in bytes, 0 when off. */
 static size_t contig_min(void)
 {
-	size_t min;
+	size_t t = atomic_load_explicit(&contig_threshold, memory_order_relaxed), min;
 
-	if (atomic_load_explicit(&contig_read, memory_order_acquire))
-		return atomic_load_explicit(&contig_min_bytes, memory_order_relaxed);
+	if (t)
+		return t == SIZE_MAX ? 0 : t;
 	/*
 	 * Before libc's initialisation the environment is not there yet and
 	 * secure_getenv() would answer "unset": serve such early requests
@@ -204,8 +211,7 @@ static size_t contig_min(void)
 	if (!environ)
 		return 0;
 	min = contig_min_parse();
-	atomic_store_explicit(&contig_min_bytes, min, memory_order_relaxed);
-	atomic_store_explicit(&contig_read, true, memory_order_release);
+	atomic_store_explicit(&contig_threshold, min ? min : SIZE_MAX, memory_order_relaxed);
 	return min;
 }
 
@@ -307,16 +313,26 @@ static void *foreign_realloc(void *ptr, size_t size)
 /* The interface                                                             */
 /* ------------------------------------------------------------------------ */
 
-PRELOAD_EXPORT void *malloc(size_t size)
+/* A request at or above the threshold, or one made before the threshold
+ * was read: maybe a contiguous buffer. */
+static __attribute__((noinline)) void *malloc_contig(size_t size)
 {
 	size_t min = contig_min();
 
-	if (PRELOAD_UNLIKELY(min && size >= min)) {
+	if (min && size >= min) {
 		void *p = contig_alloc(size, 0);
 
 		if (p)
 			return p;
 	}
+	return ucma_malloc(size);
+}
+
+/* One comparison, then straight into ucma_malloc(). */
+PRELOAD_EXPORT void *malloc(size_t size)
+{
+	if (PRELOAD_UNLIKELY(size >= atomic_load_explicit(&contig_threshold, memory_order_relaxed)))
+		return malloc_contig(size);
 	return ucma_malloc(size);
 }
 
@@ -338,19 +354,27 @@ PRELOAD_EXPORT void *calloc(size_t nmemb, size_t size)
 	return ucma_calloc(nmemb, size);
 }
 
-/* free() leaves errno alone, as glibc's does since 2.33 (and POSIX asks). */
+/* A free once contiguous buffers exist: they go back to their area. */
+static __attribute__((noinline)) void free_contig(void *ptr)
+{
+	if (contig_size(ptr))
+		ucma_release(ptr);
+	else
+		ucma_free_or(ptr, __libc_free);
+}
+
+/*
+ * free() leaves errno alone, as glibc's does since 2.33 (and POSIX asks):
+ * ucma_free_or() and __libc_free() both promise it, so nothing is saved
+ * here.  One look-up decides between ucma's block and glibc's.
+ */
 PRELOAD_EXPORT void free(void *ptr)
 {
-	int saved;
-
-	if (!ptr)
+	if (PRELOAD_UNLIKELY(atomic_load_explicit(&contig_used, memory_order_relaxed))) {
+		free_contig(ptr);
 		return;
-	saved = errno;
-	if (PRELOAD_UNLIKELY(contig_size(ptr)))
-		ucma_release(ptr);
-	else if (!ucma_try_free(ptr))	/* one look-up: ucma's block, or not */
-		__libc_free(ptr);
-	errno = saved;
+	}
+	ucma_free_or(ptr, __libc_free);
 }
 
 PRELOAD_EXPORT void cfree(void *ptr)
@@ -522,8 +546,9 @@ PRELOAD_EXPORT int mallopt(int param, int value)
  * mallinfo2() in ucma's terms: "arena" is what the malloc family holds of
  * the arena, "hblks" and "hblkhd" its page-run blocks and what it mapped
  * outside the arena, "uordblks" what is allocated, "fordblks" what it
- * holds but has not handed out, thread caches included (these alone are
- * also "fsmblks").  glibc's other fields have no counterpart and stay 0.
+ * holds but has not handed out, what threads keep (parked blocks and the
+ * free room of their slabs) included, which alone is also "fsmblks".
+ * glibc's other fields have no counterpart and stay 0.
  */
 PRELOAD_EXPORT struct mallinfo2 mallinfo2(void)
 {

@@ -1,11 +1,23 @@
 ## The LD_PRELOAD malloc interposer (libucma-preload.so).
 ## A libtool module, so the installed file is exactly libucma-preload.so.
-## It links against libucma.la: a program that preloads it and also links
-## -lucma has one arena.  -fno-builtin: this file defines malloc and its
-## kin, and the compiler must not treat its own calls to them as the
-## standard functions (it could turn malloc + memset into calloc here).
+## The allocator is compiled into it, so that malloc and free reach
+## ucma_malloc() and the free path with direct calls instead of a PLT
+## call into libucma.so (-Bsymbolic-functions binds the library's own
+## calls to its own definitions).  It exports the ucma_* interface too,
+## under libucma.so's symbol version: in a program that also links -lucma,
+## every ucma_* reference binds to the preloaded library, which comes
+## first in the lookup order, so the program and its malloc share one
+## arena (the libucma.so.0 the program needs is loaded but never called).
+## -fno-builtin: preload.c defines malloc and its kin, and the compiler
+## must not treat their calls as the standard functions (it could turn
+## malloc + memset into calloc there).
 lib_LTLIBRARIES += libucma-preload.la
-libucma_preload_la_SOURCES = preload/preload.c
-libucma_preload_la_CFLAGS = $(AM_CFLAGS) -fno-builtin -ftls-model=initial-exec
-libucma_preload_la_LIBADD = libucma.la -ldl
-libucma_preload_la_LDFLAGS = $(AM_LDFLAGS) -module -avoid-version -shared -no-undefined
+libucma_preload_la_SOURCES = $(UCMA_SOURCES) preload/preload.c
+libucma_preload_la_CFLAGS = $(AM_CFLAGS) $(NUMA_CFLAGS) $(URCU_CFLAGS) -fvisibility=hidden \
+	-ftls-model=initial-exec -fno-builtin
+libucma_preload_la_LIBADD = $(UCMA_LIBADD) -ldl
+libucma_preload_la_LDFLAGS = $(AM_LDFLAGS) -module -avoid-version -shared -no-undefined \
+	-Wl,--version-script=$(top_srcdir)/preload/preload.map -Wl,-Bsymbolic-functions \
+	-Wl,-z,nodelete
+EXTRA_libucma_preload_la_DEPENDENCIES = preload/preload.map
+EXTRA_DIST += preload/preload.map

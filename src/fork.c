@@ -55,6 +55,9 @@
  */
 #include "fork.h"
 
+#include <sched.h>
+#include <unistd.h>
+
 #include "memevent.h"
 #include "rcu.h"
 
@@ -128,17 +131,46 @@ static void fork_child(void)
 }
 
 /*
- * A flag, not pthread_once(): pthread_atfork() may allocate, and under
- * LD_PRELOAD that allocation comes back here; the nested call must
- * return at once rather than wait for the outer one.
+ * Registration: 0 not yet, REGISTERED done, otherwise the pid of the
+ * process one of whose threads is registering.  Not pthread_once():
+ * pthread_atfork() may allocate, and under LD_PRELOAD that allocation
+ * comes back here; the nested call (marked in TLS) must return at once
+ * rather than wait for the outer one.  Any other thread waits until the
+ * handlers are registered, before it takes a lock: a thread that went on
+ * while another was still registering took the start-up lock, a fork in
+ * between ran no handler, and the child waited for that lock forever.
+ * The pid tells a child of such a fork, where the registering thread does
+ * not exist, that it must register itself.
  */
-static atomic_bool registered;
+#define REGISTERED (-1)
+static _Atomic pid_t registration;
+static __thread bool registering __attribute__((tls_model("initial-exec")));
 
 void ucma_fork_init(void)
 {
-	if (UCMA_LIKELY(atomic_load_explicit(&registered, memory_order_acquire)) ||
-	    atomic_exchange(&registered, true))
-		return;
-	if (pthread_atfork(fork_prepare, fork_parent, fork_child) != 0)
-		ucma_log("pthread_atfork failed: a child of fork() may inherit held locks");
+	pid_t me = 0;
+
+	for (;;) {
+		pid_t state = atomic_load_explicit(&registration, memory_order_acquire);
+
+		if (UCMA_LIKELY(state == REGISTERED) || registering)
+			return;
+		if (!me)
+			me = getpid();
+		if (state == 0 || state != me) {
+			/* Nobody registers, or a thread of the parent did. */
+			if (!atomic_compare_exchange_strong(&registration, &state, me))
+				continue;
+			registering = true;
+			if (pthread_atfork(fork_prepare, fork_parent, fork_child) != 0)
+				ucma_log("pthread_atfork failed: a child of fork() may inherit "
+					 "held locks");
+			registering = false;
+			atomic_store_explicit(&registration, REGISTERED, memory_order_release);
+			return;
+		}
+		/* Another thread of this process is inside pthread_atfork(),
+		 * which waits at most for a fork() in progress. */
+		sched_yield();
+	}
 }

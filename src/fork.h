@@ -38,6 +38,10 @@ UCMA_INTERNAL void ucma_defer_fork_prepare(void);
 UCMA_INTERNAL void ucma_defer_fork_parent(void);
 UCMA_INTERNAL void ucma_defer_fork_child(void);
 UCMA_INTERNAL void ucma_defer_fork_child_unprepared(void);
+/* malloc.c: thread-cache registry, slab bins, overflow. */
+UCMA_INTERNAL void ucma_malloc_atfork_prepare(void);
+UCMA_INTERNAL void ucma_malloc_atfork_parent(void);
+UCMA_INTERNAL void ucma_malloc_atfork_child(void);
 /* shm_server.c: the thread that answers ucmastat's requests. */
 UCMA_INTERNAL void ucma_shm_server_fork_prepare(void);
 UCMA_INTERNAL void ucma_shm_server_fork_parent(void);

@@ -64,6 +64,7 @@
 #include "fork.h"
 #include "lend.h"
 #include "memevent.h"
+#include "slab.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -1015,6 +1016,13 @@ static int child_copy(struct ucma_arena *a, const struct ucma_cma_area *area,
 	const char *from = ucma_pfn_to_addr(a, pfn);
 	size_t len = (size_t)n << UCMA_PAGE_SHIFT;
 
+	/*
+	 * AddressSanitizer builds: a run claimed by a thread of the parent is
+	 * unpoisoned by that thread after it drops the zone lock; a fork in
+	 * between leaves it poisoned here, and that thread is not in the
+	 * child to unpoison it.
+	 */
+	UCMA_UNPOISON((void *)from, len);
 	if (c->scratch) {
 		memcpy(c->scratch + off, from, len);
 		return 0;

@@ -121,7 +121,7 @@ void ucma_entry_release(struct ucma_hentry *e)
 static void wait_for_holds(void)
 {
 	uint64_t deadline = ucma_os_now_ns() + FORK_HOLD_WAIT_NS;
-	uint32_t end = __atomic_load_n(&next_index, __ATOMIC_ACQUIRE);
+	uint32_t end = next_index;	/* table lock held */
 
 	for (uint32_t i = 1; i < end; i++) {
 		struct ucma_hentry *e = ucma_handle_entry(i);
@@ -140,11 +140,17 @@ static void wait_for_holds(void)
 	}
 }
 
+/*
+ * The table lock first: an entry handed out after it is read (next_index)
+ * is handed out after this fork's flag was set, so its first hold sees the
+ * flag; holders never take the table lock while they hold an entry, so
+ * waiting for them with it held is safe.
+ */
 void ucma_handle_fork_prepare(void)
 {
 	atomic_store(&fork_pending, 1);
-	wait_for_holds();
 	pthread_mutex_lock(&table_lock);
+	wait_for_holds();
 }
 
 void ucma_handle_fork_parent(void)
@@ -164,7 +170,8 @@ void ucma_handle_fork_child(void)
 /* Entries                                                                   */
 /* ------------------------------------------------------------------------ */
 
-struct ucma_hentry *ucma_handle_entry(uint32_t index)
+/* The entry of @index, inlined on the hot paths. */
+static inline struct ucma_hentry *handle_entry(uint32_t index)
 {
 	struct ucma_hentry *chunk;
 
@@ -172,6 +179,11 @@ struct ucma_hentry *ucma_handle_entry(uint32_t index)
 		return NULL;
 	chunk = __atomic_load_n(&dir[index >> CHUNK_SHIFT], __ATOMIC_ACQUIRE);
 	return chunk ? &chunk[index & (CHUNK_ENTRIES - 1)] : NULL;
+}
+
+struct ucma_hentry *ucma_handle_entry(uint32_t index)
+{
+	return handle_entry(index);
 }
 
 /* One write section of the entry's sequence count (see handle.h). */
@@ -191,28 +203,38 @@ void ucma_entry_set(struct ucma_hentry *e, void *addr, size_t size)
 	entry_write(e, atomic_load_explicit(&e->gen, memory_order_relaxed), addr, size);
 }
 
+/* One try at a snapshot; false when a writer's section was open. */
+static inline bool entry_read_once(struct ucma_hentry *e, struct ucma_entry_view *v)
+{
+	uint32_t seq = atomic_load_explicit(&e->seq, memory_order_acquire);
+
+	if (UCMA_UNLIKELY(seq & 1))
+		return false;
+	v->gen = atomic_load_explicit(&e->gen, memory_order_acquire);
+	v->addr = __atomic_load_n(&e->addr, __ATOMIC_ACQUIRE);
+	v->size = __atomic_load_n(&e->size, __ATOMIC_ACQUIRE);
+	return atomic_load_explicit(&e->seq, memory_order_acquire) == seq;
+}
+
+/* A writer's section is a few stores; one found open is waited out,
+ * yielding after a few tries in case the writer was preempted in it. */
+static __attribute__((noinline)) void entry_read_slow(struct ucma_hentry *e,
+						      struct ucma_entry_view *v)
+{
+	for (unsigned tries = 0; !entry_read_once(e, v); tries++)
+		if (tries > 16)
+			sched_yield();
+}
+
 /*
  * Acquire loads throughout: the second load of the count cannot be
  * answered before the loads of the fields, on any architecture, and the
- * object behind a new address is visible with it.  A writer's section is
- * a few stores; a reader that finds one open yields after a few tries, in
- * case the writer was preempted inside it.
+ * object behind a new address is visible with it.
  */
-void ucma_entry_read(struct ucma_hentry *e, struct ucma_entry_view *v)
+static inline void entry_read(struct ucma_hentry *e, struct ucma_entry_view *v)
 {
-	for (unsigned tries = 0;; tries++) {
-		uint32_t seq = atomic_load_explicit(&e->seq, memory_order_acquire);
-
-		if (!(seq & 1)) {
-			v->gen = atomic_load_explicit(&e->gen, memory_order_acquire);
-			v->addr = __atomic_load_n(&e->addr, __ATOMIC_ACQUIRE);
-			v->size = __atomic_load_n(&e->size, __ATOMIC_ACQUIRE);
-			if (atomic_load_explicit(&e->seq, memory_order_acquire) == seq)
-				return;
-		}
-		if (tries > 16)
-			sched_yield();
-	}
+	if (UCMA_UNLIKELY(!entry_read_once(e, v)))
+		entry_read_slow(e, v);
 }
 
 void ucma_handle_counters(uint64_t *live, uint64_t *bytes)
@@ -280,12 +302,12 @@ static void entry_free(uint32_t index)
  * Look up a live handle.  Returns the entry, or NULL with errno EINVAL for
  * handle 0, a forged index, or a stale or freed generation.
  */
-static struct ucma_hentry *lookup(ucma_handle_t h, uint32_t *index)
+static inline struct ucma_hentry *lookup(ucma_handle_t h, uint32_t *index)
 {
 	uint32_t idx = (uint32_t)h, gen = (uint32_t)(h >> 32);
 	struct ucma_hentry *e;
 
-	if (!(gen & 1) || !(e = ucma_handle_entry(idx)) ||
+	if (!(gen & 1) || !(e = handle_entry(idx)) ||
 	    atomic_load_explicit(&e->gen, memory_order_acquire) != gen) {
 		errno = EINVAL;
 		return NULL;
@@ -469,13 +491,13 @@ int ucma_hrealloc(ucma_handle_t h, size_t size)
  * The entry's current snapshot for handle @h, or -1 with errno EINVAL when
  * the handle is not live (stale, freed, forged).
  */
-static int entry_view(ucma_handle_t h, struct ucma_entry_view *v)
+static inline int entry_view(ucma_handle_t h, struct ucma_entry_view *v)
 {
 	struct ucma_hentry *e = lookup(h, NULL);
 
 	if (!e)
 		return -1;
-	ucma_entry_read(e, v);
+	entry_read(e, v);
 	if (v->gen != (uint32_t)(h >> 32) || !v->addr) {
 		errno = EINVAL;
 		return -1;
@@ -496,7 +518,7 @@ size_t ucma_hsize(ucma_handle_t h)
 }
 
 /* Take one pin, sleeping while the object is being moved. */
-static int pin_once(struct ucma_hentry *e, uint32_t gen)
+static __attribute__((noinline)) int pin_once(struct ucma_hentry *e, uint32_t gen)
 {
 	for (;;) {
 		uint32_t s = atomic_load_explicit(&e->state, memory_order_relaxed);
@@ -546,25 +568,49 @@ static bool in_cma(const struct ucma_arena *a, const void *p)
  * area), ENOMEM (long-term: no room outside CMA), EDEADLK (long-term
  * inside ucma_read_lock()).
  */
+static __attribute__((noinline)) void *pin_longterm(struct ucma_hentry *e, uint32_t index,
+						       uint32_t gen);
+
 void *ucma_pin(ucma_handle_t h, unsigned flags)
 {
 	uint32_t index, gen = (uint32_t)(h >> 32);
 	struct ucma_hentry *e;
-	struct ucma_arena *a = ucma_arena_peek();
 
+	e = lookup(h, &index);
+	if (UCMA_LIKELY(e && flags == 0)) {
+		/* The common case, one atomic: not held, not at the limit. */
+		uint32_t s = atomic_load_explicit(&e->state, memory_order_relaxed);
+
+		if (UCMA_UNLIKELY((s & UCMA_HS_MIGRATING) || (s & UCMA_HS_PINS) == UCMA_HS_PINS ||
+				  !atomic_compare_exchange_strong_explicit(
+					  &e->state, &s, s + 1, memory_order_acquire,
+					  memory_order_relaxed))) {
+			if (pin_once(e, gen) != 0)
+				return NULL;
+		} else if (UCMA_UNLIKELY(atomic_load_explicit(&e->gen, memory_order_acquire) !=
+					 gen)) {
+			/* Freed and reused between the look-up and the pin. */
+			atomic_fetch_sub_explicit(&e->state, 1, memory_order_release);
+			errno = EINVAL;
+			return NULL;
+		}
+		/* Stable while pinned; acquire: the copy a mover made is seen. */
+		return __atomic_load_n(&e->addr, __ATOMIC_ACQUIRE);
+	}
 	if (flags & ~UCMA_PIN_LONGTERM) {
 		errno = EINVAL;
 		return NULL;
 	}
-	e = lookup(h, &index);
 	if (!e)
 		return NULL;
-	if (!(flags & UCMA_PIN_LONGTERM)) {
-		if (pin_once(e, gen) != 0)
-			return NULL;
-		/* Stable while pinned; acquire: the copy a mover made is seen. */
-		return __atomic_load_n(&e->addr, __ATOMIC_ACQUIRE);
-	}
+	return pin_longterm(e, index, gen);
+}
+
+/* UCMA_PIN_LONGTERM: out of the CMA areas first (lesson 3). */
+static void *pin_longterm(struct ucma_hentry *e, uint32_t index, uint32_t gen)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+
 	if (!ucma_rcu_can_wait()) {
 		errno = EDEADLK;
 		return NULL;

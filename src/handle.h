@@ -63,13 +63,11 @@ UCMA_INTERNAL void ucma_entry_release(struct ucma_hentry *e);
 /* Write @addr and @size (the holder's, or halloc's before publication). */
 UCMA_INTERNAL void ucma_entry_set(struct ucma_hentry *e, void *addr, size_t size);
 
-/* A consistent snapshot of the entry; never waits for more than a writer
- * finishing its few stores. */
+/* A consistent snapshot of an entry (handle.c's entry_read()). */
 struct ucma_entry_view {
 	uint32_t gen;
 	void *addr;
 	size_t size;
 };
-UCMA_INTERNAL void ucma_entry_read(struct ucma_hentry *e, struct ucma_entry_view *v);
 
 #endif /* UCMA_HANDLE_H */

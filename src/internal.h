@@ -129,6 +129,17 @@ struct ucma_page {
 };
 _Static_assert(sizeof(struct ucma_page) == 16, "page metadata is 16 bytes");
 
+/* AddressSanitizer builds: memory not in use (free objects, free pages)
+ * is poisoned; UCMA_UNPOISON before touching it legitimately. */
+#ifdef UCMA_ASAN
+#include <sanitizer/asan_interface.h>
+#define UCMA_POISON(p, n)   ASAN_POISON_MEMORY_REGION((p), (n))
+#define UCMA_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
+#else
+#define UCMA_POISON(p, n)   ((void)(p), (void)(n))
+#define UCMA_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 /* Atomic (relaxed) access to the fields of struct ucma_page that are read
  * without the zone lock; see the rule above the struct. */
 #define UCMA_PG_SET(p, field, v) \
@@ -149,6 +160,19 @@ enum ucma_migratetype {
 
 #define UCMA_PB_SKIP      0x01u	/* compaction skip hint */
 
+/*
+ * struct ucma_pageblock - state of one 2 MiB pageblock, out of band.
+ *
+ * Locking: mt, saved_mt and nr_free belong to the zone lock (readers hold
+ * it too); zone is set when the arena is made and never changes.
+ * isolate_count is written under the zone lock with an atomic store, and
+ * movable slabs read it without the lock (an acquire load): a stale
+ * count either passes over a pageblock just released, or lets one new
+ * object into a pageblock being emptied, which the emptier's next round
+ * (cma.c, compact.c) finds and moves out again.  flags (the skip
+ * hints) belong to the zone's compact_lock; a byte of its own, so their
+ * writes never touch the fields the zone lock guards.
+ */
 struct ucma_pageblock {
 	uint8_t mt;		/* enum ucma_migratetype */
 	uint8_t saved_mt;	/* migratetype before isolation */
@@ -321,6 +345,12 @@ UCMA_INTERNAL bool ucma_page_is_free_head(const struct ucma_arena *a, uint32_t p
 UCMA_INTERNAL uint32_t ucma_pages_alloc(struct ucma_arena *a, uint32_t npages, unsigned gfp);
 UCMA_INTERNAL uint32_t ucma_pages_alloc_zone(struct ucma_zone *z, uint32_t npages, unsigned gfp);
 UCMA_INTERNAL void ucma_pages_free(struct ucma_arena *a, uint32_t pfn);
+/* Keep only [keep, keep + nkeep) of the allocated run at @head and give
+ * the pages before and after back (an aligned request's slack, as dirty).
+ * The kept part must lie in one pageblock or start on a pageblock
+ * boundary; its owner is cleared, for the caller to record. */
+UCMA_INTERNAL void ucma_pages_trim(struct ucma_arena *a, uint32_t head, uint32_t keep,
+				   uint32_t nkeep);
 UCMA_INTERNAL uint32_t ucma_run_head(const struct ucma_arena *a, uint32_t pfn);
 /* Record who owns an allocated run: written into the head and every tail
  * page, so that any pointer into the run finds its owner with one load. */
@@ -657,215 +687,13 @@ struct ucma_malloc_counters {
 	uint64_t active_bytes;		/* bytes of arena pages held by malloc */
 	uint64_t large_allocs;		/* live page-run allocations */
 	uint64_t overflow_bytes;	/* bytes mapped outside the arena */
-	uint64_t tcache_bytes;		/* bytes parked in thread caches */
+	uint64_t tcache_bytes;		/* free bytes threads keep: parked, or in their slabs */
 };
 UCMA_INTERNAL void ucma_malloc_counters_read(struct ucma_malloc_counters *out);
 
-/* ------------------------------------------------------------------------ */
-/* General-purpose (unmovable) allocator: slab.c, tcache.c, malloc.c         */
-/* ------------------------------------------------------------------------ */
-
-/*
- * Size classes: 16 to 128 bytes in steps of 16, then four classes per
- * doubling up to UCMA_SMALL_MAX (internal fragmentation at most 20%).
- * Larger requests are page runs (UCMA_OWN_LARGE, owner = pfn of the
- * address handed out, which differs from the run head only for aligned
- * requests).  Small objects live in slabs: runs of pages of one class
- * (UCMA_OWN_SLAB, owner = struct ucma_slab *), or spans of overflow chunks
- * outside the arena when the NORMAL zone is full.
- */
-#define UCMA_NR_CLASSES      40
-#define UCMA_SMALL_MAX       32768u
-#define UCMA_SLAB_MAX_OBJS   256u
-#define UCMA_MAX_BINSETS     16u
-#define UCMA_SLAB_MAX_PAGES  64u
-
-struct ucma_class {
-	uint32_t size;		/* object size, a multiple of 16 */
-	uint32_t magic;		/* ceil(2^32 / size): offset -> index by multiplication */
-	uint32_t limit;		/* nobjs * size: no object starts at or past it */
-	uint16_t nobjs;		/* objects per slab */
-	uint16_t npages;	/* pages per slab */
-};
-
-/* slab.c: class geometry, filled once by ucma_slab_init(). */
-UCMA_INTERNAL extern struct ucma_class ucma_classes[UCMA_NR_CLASSES];
-UCMA_INTERNAL extern uint8_t ucma_class_of_size[UCMA_SMALL_MAX / 16 + 1];
-
-static inline unsigned ucma_size_class(size_t size)
-{
-	return ucma_class_of_size[(size + 15) >> 4];
-}
-
-/*
- * struct ucma_slab - descriptor of one slab, out of band (meta.c, 128
- * bytes, naturally aligned).  The first cache line never changes while
- * the slab exists, so the free() of other threads reading it does not
- * contend with the bin lock holder writing the second line.  A slab exists
- * while any of its objects is allocated or parked in a thread cache: the
- * bitmap counts both as taken, so a valid pointer always finds a live
- * descriptor.
- */
-struct ucma_slab {
-	/* first cache line: read by free(), constant */
-	uintptr_t base;			/* address of object 0 (slab start) */
-	uint64_t divisor;		/* ceil(2^64 / size): see ucma_slab_offset_bad() */
-	uint32_t size;			/* object size */
-	uint32_t limit;			/* nobjs * size */
-	uint8_t cls;			/* size class */
-	uint8_t where;			/* UCMA_SLAB_ARENA or UCMA_SLAB_OVERFLOW */
-	uint8_t binset;			/* central bin set it belongs to */
-	uint8_t pad;
-	uint32_t pfn;			/* run head, arena slabs only */
-	uint8_t pad_line[32];
-	/* second cache line: protected by the bin lock */
-	uint16_t nfree;			/* objects free in the slab */
-	uint8_t list;			/* which bin list holds it */
-	uint8_t pad2[5];
-	struct ucma_slab *next, *prev;	/* bin list links */
-	uint64_t free_bits[UCMA_SLAB_MAX_OBJS / 64];	/* 1 = free */
-};
-_Static_assert(offsetof(struct ucma_slab, nfree) == 64 && sizeof(struct ucma_slab) <= 128,
-	       "slab descriptor: a constant line, then a line for the bin lock holder");
-
-#define UCMA_SLAB_ARENA    0
-#define UCMA_SLAB_OVERFLOW 1
-
-/*
- * Does @p fail to start an object of slab @s?  The offset must be below
- * the slab's limit and a multiple of the size, which one multiplication
- * decides exactly: for n, d < 2^32 and M = ceil(2^64 / d), d divides n
- * iff n * M mod 2^64 < M (Lemire, Kaser and Kurz, "Faster remainder by
- * direct computation", 2019).
- */
-static inline bool ucma_slab_offset_bad(const struct ucma_slab *s, const void *p)
-{
-	uintptr_t off = (uintptr_t)p - s->base;
-
-	return off >= s->limit || (uint64_t)off * s->divisor >= s->divisor;
-}
-
-UCMA_INTERNAL void ucma_slab_init(void);
-/* Central bins come in sets (like jemalloc's arenas): a thread fills its
- * cache from one set, so threads running at once carve different slabs
- * and do not share cache lines; frees go back to the set of the slab. */
-UCMA_INTERNAL unsigned ucma_slab_binset_next(void);
-/* Take up to @want objects of class @cls from the slabs of bin set @set,
- * lowest address first in out[0]; creates slabs as needed.  Returns how
- * many (0: ENOMEM). */
-UCMA_INTERNAL unsigned ucma_slab_alloc_batch(unsigned set, unsigned cls, void **out,
-					     unsigned want);
-/* Give objects of class @cls back to their slabs; aborts on a double free.
- * Reorders objs[]. */
-UCMA_INTERNAL void ucma_slab_free_batch(unsigned cls, void **objs, unsigned n);
-/* The slab holding @p (arena or overflow), or NULL. */
-UCMA_INTERNAL struct ucma_slab *ucma_slab_of(const void *p);
-/* Is the object at @p free in its slab (not allocated, not in a cache)? */
-UCMA_INTERNAL bool ucma_slab_obj_is_free(struct ucma_slab *s, const void *p);
-/* Return every cached empty slab; the number of bytes released. */
-UCMA_INTERNAL size_t ucma_slab_trim(void);
-/* Bytes of arena pages in slabs (cached empty ones included). */
-UCMA_INTERNAL uint64_t ucma_slab_active_bytes(void);
-UCMA_INTERNAL void ucma_slab_atfork_prepare(void);
-UCMA_INTERNAL void ucma_slab_atfork_parent(void);
-UCMA_INTERNAL void ucma_slab_atfork_child(void);
-
-/* slab.c: overflow outside the arena (plain mmap), found through a radix
- * tree keyed by address >> 21 that readers walk without a lock. */
-enum ucma_ovf_kind { UCMA_OVF_NONE = 0, UCMA_OVF_SLAB, UCMA_OVF_LARGE, UCMA_OVF_OTHER };
-struct ucma_ovf_ref {
-	int kind;			/* enum ucma_ovf_kind */
-	struct ucma_slab *slab;		/* UCMA_OVF_SLAB */
-	void *user;			/* UCMA_OVF_LARGE: the address handed out */
-	size_t usable;			/* UCMA_OVF_LARGE: bytes from user on */
-	void *region;			/* the mapping's descriptor */
-};
-/* Classify @p; UCMA_OVF_NONE when it is in no overflow mapping,
- * UCMA_OVF_OTHER when it is in one but on no object. */
-UCMA_INTERNAL int ucma_overflow_find(const void *p, struct ucma_ovf_ref *ref);
-/* A large block of its own mapping, zeroed; NULL with ENOMEM. */
-UCMA_INTERNAL void *ucma_overflow_large_alloc(size_t size, size_t align, size_t *usable);
-UCMA_INTERNAL void ucma_overflow_large_free(const struct ucma_ovf_ref *ref);
-UCMA_INTERNAL uint64_t ucma_overflow_bytes(void);
-
-/*
- * Thread caches (tcache.c).  Each thread owns one struct ucma_tcache,
- * reached through a TLS pointer; the fast paths of malloc.c pop and push
- * the stack of a bin without atomics or locks.  Fields that the counters
- * walk reads from other threads (n, nmalloc, held, large_*) are written
- * with relaxed atomic stores.  ucma_tcache_dummy has no room in any bin:
- * it stands for "no cache" (a thread being created or past its
- * destructor) and sends every request to the central bins.
- */
-struct ucma_tbin {
-	void **stack;			/* stack[0..n): cached objects, top at n-1 */
-	uint16_t n;
-	uint16_t cap;
-	uint16_t fill;			/* objects taken per refill */
-	uint16_t pad;
-	uint64_t nmalloc;		/* objects handed out from this bin */
-	uint64_t held;			/* taken from slabs minus given back */
-};
-/* Frees need no counter of their own: held - n objects went out through
- * this bin and were not freed into it, so nfree = nmalloc - held + n. */
-
-struct ucma_tcache {
-	struct ucma_tbin bins[UCMA_NR_CLASSES];
-	unsigned binset;		/* central bin set refills come from */
-	unsigned gc_events;		/* slow-path calls since the last GC step */
-	unsigned gc_next;		/* next bin the GC looks at */
-	uint32_t gc_mark[UCMA_NR_CLASSES];	/* bin activity at the last look */
-	uint64_t large_nmalloc;
-	uint64_t large_nfree;
-	uint64_t large_bytes;		/* usable bytes allocated minus freed */
-	uint64_t large_pages;		/* arena pages allocated minus freed */
-	struct ucma_tcache *next, *prev;	/* registry (registry lock) */
-	void *slots[];			/* the bins' stacks */
-};
-
-UCMA_INTERNAL extern __thread struct ucma_tcache *ucma_tcache_tls
-	__attribute__((tls_model("initial-exec")));
-UCMA_INTERNAL extern struct ucma_tcache ucma_tcache_dummy;
-
-UCMA_INTERNAL void ucma_tcache_init(void);
-/* A cache for the calling thread (or the dummy when none can be made). */
-UCMA_INTERNAL struct ucma_tcache *ucma_tcache_create(void);
-/* Bin @cls of @tc is empty: refill it and pop one; NULL with ENOMEM. */
-UCMA_INTERNAL void *ucma_tcache_alloc_slow(struct ucma_tcache *tc, unsigned cls);
-/* Bin @cls of @tc is full (or @tc is the dummy): make room and push @p. */
-UCMA_INTERNAL void ucma_tcache_free_slow(struct ucma_tcache *tc, unsigned cls, void *p);
-UCMA_INTERNAL void ucma_tcache_flush_all(struct ucma_tcache *tc);
-/* Is @p parked in bin @cls of @tc? */
-UCMA_INTERNAL bool ucma_tcache_bin_holds(struct ucma_tcache *tc, unsigned cls, const void *p);
-/* Count a large block allocated (+1) or freed (-1) by the calling thread. */
-UCMA_INTERNAL void ucma_tcache_count_large(int dir, size_t usable, size_t arena_pages);
-/* Sum every thread's counters (and those of exited threads) into @out. */
-UCMA_INTERNAL void ucma_tcache_counters(struct ucma_malloc_counters *out);
-UCMA_INTERNAL void ucma_tcache_atfork_prepare(void);
-UCMA_INTERNAL void ucma_tcache_atfork_parent(void);
-UCMA_INTERNAL void ucma_tcache_atfork_child(void);
-
-/* malloc.c: fork handlers of the malloc family (slab bins, thread-cache
- * registry, overflow), run by fork.c; safe before the family is used. */
-UCMA_INTERNAL void ucma_malloc_atfork_prepare(void);
-UCMA_INTERNAL void ucma_malloc_atfork_parent(void);
-UCMA_INTERNAL void ucma_malloc_atfork_child(void);
-
-/* AddressSanitizer: free objects and free slab space are poisoned. */
-#ifdef UCMA_ASAN
-#include <sanitizer/asan_interface.h>
-#define UCMA_POISON(p, n)   ASAN_POISON_MEMORY_REGION((p), (n))
-#define UCMA_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION((p), (n))
-#else
-#define UCMA_POISON(p, n)   ((void)(p), (void)(n))
-#define UCMA_UNPOISON(p, n) ((void)(p), (void)(n))
-#endif
-
-/* Relaxed atomic access to counters that other threads read. */
-static inline void ucma_relaxed_add(uint64_t *p, uint64_t v)
-{
-	__atomic_store_n(p, __atomic_load_n(p, __ATOMIC_RELAXED) + v, __ATOMIC_RELAXED);
-}
+/* The general-purpose (unmovable) allocator declares its parts beside its
+ * code: slab.h (size classes, slabs, overflow) and tcache.h (thread
+ * caches). */
 
 /* ------------------------------------------------------------------------ */
 /* Compaction (compact.c, compactd.c) and what it needs from zone.c, mslab.c */

@@ -3,9 +3,10 @@
  * friends.
  *
  * Requests up to UCMA_SMALL_MAX bytes are rounded to a size class and
- * served by the calling thread's cache (tcache.c), which refills from the
- * slabs of the class (slab.c).  The fast paths are a table look-up and a
- * pop or push on a per-thread array: no atomics, no locks.  Larger
+ * served by the calling thread's cache (tcache.c): the blocks it freed
+ * lately, else the slabs it owns (slab.c).  The fast paths are a table
+ * look-up and a pop or push on a per-thread stack, or a bit taken from a
+ * slab's out-of-band bitmap: no locks, no atomic read-modify-write.  Larger
  * requests are exact runs of pages from the NORMAL zone (zone.c), recorded
  * as UCMA_OWN_LARGE with the pfn of the address handed out as owner.  When
  * the zone is exhausted, or the arena could not be created, memory comes
@@ -19,14 +20,20 @@
  * ucma_try_free() does both in one call.
  *
  * Hostile input: a freed small object carries a per-process random marker
- * in its second word (AddressSanitizer builds poison it instead).  free()
- * finding the marker looks for the object in its own cache bin and in the
- * slab's bitmap before it concludes "double free"; giving a batch back to
- * a slab checks each object's bit, so a double free through another
- * thread's cache is caught at the latest there.  Interior pointers fail
- * the exact offset check (a multiplication by the class's reciprocal).
- * Every such error prints one line naming the call and the address and
- * aborts before any metadata changes.
+ * in its second word (AddressSanitizer builds poison it instead), and its
+ * slab's bitmap says whether it is allocated.  free() finding the marker
+ * looks for the object in the stack of its class in every thread's cache
+ * and in the slab's bitmaps before it concludes "double free" (live data
+ * that happens to hold the marker is freed normally); a block whose bit
+ * says it is free is one whatever its second word holds.  The fast paths
+ * never look further than the marker and the bit, so correct programs pay
+ * nothing for the walk.  What escapes: a block whose marker the program
+ * overwrote after the first free while it is parked (use after free), a
+ * block already handed out again, and a second free racing the first or
+ * racing the block's move from a cache to its slab.  Interior pointers
+ * fail the exact index check (one multiplication by the class's
+ * reciprocal).  Every such error prints one line naming the call and the
+ * address and aborts before any metadata changes.
  *
  * Start-up: the first call may come before the library is initialised,
  * and re-entrantly while the initialising thread creates the arena
@@ -43,6 +50,9 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "malloc_hooks.h"
+#include "slab.h"
+#include "tcache.h"
 
 #include "fork.h"
 
@@ -65,8 +75,8 @@ static struct {
 	size_t size;
 } mg __attribute__((aligned(64)));
 
-/* The marker in the second word of every freed small object. */
-static uint64_t free_key;
+/* The marker in the second word of every free small object (tcache.h). */
+uint64_t ucma_free_key;
 
 static pthread_mutex_t minit_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool minit_done;
@@ -74,6 +84,43 @@ static bool minit_done;
 /* ------------------------------------------------------------------------ */
 /* Initialisation                                                            */
 /* ------------------------------------------------------------------------ */
+
+/*
+ * Fork handlers of the malloc family (fork.c's table): every malloc lock
+ * in prepare (registry, then bins, then overflow), released in parent and
+ * child.  fork.c runs them on every fork, also before the family was ever
+ * used: the prepare handler remembers whether it took the locks, so the
+ * parent and child handlers of the same fork release exactly those.
+ */
+static bool fork_locked;
+
+void ucma_malloc_atfork_prepare(void)
+{
+	pthread_mutex_lock(&minit_lock);
+	fork_locked = minit_done;
+	if (fork_locked) {
+		ucma_tcache_atfork_prepare();
+		ucma_slab_atfork_prepare();
+	}
+}
+
+void ucma_malloc_atfork_parent(void)
+{
+	if (fork_locked) {
+		ucma_slab_atfork_parent();
+		ucma_tcache_atfork_parent();
+	}
+	pthread_mutex_unlock(&minit_lock);
+}
+
+void ucma_malloc_atfork_child(void)
+{
+	if (fork_locked) {
+		ucma_slab_atfork_child();
+		ucma_tcache_atfork_child();
+	}
+	pthread_mutex_unlock(&minit_lock);
+}
 
 static uint64_t make_key(void)
 {
@@ -98,7 +145,7 @@ static void malloc_init_once(void)
 	pthread_mutex_lock(&minit_lock);
 	if (!minit_done) {
 		ucma_slab_init();
-		free_key = make_key();
+		ucma_free_key = make_key();
 		ucma_tcache_init();
 		__atomic_store_n(&minit_done, true, __ATOMIC_RELEASE);
 	}
@@ -142,37 +189,6 @@ static struct ucma_tcache *thread_start(void)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Free markers                                                              */
-/* ------------------------------------------------------------------------ */
-
-static inline bool obj_marked_free(const void *p)
-{
-#ifdef UCMA_ASAN
-	return __asan_address_is_poisoned(p);
-#else
-	return ((const uint64_t *)p)[1] == free_key;
-#endif
-}
-
-static inline void obj_mark_free(void *p, unsigned cls)
-{
-#ifdef UCMA_ASAN
-	UCMA_POISON(p, ucma_classes[cls].size);
-#else
-	((uint64_t *)p)[1] = free_key;
-#endif
-}
-
-static inline void obj_mark_live(void *p, unsigned cls)
-{
-#ifdef UCMA_ASAN
-	UCMA_UNPOISON(p, ucma_classes[cls].size);
-#else
-	((uint64_t *)p)[1] = 0;
-#endif
-}
-
-/* ------------------------------------------------------------------------ */
 /* Bootstrap buffer                                                          */
 /* ------------------------------------------------------------------------ */
 
@@ -198,7 +214,6 @@ static void *large_alloc(size_t size, size_t align, bool zero);
 static void *boot_alloc(size_t size, size_t align)
 {
 	size_t old, start, end;
-	void *p;
 
 	if (align < 16)
 		align = 16;
@@ -222,10 +237,7 @@ exhausted:
 		for (unsigned cls = ucma_size_class(size); cls < UCMA_NR_CLASSES; cls++) {
 			if (ucma_classes[cls].size & (align - 1))
 				continue;
-			p = ucma_tcache_alloc_slow(&ucma_tcache_dummy, cls);
-			if (p)
-				obj_mark_live(p, cls);
-			return p;
+			return ucma_tcache_alloc_slow(&ucma_tcache_dummy, cls);
 		}
 	}
 	return large_alloc(size, align, false);
@@ -239,6 +251,7 @@ enum ptr_kind { PK_FOREIGN = 0, PK_BAD, PK_SMALL, PK_LARGE, PK_OVF_LARGE, PK_BOO
 
 struct ptr_info {
 	struct ucma_slab *slab;		/* PK_SMALL */
+	int idx;			/* PK_SMALL: object index in the slab */
 	struct ucma_arena *a;		/* PK_LARGE */
 	uint32_t head;			/* PK_LARGE: run head */
 	size_t usable;
@@ -262,7 +275,8 @@ static int classify(const void *p, struct ptr_info *pi, const char *who)
 
 		if (type == UCMA_OWN_SLAB) {
 			pi->slab = (struct ucma_slab *)(uintptr_t)UCMA_PG_GET(pg, owner);
-			if (ucma_slab_offset_bad(pi->slab, p)) {
+			pi->idx = ucma_slab_index(pi->slab, p);
+			if (pi->idx < 0) {
 				why = "inside a small object";
 				goto bad;
 			}
@@ -288,6 +302,14 @@ static int classify(const void *p, struct ptr_info *pi, const char *who)
 					   who, p);
 			return PK_BAD;
 		}
+		if (type == UCMA_OWN_NONE) {
+			/* a run nobody owns: raw pages, or a large run freed
+			 * and kept for reuse (ucma_tcache_large_put()) */
+			if (who)
+				ucma_fatal("%s: double free or invalid pointer %p (no live block there)",
+					   who, p);
+			return PK_BAD;
+		}
 		why = "not from malloc";
 		goto bad;
 	}
@@ -298,7 +320,8 @@ static int classify(const void *p, struct ptr_info *pi, const char *who)
 	switch (ucma_overflow_find(p, &pi->ovf)) {
 	case UCMA_OVF_SLAB:
 		pi->slab = pi->ovf.slab;
-		if (ucma_slab_offset_bad(pi->slab, p)) {
+		pi->idx = ucma_slab_index(pi->slab, p);
+		if (pi->idx < 0) {
 			why = "inside a small object";
 			goto bad;
 		}
@@ -337,13 +360,24 @@ static __attribute__((noinline)) void *small_alloc_slow(struct ucma_tcache *tc, 
 		errno = ENOMEM;
 		return NULL;
 	}
-	obj_mark_live(p, cls);
+	ucma_obj_mark_live(p, ucma_classes[cls].size);
 	if (ucma_config_debug) {
 		struct ucma_slab *s = ucma_slab_of(p);
 
-		if (!s || s->cls != cls || ucma_slab_offset_bad(s, p))
+		if (!s || s->cls != cls || ucma_slab_index(s, p) < 0)
 			ucma_fatal("internal error: cache of class %u gave %p", cls, p);
 	}
+	return p;
+}
+
+/* Pop the newest parked object of bin @b, clearing its marker. */
+static inline void *stack_pop(struct ucma_tbin *b, unsigned n)
+{
+	void *p = b->stack[n - 1];
+
+	__atomic_store_n(&b->n, (uint16_t)(n - 1), __ATOMIC_RELAXED);
+	__atomic_store_n(&b->npop, b->npop + 1, __ATOMIC_RELAXED);
+	ucma_obj_mark_live(p, b->size);
 	return p;
 }
 
@@ -353,69 +387,68 @@ static inline void *small_alloc(struct ucma_tcache *tc, unsigned cls)
 	unsigned n = b->n;
 	void *p;
 
-	if (UCMA_UNLIKELY(n == 0))
+	if (n)
+		return stack_pop(b, n);
+	p = ucma_tbin_alloc(b);
+	if (UCMA_UNLIKELY(!p))
 		return small_alloc_slow(tc, cls);
-	p = b->stack[n - 1];
-	__atomic_store_n(&b->n, (uint16_t)(n - 1), __ATOMIC_RELAXED);
-	ucma_relaxed_add(&b->nmalloc, 1);
-	obj_mark_live(p, cls);
 	return p;
 }
 
-/* Is the small object @p of slab @s already free (in our cache or in its
- * slab, or - with AddressSanitizer - anywhere)?  Called only when @p
- * carries the free marker, which live data matches by chance only. */
-static bool small_is_freed(struct ucma_tcache *tc, struct ucma_slab *s, const void *p)
+/* The stack of bin @b is full: a block of a slab @tc owns (and that was
+ * not full: a full slab's owner carries a flag) goes back to the slab's
+ * bitmap at once; the rest is ucma_tcache_free_slow()'s. */
+static __attribute__((noinline)) void small_free_bitmap(struct ucma_tcache *tc, struct ucma_tbin *b,
+							 struct ucma_slab *s, unsigned idx, void *p,
+							 const char *who)
 {
-#ifdef UCMA_ASAN
-	/* Poisoning is exact: a poisoned object is free or cached. */
-	(void)tc;
-	(void)s;
-	return obj_marked_free(p);
-#else
-	if (tc && tc != &ucma_tcache_dummy && ucma_tcache_bin_holds(tc, s->cls, p))
-		return true;
-	return ucma_slab_obj_is_free(s, p);
-#endif
-}
+	uint64_t *wp = &s->used[idx >> 6], bit = 1ull << (idx & 63);
+	uint64_t u = __atomic_load_n(wp, __ATOMIC_RELAXED);
 
-static __attribute__((noinline)) void small_free_slow(struct ucma_tcache *tc, struct ucma_slab *s,
-						      void *p, const char *who)
-{
-	unsigned cls = s->cls;
-	int saved = errno;	/* free() leaves errno alone */
-
-	if (obj_marked_free(p) && small_is_freed(tc, s, p))
-		ucma_fatal("%s: double free of %p", who, p);
-	if (!tc) {
-		tc = thread_start();
-		if (!tc)
-			tc = &ucma_tcache_dummy;
+	if (__atomic_load_n(&s->owner, __ATOMIC_RELAXED) != tc ||
+	    (__atomic_load_n(wp + UCMA_SLAB_REMOTE_OFF, __ATOMIC_RELAXED) & bit)) {
+		ucma_tcache_free_slow(tc, s, idx, p, who);
+		return;
 	}
-	obj_mark_free(p, cls);
-	ucma_tcache_free_slow(tc, cls, p);
-	errno = saved;
+	ucma_obj_mark_free(p, b->size);
+	__atomic_store_n(wp, u & ~bit, __ATOMIC_RELAXED);
+	__atomic_store_n(&b->nfree_direct, b->nfree_direct + 1, __ATOMIC_RELAXED);
+	if (UCMA_UNLIKELY(!(u & ~bit)))
+		ucma_tcache_word_emptied(tc, s);
 }
 
-/* Free the small object @p of slab @s, @p already checked to start an
- * object. */
-static inline void small_free(struct ucma_slab *s, void *p, const char *who)
+/*
+ * Free object @idx (at @p) of slab @s.  The fast path: the block carries
+ * no free marker and its bit says it is allocated; then it gets the
+ * marker and is parked on the calling thread's stack for the class, for
+ * its next malloc, whoever owns the slab.  When the stack is full, a
+ * block of a slab the thread owns (and that was not full: a full slab's
+ * owner carries a flag) goes back to the slab's bitmap at once.  The rest
+ * is ucma_tcache_free_slow()'s.  Its loads are the slab's first line and
+ * the block's bitmap word, the block's second word and the thread's bin.
+ */
+static inline __attribute__((always_inline)) void small_free(struct ucma_slab *s, unsigned idx,
+							      void *p, const char *who)
 {
 	struct ucma_tcache *tc = ucma_tcache_tls;
-	unsigned cls = s->cls;
 
-	if (UCMA_LIKELY(tc != NULL)) {
-		struct ucma_tbin *b = &tc->bins[cls];
+	/* The bitmap word is loaded atomically: its owner may be another
+	 * thread, writing it meanwhile. */
+	if (UCMA_LIKELY(tc != NULL && !ucma_obj_marked_free(p) &&
+			(__atomic_load_n(&s->used[idx >> 6], __ATOMIC_RELAXED) &
+			 (1ull << (idx & 63))))) {
+		struct ucma_tbin *b = &tc->bins[s->cls];
 		unsigned n = b->n;
 
-		if (UCMA_LIKELY(n < b->cap && !obj_marked_free(p))) {
-			obj_mark_free(p, cls);
-			b->stack[n] = p;
-			__atomic_store_n(&b->n, (uint16_t)(n + 1), __ATOMIC_RELAXED);
+		if (UCMA_LIKELY(n < b->cap)) {
+			ucma_obj_mark_free(p, b->size);
+			ucma_tbin_push(b, n, p);
 			return;
 		}
+		small_free_bitmap(tc, b, s, idx, p, who);
+		return;
 	}
-	small_free_slow(tc, s, p, who);
+	ucma_tcache_free_slow(tc, s, idx, p, who);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -423,36 +456,39 @@ static inline void small_free(struct ucma_slab *s, void *p, const char *who)
 /* ------------------------------------------------------------------------ */
 
 /*
- * A run of @npages pages whose address @pfn is aligned to @align; *@head
- * is the run's first page (before @pfn when alignment needed slack).
- * The first try takes an exact run, which the buddy allocator often
- * aligns anyway; only when that one is misaligned is the request repeated
- * with align - 1 pages of slack.
+ * A run of exactly @npages pages whose address is aligned to @align.  The
+ * first try takes an exact run, which the buddy allocator aligns to its
+ * order anyway; only when that one is misaligned is the request repeated
+ * with room to align: a block of the alignment itself when it is at most a
+ * pageblock (a buddy block is aligned to its size), else align - 1 pages
+ * of slack.  The head and tail around the aligned pages go back at once,
+ * as glibc gives back the ends of an over-sized chunk, so an aligned
+ * block holds what it was asked for and no more.
  */
-static uint32_t run_alloc(struct ucma_arena *a, uint32_t npages, size_t align, bool zero,
-			  uint32_t *head)
+static uint32_t run_alloc(struct ucma_arena *a, uint32_t npages, size_t align, bool zero)
 {
 	unsigned gfp = UCMA_GFP_UNMOVABLE | (zero ? UCMA_GFP_ZERO : 0);
 	uintptr_t mask = align > UCMA_PAGE_SIZE ? align - 1 : 0;
-	uint64_t slack, total;
+	uint64_t align_pages = align >> UCMA_PAGE_SHIFT, total;
 	uint32_t pfn, h;
 
 	pfn = ucma_pages_alloc(a, npages, gfp);
-	if (pfn == UCMA_PFN_NONE || !((uintptr_t)ucma_pfn_to_addr(a, pfn) & mask)) {
-		*head = pfn;
+	if (pfn == UCMA_PFN_NONE || !((uintptr_t)ucma_pfn_to_addr(a, pfn) & mask))
 		return pfn;
-	}
 	ucma_pages_free(a, pfn);
-	slack = (align >> UCMA_PAGE_SHIFT) - 1;
-	total = (uint64_t)npages + slack;
+	if (align_pages <= UCMA_PAGEBLOCK_PAGES && npages <= align_pages)
+		total = align_pages;
+	else
+		total = (uint64_t)npages + align_pages - 1;
 	if (total > a->zones[UCMA_ZONE_NORMAL].managed_pages)
 		return UCMA_PFN_NONE;
 	h = ucma_pages_alloc(a, (uint32_t)total, gfp);
 	if (h == UCMA_PFN_NONE)
 		return UCMA_PFN_NONE;
-	*head = h;
-	return ucma_addr_to_pfn(a, (void *)UCMA_ALIGN_UP((uintptr_t)ucma_pfn_to_addr(a, h),
-							 (uintptr_t)align));
+	pfn = ucma_addr_to_pfn(a, (void *)UCMA_ALIGN_UP((uintptr_t)ucma_pfn_to_addr(a, h),
+							(uintptr_t)align));
+	ucma_pages_trim(a, h, pfn, npages);
+	return pfn;
 }
 
 static void *large_alloc(size_t size, size_t align, bool zero)
@@ -470,13 +506,32 @@ static void *large_alloc(size_t size, size_t align, bool zero)
 		size = 1;
 	npages = (size + UCMA_PAGE_SIZE - 1) >> UCMA_PAGE_SHIFT;
 	if (a && npages <= a->zones[UCMA_ZONE_NORMAL].managed_pages && align < a->size) {
-		uint32_t head, pfn = run_alloc(a, (uint32_t)npages, align, zero, &head);
+		struct ucma_tcache *tc = ucma_tcache_tls;
+		uint32_t pfn = UCMA_PFN_NONE;
 
+		/* A run this thread freed lately, when no alignment beyond a
+		 * page is asked for (every run starts on one). */
+		if (tc && align <= UCMA_PAGE_SIZE) {
+			pfn = ucma_tcache_large_get(tc, a, (uint32_t)npages);
+			if (pfn != UCMA_PFN_NONE) {
+				usable = npages << UCMA_PAGE_SHIFT;
+				/* its tails still say so: only the head changes */
+				__atomic_store_n(&a->pages[pfn].owner_type, UCMA_OWN_LARGE,
+						 __ATOMIC_RELEASE);
+				ucma_tcache_count_large(1, usable, 0);	/* pages kept counted */
+				if (zero)
+					memset(ucma_pfn_to_addr(a, pfn), 0, usable);
+				ucma_shm_check_request(true);	/* as below */
+				errno = saved;
+				return ucma_pfn_to_addr(a, pfn);
+			}
+		}
+		pfn = run_alloc(a, (uint32_t)npages, align, zero);
 		if (pfn != UCMA_PFN_NONE) {
-			uint32_t run = a->pages[head].aux;
+			uint32_t run = a->pages[pfn].aux;
 
-			ucma_run_set_owner(a, head, UCMA_OWN_LARGE, pfn);
-			usable = (size_t)(head + run - pfn) << UCMA_PAGE_SHIFT;
+			ucma_run_set_owner(a, pfn, UCMA_OWN_LARGE, pfn);
+			usable = (size_t)run << UCMA_PAGE_SHIFT;
 			ucma_tcache_count_large(1, usable, run);
 			/* A malloc-only process has no ucma thread: here it
 			 * notices that ucmastat asks for its statistics. */
@@ -500,11 +555,17 @@ static void free_classified(void *p, int kind, struct ptr_info *pi, const char *
 {
 	switch (kind) {
 	case PK_SMALL:
-		small_free(pi->slab, p, who);
+		small_free(pi->slab, (unsigned)pi->idx, p, who);
 		return;
 	case PK_LARGE: {
 		uint32_t run = pi->a->pages[pi->head].aux;
 
+		/* Kept for this thread's next large malloc of the size, its
+		 * head owned by nobody meanwhile (a second free is refused). */
+		if (ucma_tcache_large_put(ucma_tcache_tls, pi->a, pi->head)) {
+			ucma_tcache_count_large(-1, pi->usable, 0);
+			return;
+		}
 		ucma_tcache_count_large(-1, pi->usable, run);
 		ucma_pages_free(pi->a, pi->head);
 		return;
@@ -548,12 +609,33 @@ static __attribute__((noinline)) void *malloc_slow(size_t size)
 	return large_alloc(size, 0, false);
 }
 
+/* The fast path: the newest parked object of the class (the block this
+ * thread freed last, still cache-hot), else the lowest free object of
+ * the cursor's word (tcache.h), written out here so that it needs no
+ * stack frame; everything else leaves through a tail call. */
 void *ucma_malloc(size_t size)
 {
 	struct ucma_tcache *tc = ucma_tcache_tls;
 
-	if (UCMA_LIKELY(tc != NULL && size <= UCMA_SMALL_MAX))
-		return small_alloc(tc, ucma_size_class(size));
+	if (UCMA_LIKELY(tc != NULL && size <= UCMA_SMALL_MAX)) {
+		size_t cls = ucma_class_of_size[(size + 15) >> 4];
+		struct ucma_tbin *b = &tc->bins[cls];
+		unsigned n = b->n;
+		uint64_t *wp, u;
+		void *p;
+
+		if (UCMA_LIKELY(n))
+			return stack_pop(b, n);
+		wp = b->usedw;
+		u = *wp;
+		if (UCMA_UNLIKELY(u == b->full))
+			return small_alloc_slow(tc, (unsigned)cls);
+		__atomic_store_n(wp, u | (u + 1), __ATOMIC_RELAXED);
+		__atomic_store_n(&b->ncur, b->ncur + 1, __ATOMIC_RELAXED);
+		p = (void *)(b->wbase + (uintptr_t)__builtin_ctzll(~u) * b->size);
+		ucma_obj_mark_live(p, b->size);
+		return p;
+	}
 	return malloc_slow(size);
 }
 
@@ -597,13 +679,12 @@ static __attribute__((noinline, noreturn)) void free_interior(void *p)
 }
 
 /*
- * The fast path: a small block of the arena going into a cache bin with
- * room.  Returns false for everything else, leaving it to the caller's
- * slow path; the rest leaves through tail calls, so this path needs no
- * stack frame.  Its loads are the arena geometry, the page's owner, the
- * slab's first line, the bin and the block's marker word.
+ * The fast path: a small block of the arena.  Returns false for
+ * everything else, leaving it to the caller's slow path; the rest leaves
+ * through tail calls, so this path needs no stack frame.  Its loads are
+ * the arena geometry, the page's owner, the slab's two lines and the bin.
  */
-static inline bool free_fast(void *p)
+static inline __attribute__((always_inline)) bool free_fast(void *p)
 {
 	uintptr_t off = (uintptr_t)p - __atomic_load_n(&mg.base, __ATOMIC_RELAXED);
 
@@ -612,22 +693,11 @@ static inline bool free_fast(void *p)
 
 		if (UCMA_LIKELY(__atomic_load_n(&pg->owner_type, __ATOMIC_ACQUIRE) == UCMA_OWN_SLAB)) {
 			struct ucma_slab *s = (struct ucma_slab *)(uintptr_t)UCMA_PG_GET(pg, owner);
-			struct ucma_tcache *tc = ucma_tcache_tls;
+			int idx = ucma_slab_index(s, p);
 
-			if (UCMA_UNLIKELY(ucma_slab_offset_bad(s, p)))
+			if (UCMA_UNLIKELY(idx < 0))
 				free_interior(p);
-			if (UCMA_LIKELY(tc != NULL)) {
-				struct ucma_tbin *b = &tc->bins[s->cls];
-				unsigned n = b->n;
-
-				if (UCMA_LIKELY(n < b->cap && !obj_marked_free(p))) {
-					obj_mark_free(p, s->cls);
-					b->stack[n] = p;
-					__atomic_store_n(&b->n, (uint16_t)(n + 1), __ATOMIC_RELAXED);
-					return true;
-				}
-			}
-			small_free_slow(tc, s, p, "free()");
+			small_free(s, (unsigned)idx, p, "free()");
 			return true;
 		}
 	}
@@ -641,6 +711,22 @@ void ucma_free(void *p)
 }
 
 static __attribute__((noinline)) int owns_slow(const void *p);
+
+static __attribute__((noinline)) void free_or_slow(void *p, void (*foreign_free)(void *))
+{
+	if (!owns_slow(p)) {
+		foreign_free(p);
+		return;
+	}
+	free_slow(p);
+}
+
+void ucma_free_or(void *p, void (*foreign_free)(void *))
+{
+	if (free_fast(p) || !p)
+		return;
+	free_or_slow(p, foreign_free);
+}
 
 int ucma_try_free(void *p)
 {
@@ -671,7 +757,7 @@ void *ucma_realloc(void *p, size_t size)
 	old = pi.usable;
 	switch (kind) {
 	case PK_SMALL:
-		if (obj_marked_free(p) && small_is_freed(ucma_tcache_tls, pi.slab, p))
+		if (ucma_tcache_obj_is_freed(pi.slab, (unsigned)pi.idx, p))
 			ucma_fatal("realloc(): invalid pointer %p (already freed)", p);
 		/* Same class, or a smaller one that still needs half of it. */
 		if (size <= old && size > old / 2)
@@ -830,7 +916,7 @@ int ucma_trim(void)
 
 	if (!__atomic_load_n(&minit_done, __ATOMIC_ACQUIRE))
 		return 0;
-	ucma_tcache_flush_all(ucma_tcache_tls);
+	ucma_tcache_trim(ucma_tcache_tls);
 	released = ucma_slab_trim();
 	if (a) {
 		ucma_stat("purged_pages", &purged0);
@@ -861,7 +947,7 @@ int ucma_malloc_info(struct ucma_malloc_info *info)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Statistics and fork                                                       */
+/* Statistics                                                                */
 /* ------------------------------------------------------------------------ */
 
 void ucma_malloc_counters_read(struct ucma_malloc_counters *out)
@@ -872,39 +958,4 @@ void ucma_malloc_counters_read(struct ucma_malloc_counters *out)
 	ucma_tcache_counters(out);
 	out->active_bytes += ucma_slab_active_bytes();
 	out->overflow_bytes = ucma_overflow_bytes();
-}
-
-/*
- * fork.c runs these on every fork, also before the family was ever used:
- * the prepare handler remembers whether it took the locks, so the parent
- * and child handlers of the same fork release exactly those.
- */
-static bool fork_locked;
-
-void ucma_malloc_atfork_prepare(void)
-{
-	pthread_mutex_lock(&minit_lock);
-	fork_locked = minit_done;
-	if (fork_locked) {
-		ucma_tcache_atfork_prepare();
-		ucma_slab_atfork_prepare();
-	}
-}
-
-void ucma_malloc_atfork_parent(void)
-{
-	if (fork_locked) {
-		ucma_slab_atfork_parent();
-		ucma_tcache_atfork_parent();
-	}
-	pthread_mutex_unlock(&minit_lock);
-}
-
-void ucma_malloc_atfork_child(void)
-{
-	if (fork_locked) {
-		ucma_slab_atfork_child();
-		ucma_tcache_atfork_child();
-	}
-	pthread_mutex_unlock(&minit_lock);
 }

@@ -4,11 +4,18 @@
  * threads, and urcu-bp has the fork hooks a preloaded library needs).
  *
  * Sections.  Each thread counts the sections it opened through ucma in
- * ucma_rcu_self.depth; only the outermost lock and unlock reach liburcu,
- * through its inline read side (_LGPL_SOURCE: a store of the grace-period
- * counter and a compiler barrier, with sys_membarrier on the writer's
- * side).  liburcu's own nesting stays correct when the program also uses
- * liburcu-bp directly: its counter is incremented, never overwritten.
+ * ucma_rcu_self.depth; only the outermost lock and unlock reach liburcu
+ * (a store of the grace-period counter and a compiler barrier, with
+ * sys_membarrier on the writer's side).  liburcu's nesting stays correct
+ * when the program also uses liburcu-bp directly.  This is liburcu's
+ * inline read side (_urcu_bp_read_lock() of its static header) written
+ * out here, with one difference: liburcu 0.13 declares its per-thread
+ * reader 128-byte aligned but allocates readers 64 bytes apart, so its
+ * own inline functions access a misaligned struct (undefined behaviour,
+ * which UBSan reports); here the reader's counter, its first member, is
+ * reached as a plain unsigned long.  Calling liburcu's out-of-line
+ * functions instead costs a __tls_get_addr() each (1.5x the instructions
+ * of a whole lock + deref + unlock).
  *
  * Grace periods.  ucma_rcu_synchronize() refuses to wait (EDEADLK) where
  * the wait could never end: inside any section of the calling thread, and
@@ -40,7 +47,48 @@
 #include "rcu.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <urcu-bp.h>
+
+_Static_assert(offsetof(struct urcu_bp_reader, ctr) == 0,
+	       "liburcu-bp's reader starts with its counter");
+
+/* The calling thread's liburcu counter, registering the thread first. */
+static inline unsigned long *reader_ctr(void)
+{
+	struct urcu_bp_reader *r = URCU_TLS(urcu_bp_reader);
+
+	if (UCMA_UNLIKELY(!r)) {
+		urcu_bp_register();
+		cmm_barrier();
+		r = URCU_TLS(urcu_bp_reader);
+	}
+	return (unsigned long *)(void *)r;
+}
+
+/* liburcu's _urcu_bp_read_lock(): the outermost section takes the current
+ * grace-period phase; a nested one (the program's own) counts up. */
+static void urcu_lock(void)
+{
+	unsigned long *ctr = reader_ctr(), tmp = CMM_LOAD_SHARED(*ctr);
+
+	if (UCMA_LIKELY(!(tmp & URCU_BP_GP_CTR_NEST_MASK))) {
+		CMM_STORE_SHARED(*ctr, CMM_LOAD_SHARED(urcu_bp_gp.ctr));
+		urcu_bp_smp_mb_slave();
+	} else {
+		CMM_STORE_SHARED(*ctr, tmp + URCU_BP_GP_COUNT);
+	}
+}
+
+/* liburcu's _urcu_bp_read_unlock(). */
+static void urcu_unlock(void)
+{
+	unsigned long *ctr = (unsigned long *)(void *)URCU_TLS(urcu_bp_reader);
+
+	urcu_bp_smp_mb_slave();
+	CMM_STORE_SHARED(*ctr, CMM_LOAD_SHARED(*ctr) - URCU_BP_GP_COUNT);
+	cmm_barrier();
+}
 
 #ifdef UCMA_TSAN
 #include <sanitizer/tsan_interface.h>
@@ -52,17 +100,7 @@ static char grace_period_token;
 #define TSAN_ACQUIRE_GRACE()  ((void)0)
 #endif
 
-/*
- * struct ucma_rcu_thread - the calling thread's sections.  Only the
- * thread itself reads or writes it (initial-exec TLS: no call to reach it).
- */
-struct ucma_rcu_thread {
-	unsigned long depth;	/* sections open through ucma */
-	bool in_urcu;		/* the outermost one entered liburcu */
-};
-
-static __thread struct ucma_rcu_thread ucma_rcu_self
-	__attribute__((tls_model("initial-exec")));
+__thread struct ucma_rcu_thread ucma_rcu_self __attribute__((tls_model("initial-exec")));
 
 /* Set once, in the child of a fork made inside a section (single-threaded
  * then; threads made later see it through pthread_create). */
@@ -74,7 +112,7 @@ void ucma_rcu_read_lock(void)
 
 	if (t->depth++ == 0 &&
 	    UCMA_LIKELY(!atomic_load_explicit(&degraded, memory_order_relaxed))) {
-		urcu_bp_read_lock();
+		urcu_lock();
 		t->in_urcu = true;
 	}
 }
@@ -86,23 +124,17 @@ void ucma_rcu_read_unlock(void)
 	if (--t->depth == 0 && t->in_urcu) {
 		t->in_urcu = false;
 		TSAN_RELEASE_READER();
-		urcu_bp_read_unlock();
+		urcu_unlock();
 	}
 }
 
-unsigned long ucma_rcu_depth(void)
-{
-	return ucma_rcu_self.depth;
-}
-
-/* A section the thread opened with liburcu-bp itself.  Reads liburcu's
- * per-thread reader without registering the thread (urcu_bp_read_ongoing()
- * would register it, taking liburcu's registry lock). */
+/* A section the thread opened with liburcu-bp itself.  Looks at liburcu's
+ * reader without registering the thread (which takes its registry lock). */
 static bool foreign_section(void)
 {
-	struct urcu_bp_reader *r = URCU_TLS(urcu_bp_reader);
+	unsigned long *ctr = (unsigned long *)(void *)URCU_TLS(urcu_bp_reader);
 
-	return r && (CMM_LOAD_SHARED(r->ctr) & URCU_BP_GP_CTR_NEST_MASK);
+	return ctr && (CMM_LOAD_SHARED(*ctr) & URCU_BP_GP_CTR_NEST_MASK);
 }
 
 bool ucma_rcu_in_section(void)

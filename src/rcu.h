@@ -26,11 +26,27 @@
 
 #include "internal.h"
 
+/*
+ * struct ucma_rcu_thread - the calling thread's sections.  Only the
+ * thread itself reads or writes it (initial-exec TLS: no call to reach it).
+ */
+struct ucma_rcu_thread {
+	unsigned long depth;	/* sections open through ucma */
+	bool in_urcu;		/* the outermost one entered liburcu */
+};
+
+UCMA_INTERNAL extern __thread struct ucma_rcu_thread ucma_rcu_self
+	__attribute__((tls_model("initial-exec")));
+
 /* Enter and leave a read-side section; sections nest. */
 UCMA_INTERNAL void ucma_rcu_read_lock(void);
 UCMA_INTERNAL void ucma_rcu_read_unlock(void);
+
 /* Sections the calling thread has open through ucma. */
-UCMA_INTERNAL unsigned long ucma_rcu_depth(void);
+static inline unsigned long ucma_rcu_depth(void)
+{
+	return ucma_rcu_self.depth;
+}
 /*
  * Is the calling thread inside a read-side section, ucma's or one it
  * opened with liburcu-bp directly?  (The second is why this is more than

@@ -5,31 +5,34 @@
  * Size classes: 16..128 bytes in steps of 16, then four classes per
  * doubling up to UCMA_SMALL_MAX (32 KiB), like jemalloc's; a request is
  * rounded up by at most 20%.  A slab is a run of pages of one class from
- * the NORMAL zone (ucma_pages_alloc(UCMA_GFP_UNMOVABLE)), sized so that
- * the tail that fits no object is at most 1/16 of the slab where possible.
- * Its descriptor (struct ucma_slab) lives out of band, in meta.c memory,
- * and is recorded as the owner of every page of the run, so a pointer
- * finds its slab with one load and a user's buffer overflow cannot reach
- * the allocator's metadata.
+ * the NORMAL zone (ucma_pages_alloc(UCMA_GFP_UNMOVABLE)) holding up to 256
+ * objects in at most 64 KiB (128 KiB for the largest classes), sized so
+ * that the tail that fits no object is at most 1/16 of the slab where
+ * possible.  Its descriptor (struct ucma_slab) lives out of band and is
+ * recorded as the owner of every page of the run, so a pointer finds its
+ * slab with one load and a user's buffer overflow cannot reach the
+ * allocator's metadata.  The descriptor's bitmaps say which objects are
+ * allocated: nothing of the allocator is ever stored in a free object.
  *
- * Central bins: one per class and bin set, each with its own lock, holding
- * the slabs that have free objects (partial list, most recently refilled
- * first, so nearly full slabs fill up and sparse ones drain) and a few
- * wholly free slabs kept for reuse; further empty slabs go back to the
- * buddy allocator at once.  There are two bin sets per CPU (like
- * jemalloc's arenas), handed to threads in turn: threads running at once
- * fill their caches from different slabs, so their objects do not share
- * cache lines.  Thread caches take and give objects in batches, so a bin
- * lock is taken once per batch; a freed object goes back to the bin set of
- * its slab, so frees from other threads (remote frees) spread over the
- * locks of the classes and sets they touch.
+ * Ownership: a slab belongs to one thread's cache (tcache.c), which
+ * allocates from it and frees into it without locks or atomic
+ * read-modify-writes, while other threads' frees set bits in its remote
+ * bitmap; or it is central, kept here in the bin of its class and bin set.
+ * A thread that needs a slab adopts a central one (partial first, then
+ * wholly free) or creates one; a thread gives its slabs back when it exits
+ * and when a slab it cannot keep falls wholly free.  So a bin lock is
+ * taken when a slab changes hands, not per object, and blocks freed by
+ * other threads, exited ones included, return to the slab they came from.
  *
- * Invariants (bin lock): a slab is on the partial list iff 0 < nfree <
- * nobjs, on the empty list iff nfree == nobjs, on no list iff it is full.
- * A set bit in free_bits is a free object; objects parked in thread caches
- * count as taken, so a slab is never released while a cache holds one of
- * its objects, and giving back an object whose bit is already set is a
- * double free, detected before anything is changed.
+ * Central bins: one per class and bin set, each with its own lock: a
+ * partial list, a few wholly free slabs kept for reuse (further ones are
+ * destroyed at once), and the full ones on no list until a remote free
+ * makes room (then the first such free lists the slab, see
+ * ucma_slab_central_freed()).  There are two bin sets per CPU, handed to
+ * threads in turn, so threads adopting at once do not meet on one lock.
+ *
+ * Descriptors come from a pool and go back to it, never to other use:
+ * see "type stable" in slab.h.
  *
  * Overflow: when the NORMAL zone is exhausted (or there is no arena at
  * all), slabs are carved from 4 MiB chunks mapped with ucma_os.mmap, and
@@ -42,106 +45,46 @@
  * through the chunk's page-owner array (tagged with bit 0, so a stale
  * pointer into a free span finds no slab).
  *
- * Lock order: bin locks are never nested (fork takes them all, in set and
- * class order); a bin lock is dropped before a
- * slab is created or destroyed (zone, meta and overflow locks are taken
- * there).  ovf_lock is innermost.
+ * Lock order: a cache's lock (tcache.c), then one bin lock (bin locks are
+ * never nested but by fork, which takes them all in set and class order),
+ * then the pool lock; a bin lock is dropped before a slab is created or
+ * destroyed (zone, meta and overflow locks are taken there).  ovf_lock is
+ * innermost.
  *
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "lock.h"
+#include "slab.h"
 
 #include <errno.h>
-#include <linux/futex.h>
 #include <sched.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 struct ucma_class ucma_classes[UCMA_NR_CLASSES];
 uint8_t ucma_class_of_size[UCMA_SMALL_MAX / 16 + 1];
 
-enum { SLAB_ON_NONE = 0, SLAB_ON_PARTIAL, SLAB_ON_EMPTY };
-
 /*
- * struct slab_bin - the central state of one size class.  @lock protects
- * the lists and every field of their slabs except base/cls/where.
- * @nslabs_arena is read without the lock by the statistics.  The struct
- * fills one cache line, so bins do not share lines.
+ * struct slab_bin - the central slabs of one size class in one bin set.
+ * @lock (lock.h) protects the lists, the registry of all the bin's slabs,
+ * the central states of their slabs, and the @used bits of every central
+ * slab of the bin.  @nslabs_arena is
+ * read without the lock by the statistics.  The struct fills one cache
+ * line, so bins do not share lines.
  */
 struct slab_bin {
-	uint32_t lock;			/* see bin_lock() */
-	struct ucma_slab *partial;	/* 0 < nfree < nobjs */
-	struct ucma_slab *empty;	/* nfree == nobjs, kept for reuse */
+	uint32_t lock;
 	unsigned nempty;
-	unsigned keep_empty;		/* how many empty slabs to keep */
+	unsigned keep_empty;		/* how many wholly free slabs to keep */
+	struct ucma_slab *partial;	/* C_PARTIAL */
+	struct ucma_slab *empty;	/* C_EMPTY */
+	struct ucma_slab *all;		/* registry: every live slab (rnext) */
 	uint64_t nslabs_arena;		/* arena slabs of this class (atomic) */
 } __attribute__((aligned(64)));
 
 static struct slab_bin bins[UCMA_MAX_BINSETS][UCMA_NR_CLASSES];
-
-/*
- * Bin locks are futex locks with three states (0 free, 1 held, 2 held and
- * maybe waited for), as in Drepper's "Futexes Are Tricky": taking a free
- * lock is one compare-and-swap, releasing an uncontended one one exchange.
- * A waiter spins briefly first: bin locks are held for a batch of bit
- * operations.  Not pthread mutexes because the fork handler holds every
- * one of them at once, which is more than ThreadSanitizer's deadlock
- * detector can track; TSan still sees the acquire/release pairs.
- */
-static void futex_wait(uint32_t *addr, uint32_t val)
-{
-	syscall(SYS_futex, addr, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
-}
-
-static void futex_wake(uint32_t *addr)
-{
-	syscall(SYS_futex, addr, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
-}
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#else
-	__atomic_signal_fence(__ATOMIC_SEQ_CST);
-#endif
-}
-
-static __attribute__((noinline)) void bin_lock_slow(uint32_t *l)
-{
-	uint32_t c;
-
-	for (int i = 0; i < 100; i++) {
-		c = 0;
-		if (__atomic_load_n(l, __ATOMIC_RELAXED) == 0 &&
-		    __atomic_compare_exchange_n(l, &c, 1, false, __ATOMIC_ACQUIRE,
-						__ATOMIC_RELAXED))
-			return;
-		cpu_relax();
-	}
-	c = __atomic_exchange_n(l, 2, __ATOMIC_ACQUIRE);
-	while (c != 0) {
-		futex_wait(l, 2);
-		c = __atomic_exchange_n(l, 2, __ATOMIC_ACQUIRE);
-	}
-}
-
-static inline void bin_lock(struct slab_bin *b)
-{
-	uint32_t c = 0;
-
-	if (UCMA_UNLIKELY(!__atomic_compare_exchange_n(&b->lock, &c, 1, false, __ATOMIC_ACQUIRE,
-						       __ATOMIC_RELAXED)))
-		bin_lock_slow(&b->lock);
-}
-
-static inline void bin_unlock(struct slab_bin *b)
-{
-	if (UCMA_UNLIKELY(__atomic_exchange_n(&b->lock, 0, __ATOMIC_RELEASE) == 2))
-		futex_wake(&b->lock);
-}
 static unsigned nbinsets = 1;
 static unsigned binset_turn;	/* atomic */
 
@@ -150,24 +93,25 @@ static unsigned binset_turn;	/* atomic */
 /* ------------------------------------------------------------------------ */
 
 /*
- * Pages per slab: at least 8 KiB and room for 4 objects (8 while that stays
- * within 128 KiB), at most what the bitmap holds; then the first size whose
- * unusable tail is at most 1/16 of the slab, else the one with the
- * smallest tail.
+ * Pages per slab: room for 256 objects within 64 KiB, at least a page and
+ * 4 objects (so the largest classes get 128 KiB); then the first size
+ * whose unusable tail is at most 1/16 of the slab, else the one with the
+ * smallest tail.  Slabs this large change hands seldom, and a fresh slab
+ * costs memory only for the pages its objects touch.
  */
 static void class_geometry(struct ucma_class *c)
 {
 	size_t size = c->size;
-	size_t minbytes = size * 8 < 131072 ? size * 8 : 131072;
+	size_t minbytes = size * UCMA_SLAB_MAX_OBJS;
 	unsigned np_min, best = 0;
 	double best_waste = 2.0;
 
+	if (minbytes > 65536)
+		minbytes = 65536;
 	if (minbytes < size * 4)
 		minbytes = size * 4;
-	if (minbytes < 8192)
-		minbytes = 8192;
-	if (minbytes > size * UCMA_SLAB_MAX_OBJS)
-		minbytes = size * UCMA_SLAB_MAX_OBJS;
+	if (minbytes < UCMA_PAGE_SIZE)
+		minbytes = UCMA_PAGE_SIZE;
 	np_min = (unsigned)((minbytes + UCMA_PAGE_SIZE - 1) / UCMA_PAGE_SIZE);
 	for (unsigned np = np_min; np <= np_min + 16 && np <= UCMA_SLAB_MAX_PAGES; np++) {
 		size_t bytes = (size_t)np * UCMA_PAGE_SIZE;
@@ -175,7 +119,7 @@ static void class_geometry(struct ucma_class *c)
 		double waste;
 
 		if (n > UCMA_SLAB_MAX_OBJS)
-			break;
+			n = UCMA_SLAB_MAX_OBJS;
 		waste = (double)(bytes - n * size) / (double)bytes;
 		if (waste < best_waste) {
 			best_waste = waste;
@@ -191,7 +135,6 @@ static void class_geometry(struct ucma_class *c)
 	if (c->nobjs > UCMA_SLAB_MAX_OBJS)
 		c->nobjs = UCMA_SLAB_MAX_OBJS;
 	c->limit = (uint32_t)(c->nobjs * size);
-	c->magic = (uint32_t)(((1ull << 32) + size - 1) / size);
 }
 
 /* Two bin sets per CPU this process may run on. */
@@ -514,6 +457,59 @@ uint64_t ucma_overflow_bytes(void)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Descriptors                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* The descriptor pool: descriptors never return to meta.c, so a stale
+ * pointer to one always points at a descriptor.  They are carved from
+ * 64 KiB blocks of meta.c memory (cache-line aligned, zeroed).  pool_lock
+ * protects the free list, linked through @next, and the block being
+ * carved. */
+#define POOL_BLOCK 65536u
+
+static uint32_t pool_lock;
+static struct ucma_slab *pool_free;
+static char *pool_cur, *pool_end;
+
+static struct ucma_slab *desc_alloc(void)
+{
+	struct ucma_slab *s;
+
+	ucma_lock(&pool_lock);
+	s = pool_free;
+	if (s) {
+		pool_free = s->next;
+	} else {
+		if ((size_t)(pool_end - pool_cur) < sizeof(*s)) {
+			char *block = ucma_meta_alloc(POOL_BLOCK);
+
+			if (block) {
+				pool_cur = block;
+				pool_end = block + POOL_BLOCK;
+			}
+		}
+		if ((size_t)(pool_end - pool_cur) >= sizeof(*s)) {
+			s = (struct ucma_slab *)pool_cur;
+			pool_cur += sizeof(*s);
+		}
+	}
+	ucma_unlock(&pool_lock);
+	/* A thread cache's hint keeps an object index in the top 16 bits of
+	 * a descriptor's address (tcache.h). */
+	if (UCMA_UNLIKELY((uintptr_t)s >> 48))
+		ucma_fatal("internal error: slab descriptor at %p beyond 48 bits", (void *)s);
+	return s;
+}
+
+static void desc_free(struct ucma_slab *s)
+{
+	ucma_lock(&pool_lock);
+	s->next = pool_free;
+	pool_free = s;
+	ucma_unlock(&pool_lock);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Slabs                                                                     */
 /* ------------------------------------------------------------------------ */
 
@@ -534,13 +530,61 @@ struct ucma_slab *ucma_slab_of(const void *p)
 	return NULL;
 }
 
-/* A new slab of class @cls for bin set @set, all objects free; NULL with
- * ENOMEM.  Called without any bin lock. */
-static struct ucma_slab *slab_create(unsigned set, unsigned cls)
+unsigned ucma_slab_nfree(const struct ucma_slab *s)
+{
+	unsigned n = s->nobjs;
+
+	for (unsigned w = 0; w < s->nwords; w++) {
+		uint64_t u = __atomic_load_n(&s->used[w], __ATOMIC_RELAXED);
+		uint64_t r = __atomic_load_n(&s->remote[w], __ATOMIC_RELAXED);
+
+		n -= (unsigned)__builtin_popcountll(u & ~r);
+	}
+	return n;
+}
+
+/* Does @s look wholly free?  Only the bitmaps are read, which a stale
+ * reader may do (bits past nobjs are never set). */
+static bool slab_looks_empty(const struct ucma_slab *s)
+{
+	for (unsigned w = 0; w < UCMA_SLAB_WORDS; w++)
+		if (__atomic_load_n(&s->used[w], __ATOMIC_RELAXED) &
+		    ~__atomic_load_n(&s->remote[w], __ATOMIC_RELAXED))
+			return false;
+	return true;
+}
+
+/* Has @s (merged) room for one more object? */
+static bool slab_has_room(const struct ucma_slab *s)
+{
+	for (unsigned w = 0; w < s->nwords; w++)
+		if (__atomic_load_n(&s->used[w], __ATOMIC_RELAXED) != ucma_slab_word_full(s, w))
+			return true;
+	return false;
+}
+
+static void registry_add(struct slab_bin *b, struct ucma_slab *s)
+{
+	ucma_lock(&b->lock);
+	s->rprev = NULL;
+	s->rnext = b->all;
+	if (b->all)
+		b->all->rprev = s;
+	b->all = s;
+	ucma_unlock(&b->lock);
+}
+
+/*
+ * A new slab of class @cls, all objects free, owned by @owner (a cache,
+ * or &ucma_slab_unowned) in state @state, returning to bin set @set.
+ * NULL with ENOMEM.  Called without any bin lock.
+ */
+static struct ucma_slab *slab_create(unsigned set, unsigned cls, struct ucma_tcache *owner,
+				     int state)
 {
 	const struct ucma_class *c = &ucma_classes[cls];
 	struct ucma_arena *a = ucma_arena_peek();
-	struct ucma_slab *s = ucma_meta_alloc(sizeof(*s));
+	struct ucma_slab *s = desc_alloc();
 	uint32_t pfn = UCMA_PFN_NONE;
 	int saved = errno;
 
@@ -556,7 +600,7 @@ static struct ucma_slab *slab_create(unsigned set, unsigned cls)
 		void *m = ovf_span_alloc(c->npages, s);
 
 		if (!m) {
-			ucma_meta_free(s, sizeof(*s));
+			desc_free(s);
 			errno = ENOMEM;
 			return NULL;
 		}
@@ -568,227 +612,348 @@ static struct ucma_slab *slab_create(unsigned set, unsigned cls)
 	errno = saved;
 	s->size = c->size;
 	s->divisor = UINT64_MAX / c->size + 1;
-	s->limit = c->limit;
-	s->cls = (uint8_t)cls;
-	s->binset = (uint8_t)set;
-	s->list = SLAB_ON_NONE;
-	s->nfree = c->nobjs;
-	for (unsigned w = 0; w < UCMA_SLAB_MAX_OBJS / 64; w++) {
-		unsigned lo = w * 64;
-
-		if (lo + 64 <= c->nobjs)
-			s->free_bits[w] = ~0ull;
-		else if (lo < c->nobjs)
-			s->free_bits[w] = (1ull << (c->nobjs - lo)) - 1;
-		else
-			s->free_bits[w] = 0;
+	s->nobjs = c->nobjs;
+	s->nwords = (uint8_t)((c->nobjs + 63) / 64);
+	s->lastfull = c->nobjs % 64 ? (1ull << (c->nobjs % 64)) - 1 : ~0ull;
+	s->next = s->prev = NULL;
+	/* What a stale reader of the descriptor may look at: atomics. */
+	__atomic_store_n(&s->cls, (uint8_t)cls, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->binset, (uint8_t)set, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->queued, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->state, (uint8_t)state, __ATOMIC_RELAXED);
+	for (unsigned w = 0; w < UCMA_SLAB_WORDS; w++) {
+		__atomic_store_n(&s->used[w], 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&s->remote[w], 0, __ATOMIC_RELAXED);
 	}
+	__atomic_store_n(&s->owner, owner, __ATOMIC_RELEASE);
 	UCMA_POISON((void *)s->base, (size_t)c->npages << UCMA_PAGE_SHIFT);
 	if (s->where == UCMA_SLAB_ARENA) {
 		ucma_run_set_owner(a, pfn, UCMA_OWN_SLAB, (uint64_t)(uintptr_t)s);
 		__atomic_fetch_add(&bins[set][cls].nslabs_arena, 1, __ATOMIC_RELAXED);
 	}
+	registry_add(&bins[set][cls], s);
 	return s;
 }
 
-/* Give a wholly free slab back (no bin lock held). */
-static void slab_destroy(struct ucma_slab *s)
+void ucma_slab_destroy(struct ucma_slab *s)
 {
 	const struct ucma_class *c = &ucma_classes[s->cls];
 	size_t bytes = (size_t)c->npages << UCMA_PAGE_SHIFT;
+	struct slab_bin *b = &bins[s->binset][s->cls];
 
+	if (ucma_config_debug && !slab_looks_empty(s))
+		ucma_fatal("internal error: destroying slab %p of class %u with %u objects in use",
+			   (void *)s->base, c->size, s->nobjs - ucma_slab_nfree(s));
+	ucma_lock(&b->lock);
+	if (s->rprev)
+		s->rprev->rnext = s->rnext;
+	else
+		b->all = s->rnext;
+	if (s->rnext)
+		s->rnext->rprev = s->rprev;
+	s->rnext = s->rprev = NULL;
+	__atomic_store_n(&s->state, UCMA_SLAB_DEAD, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->owner, &ucma_slab_unowned, __ATOMIC_RELAXED);
+	ucma_unlock(&b->lock);
 	UCMA_UNPOISON((void *)s->base, bytes);
 	if (s->where == UCMA_SLAB_ARENA) {
-		__atomic_fetch_sub(&bins[s->binset][s->cls].nslabs_arena, 1, __ATOMIC_RELAXED);
+		__atomic_fetch_sub(&b->nslabs_arena, 1, __ATOMIC_RELAXED);
 		ucma_pages_free(ucma_arena_peek(), s->pfn);
 	} else {
 		ovf_span_free_pages((void *)s->base, c->npages);
 		ucma_count(UCMA_STAT_OVERFLOW_FREE, 1);
 	}
-	ucma_meta_free(s, sizeof(*s));
+	desc_free(s);
 }
 
-static void list_add(struct ucma_slab **head, struct ucma_slab *s)
+static __attribute__((noinline, noreturn)) void double_free_in(const struct ucma_slab *s,
+								unsigned w, uint64_t bits)
 {
-	s->prev = NULL;
-	s->next = *head;
-	if (*head)
-		(*head)->prev = s;
-	*head = s;
+	ucma_fatal("free(): double free of %p",
+		   (void *)(s->base + ((uintptr_t)w * 64 + (unsigned)__builtin_ctzll(bits)) * s->size));
 }
 
-static void list_del(struct ucma_slab **head, struct ucma_slab *s)
-{
-	if (s->prev)
-		s->prev->next = s->next;
-	else
-		*head = s->next;
-	if (s->next)
-		s->next->prev = s->prev;
-	s->next = s->prev = NULL;
-}
-
-/* Debug builds: the free count matches the bitmap (bin lock held). */
-static void slab_check(const struct ucma_slab *s, const struct ucma_class *c)
+unsigned ucma_slab_collect(struct ucma_slab *s)
 {
 	unsigned n = 0;
 
-	for (unsigned w = 0; w < UCMA_SLAB_MAX_OBJS / 64; w++)
-		n += (unsigned)__builtin_popcountll(s->free_bits[w]);
-	if (n != s->nfree || n > c->nobjs)
-		ucma_fatal("internal error: slab %p of class %u counts %u free objects, bitmap %u",
-			   (void *)s->base, c->size, s->nfree, n);
-}
+	for (unsigned w = 0; w < s->nwords; w++) {
+		uint64_t r, u;
 
-/* Take up to @want free objects of slab @s into out[], lowest first. */
-static unsigned slab_take(struct ucma_slab *s, const struct ucma_class *c, void **out,
-			  unsigned want)
-{
-	unsigned got = 0;
-
-	for (unsigned w = 0; w < UCMA_SLAB_MAX_OBJS / 64 && got < want; w++) {
-		uint64_t bits = s->free_bits[w];
-
-		while (bits && got < want) {
-			unsigned idx = w * 64 + (unsigned)__builtin_ctzll(bits);
-
-			bits &= bits - 1;
-			out[got++] = (void *)(s->base + (uintptr_t)idx * c->size);
-		}
-		s->free_bits[w] = bits;
+		/* seq_cst: pairs with the remote free's fetch-or and its
+		 * look at the hint or owner (tcache.c). */
+		if (!__atomic_load_n(&s->remote[w], __ATOMIC_SEQ_CST))
+			continue;
+		r = __atomic_exchange_n(&s->remote[w], 0, __ATOMIC_SEQ_CST);
+		u = __atomic_load_n(&s->used[w], __ATOMIC_RELAXED);
+		if (UCMA_UNLIKELY(r & ~u))
+			double_free_in(s, w, r & ~u);	/* freed here and by its owner */
+		__atomic_store_n(&s->used[w], u & ~r, __ATOMIC_RELAXED);
+		n += (unsigned)__builtin_popcountll(r);
 	}
-	s->nfree = (uint16_t)(s->nfree - got);
-	return got;
+	return n;
 }
 
-unsigned ucma_slab_alloc_batch(unsigned set, unsigned cls, void **out, unsigned want)
+/* Debug builds: the bitmaps of a slab whose @used bits we may write. */
+static void slab_check(const struct ucma_slab *s)
+{
+	for (unsigned w = 0; w < UCMA_SLAB_WORDS; w++) {
+		uint64_t u = __atomic_load_n(&s->used[w], __ATOMIC_RELAXED);
+		uint64_t valid = w < s->nwords ? ucma_slab_word_full(s, w) : 0;
+
+		if (u & ~valid)
+			ucma_fatal("internal error: slab %p of class %u: word %u has bits %#llx "
+				   "past its objects", (void *)s->base, s->size, w,
+				   (unsigned long long)(u & ~valid));
+	}
+}
+
+struct ucma_slab *ucma_slab_adopt(unsigned set, unsigned cls, struct ucma_tcache *tc)
 {
 	struct slab_bin *b = &bins[set][cls];
-	const struct ucma_class *c = &ucma_classes[cls];
-	unsigned got = 0;
+	struct ucma_slab *s;
 
-	bin_lock(b);
-	while (got < want) {
-		struct ucma_slab *s = b->partial;
-
-		if (!s) {
-			s = b->empty;
-			if (s) {
-				list_del(&b->empty, s);
-				b->nempty--;
-			} else {
-				bin_unlock(b);
-				s = slab_create(set, cls);
-				bin_lock(b);
-				if (!s)
-					break;
-			}
-			s->list = SLAB_ON_PARTIAL;
-			list_add(&b->partial, s);
-		}
-		got += slab_take(s, c, out + got, want - got);
-		if (ucma_config_debug)
-			slab_check(s, c);
-		if (s->nfree == 0) {
-			list_del(&b->partial, s);
-			s->list = SLAB_ON_NONE;
-		}
+	ucma_lock(&b->lock);
+	s = b->partial;
+	if (s) {
+		ucma_slab_list_del(&b->partial, s);
+	} else if ((s = b->empty) != NULL) {
+		ucma_slab_list_del(&b->empty, s);
+		b->nempty--;
 	}
-	bin_unlock(b);
-	if (got == 0)
-		errno = ENOMEM;
-	return got;
-}
-
-static struct ucma_slab *slab_of_checked(void *p, unsigned cls)
-{
-	struct ucma_slab *s = ucma_slab_of(p);
-
-	if (UCMA_UNLIKELY(!s || s->cls != cls))
-		ucma_fatal("free(): invalid pointer %p (not an object of class %u)", p,
-			   ucma_classes[cls].size);
+	if (s) {
+		__atomic_store_n(&s->queued, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&s->state, UCMA_SLAB_PARTIAL, __ATOMIC_RELAXED);
+		/* seq_cst: a remote free either reads us as the owner or
+		 * had its bit set before our collect below (tcache.c). */
+		__atomic_store_n(&s->owner, tc, __ATOMIC_SEQ_CST);
+	}
+	ucma_unlock(&b->lock);
+	if (!s)
+		return slab_create(set, cls, tc, UCMA_SLAB_PARTIAL);
+	ucma_slab_collect(s);
+	if (ucma_config_debug)
+		slab_check(s);
 	return s;
 }
 
-/* Give @p back to its slab @s (bin lock held); a slab that became empty
- * is kept or queued on @release. */
-static void slab_put(struct slab_bin *b, const struct ucma_class *c, struct ucma_slab *s, void *p,
-		     struct ucma_slab **release)
+bool ucma_slab_adopt_freed(struct ucma_slab *s, struct ucma_tcache *tc)
 {
-	uintptr_t off = (uintptr_t)p - s->base;
-	unsigned idx = (unsigned)((off * c->magic) >> 32);
-	uint64_t bit = 1ull << (idx & 63);
+	struct slab_bin *b = &bins[s->binset][s->cls];
+	bool ok;
+	int state;
 
-	if (ucma_config_debug && (off >= c->limit || (uintptr_t)idx * c->size != off))
-		ucma_fatal("free(): invalid pointer %p (inside an object)", p);
-	if (UCMA_UNLIKELY(s->free_bits[idx >> 6] & bit))
-		ucma_fatal("free(): double free of %p", p);
-	s->free_bits[idx >> 6] |= bit;
-	if (s->nfree++ == 0) {
-		s->list = SLAB_ON_PARTIAL;
-		list_add(&b->partial, s);
+	ucma_lock(&b->lock);
+	state = __atomic_load_n(&s->state, __ATOMIC_RELAXED);
+	ok = __atomic_load_n(&s->owner, __ATOMIC_RELAXED) == &ucma_slab_unowned &&
+	     (state == UCMA_SLAB_C_PARTIAL || state == UCMA_SLAB_C_FULL);
+	if (ok) {
+		if (state == UCMA_SLAB_C_PARTIAL)
+			ucma_slab_list_del(&b->partial, s);
+		__atomic_store_n(&s->queued, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&s->state, UCMA_SLAB_PARTIAL, __ATOMIC_RELAXED);
+		__atomic_store_n(&s->owner, tc, __ATOMIC_SEQ_CST);
 	}
-	if (s->nfree == c->nobjs) {
-		if (ucma_config_debug)
-			slab_check(s, c);
-		list_del(&b->partial, s);
-		if (b->nempty < b->keep_empty) {
-			s->list = SLAB_ON_EMPTY;
-			list_add(&b->empty, s);
-			b->nempty++;
-		} else {
-			s->list = SLAB_ON_NONE;
-			s->next = *release;
-			*release = s;
+	ucma_unlock(&b->lock);
+	if (ok)
+		ucma_slab_collect(s);
+	return ok;
+}
+
+/* File @s, central and merged, by its room (bin lock held).  Returns true
+ * when it is wholly free and the bin keeps enough: the caller destroys it
+ * after dropping the lock. */
+static bool central_file(struct slab_bin *b, struct ucma_slab *s, int old_state)
+{
+	int state = slab_looks_empty(s) ? UCMA_SLAB_C_EMPTY :
+		    slab_has_room(s) ? UCMA_SLAB_C_PARTIAL : UCMA_SLAB_C_FULL;
+
+	if (state == old_state)
+		return false;
+	if (old_state == UCMA_SLAB_C_PARTIAL)
+		ucma_slab_list_del(&b->partial, s);
+	if (state == UCMA_SLAB_C_EMPTY) {
+		if (b->nempty >= b->keep_empty) {
+			__atomic_store_n(&s->state, UCMA_SLAB_DEAD, __ATOMIC_RELAXED);
+			return true;
 		}
+		ucma_slab_list_add(&b->empty, s);
+		b->nempty++;
+	} else if (state == UCMA_SLAB_C_PARTIAL) {
+		ucma_slab_list_add(&b->partial, s);
+	}
+	/* Listed slabs need no remote free to ask for them; a full one
+	 * keeps whatever @queued says (a remote free may be waiting for
+	 * our lock to list it). */
+	if (state != UCMA_SLAB_C_FULL)
+		__atomic_store_n(&s->queued, 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->state, (uint8_t)state, __ATOMIC_RELAXED);
+	return false;
+}
+
+void ucma_slab_release(struct ucma_slab *s)
+{
+	struct slab_bin *b = &bins[s->binset][s->cls];
+	bool destroy;
+
+	ucma_lock(&b->lock);
+	/* Clear @queued before giving the slab up, so that the first
+	 * remote free to find it central takes the lock (see
+	 * ucma_slab_central_freed()); seq_cst as in ucma_slab_adopt(). */
+	__atomic_store_n(&s->queued, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&s->owner, &ucma_slab_unowned, __ATOMIC_SEQ_CST);
+	ucma_slab_collect(s);
+	/* Its owner took it off every list of its own. */
+	destroy = central_file(b, s, __atomic_load_n(&s->state, __ATOMIC_RELAXED));
+	ucma_unlock(&b->lock);
+	if (destroy)
+		ucma_slab_destroy(s);
+}
+
+void ucma_slab_central_freed(struct ucma_slab *s, unsigned w)
+{
+	unsigned set, cls;
+	struct slab_bin *b;
+	bool destroy = false;
+
+	/* A listed slab needs nothing until it falls wholly free; of the
+	 * frees into a full one, the first takes the lock.  The word just
+	 * freed into usually shows the slab is not empty. */
+	if ((__atomic_load_n(&s->used[w], __ATOMIC_RELAXED) &
+	     ~__atomic_load_n(&s->remote[w], __ATOMIC_RELAXED) || !slab_looks_empty(s)) &&
+	    (__atomic_load_n(&s->queued, __ATOMIC_RELAXED) ||
+	     __atomic_exchange_n(&s->queued, 1, __ATOMIC_SEQ_CST)))
+		return;
+	set = __atomic_load_n(&s->binset, __ATOMIC_RELAXED);
+	cls = __atomic_load_n(&s->cls, __ATOMIC_RELAXED);
+	if (set >= nbinsets || cls >= UCMA_NR_CLASSES)
+		return;
+	b = &bins[set][cls];
+	ucma_lock(&b->lock);
+	/* The descriptor may have been destroyed and reused meanwhile: act
+	 * only on a central slab of this bin. */
+	if (__atomic_load_n(&s->owner, __ATOMIC_SEQ_CST) == &ucma_slab_unowned &&
+	    __atomic_load_n(&s->binset, __ATOMIC_RELAXED) == set &&
+	    __atomic_load_n(&s->cls, __ATOMIC_RELAXED) == cls) {
+		int state = __atomic_load_n(&s->state, __ATOMIC_RELAXED);
+
+		if (state == UCMA_SLAB_C_FULL || state == UCMA_SLAB_C_PARTIAL) {
+			ucma_slab_collect(s);
+			destroy = central_file(b, s, state);
+		}
+	}
+	ucma_unlock(&b->lock);
+	if (destroy) {
+		int saved = errno;	/* free() leaves errno alone */
+
+		ucma_slab_destroy(s);
+		errno = saved;
 	}
 }
 
-void ucma_slab_free_batch(unsigned cls, void **objs, unsigned n)
+void *ucma_slab_central_alloc(unsigned cls)
 {
-	const struct ucma_class *c = &ucma_classes[cls];
+	struct slab_bin *b = &bins[0][cls];
+	struct ucma_slab *s;
+	void *p = NULL;
 
-	/* One pass per bin set met: the set of the first object left is
-	 * locked, its objects given back, the others kept for the next pass.
-	 * A cache's objects nearly always come from one set. */
-	while (n) {
-		unsigned set = slab_of_checked(objs[0], cls)->binset;
-		struct slab_bin *b = &bins[set][cls];
-		struct ucma_slab *release = NULL;
-		unsigned left = 0;
-
-		bin_lock(b);
-		for (unsigned i = 0; i < n; i++) {
-			void *p = objs[i];
-			struct ucma_slab *s = slab_of_checked(p, cls);
-
-			if (s->binset != set)
-				objs[left++] = p;
-			else
-				slab_put(b, c, s, p, &release);
+	ucma_lock(&b->lock);
+	while (!p) {
+		s = b->partial;
+		if (!s && (s = b->empty) != NULL) {
+			ucma_slab_list_del(&b->empty, s);
+			b->nempty--;
+			ucma_slab_list_add(&b->partial, s);
+			__atomic_store_n(&s->state, UCMA_SLAB_C_PARTIAL, __ATOMIC_RELAXED);
 		}
-		bin_unlock(b);
-		while (release) {
-			struct ucma_slab *s = release;
-
-			release = s->next;
-			slab_destroy(s);
+		if (!s) {
+			/* Created DEAD, so that a stale reader leaves it alone
+			 * until it is listed under the lock. */
+			ucma_unlock(&b->lock);
+			s = slab_create(0, cls, &ucma_slab_unowned, UCMA_SLAB_DEAD);
+			if (!s)
+				return NULL;
+			ucma_lock(&b->lock);
+			ucma_slab_list_add(&b->partial, s);
+			__atomic_store_n(&s->queued, 1, __ATOMIC_RELAXED);
+			__atomic_store_n(&s->state, UCMA_SLAB_C_PARTIAL, __ATOMIC_RELAXED);
 		}
-		n = left;
+		ucma_slab_collect(s);
+		for (unsigned w = 0; w < s->nwords; w++) {
+			uint64_t u = s->used[w];
+
+			if (u == ucma_slab_word_full(s, w))
+				continue;
+			__atomic_store_n(&s->used[w], u | (u + 1), __ATOMIC_RELAXED);
+			p = (void *)(s->base +
+				     ((uintptr_t)w * 64 + (unsigned)__builtin_ctzll(~u)) * s->size);
+			break;
+		}
+		/* A slab without room leaves the list (also when our pick
+		 * took its last object). */
+		if (!p || !slab_has_room(s))
+			central_file(b, s, UCMA_SLAB_C_PARTIAL);
 	}
+	ucma_unlock(&b->lock);
+	UCMA_UNPOISON(p, ucma_classes[cls].size);
+	return p;
 }
 
 bool ucma_slab_obj_is_free(struct ucma_slab *s, const void *p)
 {
-	const struct ucma_class *c = &ucma_classes[s->cls];
-	uintptr_t off = (uintptr_t)p - s->base;
-	unsigned idx = (unsigned)((off * c->magic) >> 32);
-	bool is_free;
+	int idx = ucma_slab_index(s, p);
 
-	bin_lock(&bins[s->binset][s->cls]);
-	is_free = s->free_bits[idx >> 6] & (1ull << (idx & 63));
-	bin_unlock(&bins[s->binset][s->cls]);
-	return is_free;
+	return idx < 0 || ucma_slab_idx_free(s, (unsigned)idx);
+}
+
+uint64_t ucma_slab_owned_free_bytes(void)
+{
+	uint64_t bytes = 0;
+
+	for (unsigned set = 0; set < nbinsets; set++) {
+		for (unsigned cls = 0; cls < UCMA_NR_CLASSES; cls++) {
+			struct slab_bin *b = &bins[set][cls];
+
+			ucma_lock(&b->lock);
+			for (const struct ucma_slab *s = b->all; s; s = s->rnext)
+				if (ucma_slab_owner(s, __ATOMIC_RELAXED) != &ucma_slab_unowned)
+					bytes += (uint64_t)ucma_slab_nfree(s) * s->size;
+			ucma_unlock(&b->lock);
+		}
+	}
+	return bytes;
+}
+
+void ucma_slab_release_foreign(struct ucma_tcache *self)
+{
+	for (unsigned set = 0; set < nbinsets; set++) {
+		for (unsigned cls = 0; cls < UCMA_NR_CLASSES; cls++) {
+			struct slab_bin *b = &bins[set][cls];
+			struct ucma_slab *s, *next, *doomed = NULL;
+
+			ucma_lock(&b->lock);
+			for (s = b->all; s; s = next) {
+				struct ucma_tcache *owner = ucma_slab_owner(s, __ATOMIC_RELAXED);
+
+				next = s->rnext;
+				if (owner == &ucma_slab_unowned || owner == self)
+					continue;
+				/* Its owner's lists are gone with its thread. */
+				__atomic_store_n(&s->owner, &ucma_slab_unowned, __ATOMIC_RELAXED);
+				__atomic_store_n(&s->queued, 0, __ATOMIC_RELAXED);
+				ucma_slab_collect(s);
+				if (central_file(b, s, UCMA_SLAB_PARTIAL)) {
+					s->next = doomed;
+					doomed = s;
+				}
+			}
+			ucma_unlock(&b->lock);
+			for (s = doomed; s; s = next) {
+				next = s->next;
+				ucma_slab_destroy(s);
+			}
+		}
+	}
 }
 
 size_t ucma_slab_trim(void)
@@ -798,19 +963,30 @@ size_t ucma_slab_trim(void)
 	for (unsigned set = 0; set < nbinsets; set++) {
 		for (unsigned cls = 0; cls < UCMA_NR_CLASSES; cls++) {
 			struct slab_bin *b = &bins[set][cls];
-			struct ucma_slab *list;
+			struct ucma_slab *list, *s, *next;
 
-			bin_lock(b);
+			ucma_lock(&b->lock);
+			/* Partial slabs whose remote frees emptied them. */
+			for (s = b->partial; s; s = next) {
+				next = s->next;
+				ucma_slab_collect(s);
+				if (slab_looks_empty(s)) {
+					ucma_slab_list_del(&b->partial, s);
+					ucma_slab_list_add(&b->empty, s);
+					b->nempty++;
+					__atomic_store_n(&s->state, UCMA_SLAB_C_EMPTY, __ATOMIC_RELAXED);
+				}
+			}
 			list = b->empty;
 			b->empty = NULL;
 			b->nempty = 0;
-			bin_unlock(b);
-			while (list) {
-				struct ucma_slab *s = list;
-
-				list = s->next;
+			for (s = list; s; s = s->next)
+				__atomic_store_n(&s->state, UCMA_SLAB_DEAD, __ATOMIC_RELAXED);
+			ucma_unlock(&b->lock);
+			for (s = list; s; s = next) {
+				next = s->next;
 				released += (size_t)ucma_classes[cls].npages << UCMA_PAGE_SHIFT;
-				slab_destroy(s);
+				ucma_slab_destroy(s);
 			}
 		}
 	}
@@ -836,16 +1012,18 @@ void ucma_slab_atfork_prepare(void)
 {
 	for (unsigned set = 0; set < nbinsets; set++)
 		for (unsigned c = 0; c < UCMA_NR_CLASSES; c++)
-			bin_lock(&bins[set][c]);
+			ucma_lock(&bins[set][c].lock);
+	ucma_lock(&pool_lock);
 	pthread_mutex_lock(&ovf_lock);
 }
 
 void ucma_slab_atfork_parent(void)
 {
 	pthread_mutex_unlock(&ovf_lock);
+	ucma_unlock(&pool_lock);
 	for (unsigned set = nbinsets; set-- > 0;)
 		for (unsigned c = UCMA_NR_CLASSES; c-- > 0;)
-			bin_unlock(&bins[set][c]);
+			ucma_unlock(&bins[set][c].lock);
 }
 
 /* The child has one thread, the one that forked, and it holds every lock:

@@ -23,8 +23,12 @@ UCMA_SOURCES = \
 	src/cma.c \
 	src/compact.c \
 	src/compactd.c \
+	src/lock.h \
+	src/slab.h \
 	src/slab.c \
+	src/tcache.h \
 	src/tcache.c \
+	src/malloc_hooks.h \
 	src/malloc.c \
 	src/stats.c \
 	src/shm.h \

@@ -688,6 +688,41 @@ void ucma_pages_free(struct ucma_arena *a, uint32_t pfn)
 	maybe_purge(z);
 }
 
+void ucma_pages_trim(struct ucma_arena *a, uint32_t head, uint32_t keep, uint32_t nkeep)
+{
+	struct ucma_zone *z = ucma_pfn_zone(a, head);
+	struct ucma_page *h = &a->pages[head];
+	uint32_t end, kend = keep + nkeep;
+	bool one_pageblock = nkeep && (keep >> UCMA_PAGEBLOCK_ORDER) ==
+					      ((kend - 1) >> UCMA_PAGEBLOCK_ORDER);
+	bool movable;
+
+	pthread_mutex_lock(&z->lock);
+	end = head + h->aux;
+	if (h->kind != UCMA_PK_RUN || nkeep == 0 || keep < head || kend > end ||
+	    !(one_pageblock || !(keep & (UCMA_PAGEBLOCK_PAGES - 1))))
+		ucma_fatal("internal error: cannot trim the run %u+%u to %u+%u", head,
+			   h->kind == UCMA_PK_RUN ? h->aux : 0, keep, nkeep);
+	movable = h->flags & UCMA_PF_MOVABLE;
+	/* Forget the whole run, then mark the kept part as one. */
+	for (uint32_t pfn = head; pfn < end; pfn++) {
+		UCMA_PG_SET(&a->pages[pfn], kind, UCMA_PK_UNUSED);
+		UCMA_PG_SET(&a->pages[pfn], owner_type, UCMA_OWN_NONE);
+		UCMA_PG_SET(&a->pages[pfn], owner, 0);
+	}
+	set_run(a, keep, nkeep, movable);
+	/* The run may have held data before: its slack counts as dirty. */
+	if (keep > head) {
+		pages_poison(a, head, keep - head);
+		ucma_buddy_free_range(z, head, keep - head);
+	}
+	if (end > kend) {
+		pages_poison(a, kend, end - kend);
+		ucma_buddy_free_range(z, kend, end - kend);
+	}
+	pthread_mutex_unlock(&z->lock);
+}
+
 /* Without the zone lock: the caller owns the run, or revalidates. */
 uint32_t ucma_run_head(const struct ucma_arena *a, uint32_t pfn)
 {

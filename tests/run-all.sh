@@ -124,9 +124,27 @@ fi
 # segment in /dev/shm (ucma(7)); remove those of processes that ended.
 [ -x "$out/normal/ucmastat" ] && "$out/normal/ucmastat" --list --prune >/dev/null 2>&1
 
+# report LOG: what failed in one test's log, readable from the CI log alone:
+# its first sanitizer report (ThreadSanitizer, AddressSanitizer, UBSan) or,
+# without one, its failed assertions and the lines around them.
+report() {
+	if grep -qE 'WARNING: ThreadSanitizer|ERROR: (Address|Leak)Sanitizer|runtime error:' "$1"; then
+		awk '/WARNING: ThreadSanitizer|ERROR: (Address|Leak)Sanitizer|runtime error:/ { on = 1 }
+		     on { print "    " $0; n++ }
+		     on && /^SUMMARY: / { exit }
+		     n >= 80 { exit }' "$1"
+	else
+		grep -E -B3 -A3 '^(not ok|Bail out!)|hung|internal error' "$1" | head -40 |
+			sed 's/^/    /'
+	fi
+}
+
 echo "== summary"
 [ -n "$failed_runs" ] && echo "failed steps:$failed_runs"
-find "$out" -name '*.trs' -exec grep -lE '^:test-result: (FAIL|ERROR|XPASS)' {} + 2>/dev/null |
-	sed 's/\.trs$/.log/; s/^/failed: /'
+for trs in $(find "$out" -name '*.trs' -exec grep -lE '^:test-result: (FAIL|ERROR|XPASS)' {} + 2>/dev/null); do
+	log=${trs%.trs}.log
+	echo "failed: $log"
+	report "$log"
+done
 summary
 [ "$fail" -eq 0 ]

@@ -23,15 +23,19 @@ if ! grep -q 'UCMA_TSAN 1' "$here/config.h" 2>/dev/null; then
 	exit 2
 fi
 
-# Every test program that starts a thread: its own, or the compaction
-# thread that the first movable or contiguous allocation starts.  The
-# shell tests run programs under LD_PRELOAD, which a TSan build skips.
-threaded="tests/unit/test_handles tests/unit/test_cma tests/unit/test_compact
-tests/unit/test_stats tests/unit/test_backing tests/unit/test_faults
-tests/unit/test_malloc tests/unit/test_malloc_abort tests/unit/test_malloc_overflow
-tests/unit/test_malloc_start tests/stress/stress_handles tests/stress/races
-tests/stress/soak tests/stress/fork_ops tests/fuzz/fuzz_replay"
-present=$(echo $threaded)
+make -s check TESTS= >/dev/null 2>&1	# build the programs once
+
+# Every test program: nearly all start a thread, their own or the
+# compaction thread that the first movable or contiguous allocation
+# starts.  The shell tests run programs under LD_PRELOAD, which a TSan
+# build skips.  Found in the build tree, so new tests are hunted too.
+present=""
+for f in tests/unit/test_* tests/stress/* tests/fuzz/fuzz_replay; do
+	case $f in *.o|*.log|*.trs|*.c) continue ;; esac
+	[ -f "$f" ] && [ -x "$f" ] && present="$present $f"
+done
+present=$(echo $present)
+[ -n "$present" ] || { echo "tsan-repeat.sh: no test programs built here" >&2; exit 2; }
 
 # report LOG: the first sanitizer report of a test's log.
 report() {
@@ -62,7 +66,6 @@ run_round() {
 	return 1
 }
 
-make -s check TESTS= >/dev/null 2>&1	# build the programs once
 i=1
 while [ "$i" -le "$rounds" ]; do
 	if ! run_round; then

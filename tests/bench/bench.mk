@@ -1,5 +1,6 @@
-## The malloc benchmark: glibc, jemalloc and ucma on the same workloads,
-## each case in its own process (tests/bench/malloc.sh prints the table).
+## The malloc benchmark: glibc, jemalloc, mimalloc, tcmalloc and ucma on the
+## same workloads, each case in its own process (tests/bench/malloc.sh
+## installs the other allocators if it can and prints the tables).
 ## `make bench-malloc`, or `make bench` for every benchmark.
 check_PROGRAMS += tests/bench/bench_malloc
 tests_bench_bench_malloc_SOURCES = tests/bench/bench_malloc.c
@@ -14,3 +15,15 @@ EXTRA_DIST += tests/bench/malloc.sh tests/bench/RESULTS.md
 bench: bench-malloc
 bench-malloc: tests/bench/bench_malloc$(EXEEXT) libucma-preload.la
 	top_builddir=$(top_builddir) $(SHELL) $(top_srcdir)/tests/bench/malloc.sh
+
+## Reaching a movable object: pin + unpin and the read side against two
+## compare-and-swap and a plain load.  `make bench-handles`.
+check_PROGRAMS += tests/bench/bench_handles
+tests_bench_bench_handles_SOURCES = tests/bench/bench_handles.c
+tests_bench_bench_handles_CPPFLAGS = $(AM_CPPFLAGS)
+tests_bench_bench_handles_LDADD = libucma.la -lpthread
+
+.PHONY: bench-handles
+bench: bench-handles
+bench-handles: tests/bench/bench_handles$(EXEEXT)
+	UCMA_COMPACT=0 ./tests/bench/bench_handles$(EXEEXT)

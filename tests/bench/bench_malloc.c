@@ -19,6 +19,23 @@
  *   realloc    strings grown by realloc in steps of 16 - 80 bytes to 256 KiB
  *   mt-small   the small case in two threads at once
  *   mt-mixed   the mixed case in two threads at once
+ * and four shapes of the well-known allocator benchmarks, written here:
+ *   simple     glibc-bench "simple": one thread allocates a batch of 25,
+ *              100, 400 or 1600 blocks of one size (16 - 256 bytes) and
+ *              frees it, over and over
+ *   thread     glibc-bench "thread" in two threads: each replaces random
+ *              blocks of a working set of 1024, sizes 16 B - 32 KiB with
+ *              small ones far more likely
+ *   larson     larson's server simulation: two threads replace random
+ *              blocks (10 - 1000 bytes) of their share of the blocks; every
+ *              round a thread hands its share to a new thread and exits,
+ *              so most blocks are freed by a thread that did not allocate
+ *              them, and the allocating thread is gone
+ *   burst      mstress-like: 16 threads at once, started afresh for each of
+ *              10 rounds, allocate bursts of blocks (mostly small, a few up
+ *              to 64 KiB), pass some to other threads through a shared
+ *              array and free the rest; peak RSS shows what the allocator
+ *              keeps per thread and after bursts
  * Every block is written (its first 64 bytes and one byte per page), so
  * the resident set reflects what a program touching its memory would see.
  * BENCH_MALLOC_DIV=n in the environment runs 1/n of the work (for
@@ -34,6 +51,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "ucma.h"
 
@@ -218,6 +236,182 @@ static void realloc_growth(void)
 	}
 }
 
+/* ------------------------------------------------------------------------ */
+/* simple: batches of one size                                               */
+/* ------------------------------------------------------------------------ */
+
+static void simple(void)
+{
+	static const unsigned counts[] = { 25, 100, 400, 1600 };
+	static const size_t sizes[] = { 16, 32, 48, 64, 96, 128, 192, 256 };
+	static void *a[1600];
+	unsigned long total = 24000000 / work_div;
+
+	for (unsigned ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
+		unsigned n = counts[ci];
+
+		for (unsigned si = 0; si < sizeof(sizes) / sizeof(sizes[0]); si++) {
+			unsigned long rounds = total / 32 / n;
+
+			for (unsigned long r = 0; r < rounds; r++) {
+				for (unsigned j = 0; j < n; j++) {
+					a[j] = bm_malloc(sizes[si]);
+					*(volatile uint64_t *)a[j] = j;
+				}
+				for (unsigned j = 0; j < n; j++)
+					bm_free(a[j]);
+			}
+		}
+	}
+}
+
+/* ------------------------------------------------------------------------ */
+/* thread: glibc-bench's random working set, two threads                     */
+/* ------------------------------------------------------------------------ */
+
+/* 16 B - 32 KiB, probability falling as 1/size (each doubling equally
+ * likely, as glibc-bench draws them). */
+static size_t size_thread(uint64_t *s)
+{
+	uint64_t r = rnd(s);
+	unsigned lg = 4 + (unsigned)(r % 11);	/* 16 B .. 16 KiB, doubled */
+	size_t base = (size_t)1 << lg;
+
+	return base + (r >> 8) % base;
+}
+
+/* ------------------------------------------------------------------------ */
+/* larson: a server's threads hand their blocks on                           */
+/* ------------------------------------------------------------------------ */
+
+#define LARSON_THREADS 2
+#define LARSON_BLOCKS  4000		/* per thread */
+#define LARSON_OPS     8000		/* replacements per thread lifetime */
+
+struct larson_share {
+	void *blk[LARSON_BLOCKS];
+	uint64_t seed;
+	_Atomic unsigned long lives_left;	/* 0: the last thread finished */
+};
+
+static void *larson_thread(void *arg)
+{
+	struct larson_share *sh = arg;
+	pthread_t next;
+
+	for (unsigned long i = 0; i < LARSON_OPS; i++) {
+		uint64_t r = rnd(&sh->seed);
+		unsigned k = (unsigned)(r % LARSON_BLOCKS);
+		size_t size = 10 + (r >> 32) % 991;
+
+		bm_free(sh->blk[k]);
+		sh->blk[k] = bm_malloc(size);
+		*(volatile char *)sh->blk[k] = (char)r;
+	}
+	/* Hand the blocks on to a successor and exit: it frees what this
+	 * thread allocated, after this thread is gone. */
+	if (atomic_fetch_sub_explicit(&sh->lives_left, 1, memory_order_acq_rel) > 1) {
+		pthread_create(&next, NULL, larson_thread, sh);
+		pthread_detach(next);
+	}
+	return NULL;
+}
+
+static void larson(void)
+{
+	static struct larson_share share[LARSON_THREADS];
+	pthread_t t[LARSON_THREADS];
+	unsigned long lives = 375 / work_div + 1;
+
+	for (int i = 0; i < LARSON_THREADS; i++) {
+		uint64_t s = 17 + (uint64_t)i;
+
+		share[i].seed = s;
+		atomic_store_explicit(&share[i].lives_left, lives, memory_order_relaxed);
+		for (int k = 0; k < LARSON_BLOCKS; k++) {
+			share[i].blk[k] = bm_malloc(10 + rnd(&s) % 991);
+			*(volatile char *)share[i].blk[k] = 1;
+		}
+	}
+	/* Only the first generation can be joined: the others detach. */
+	for (int i = 0; i < LARSON_THREADS; i++)
+		pthread_create(&t[i], NULL, larson_thread, &share[i]);
+	for (int i = 0; i < LARSON_THREADS; i++)
+		pthread_join(t[i], NULL);
+	for (int i = 0; i < LARSON_THREADS; i++)
+		while (atomic_load_explicit(&share[i].lives_left, memory_order_acquire) > 0)
+			usleep(100);
+	for (int i = 0; i < LARSON_THREADS; i++)
+		for (int k = 0; k < LARSON_BLOCKS; k++)
+			bm_free(share[i].blk[k]);
+}
+
+/* ------------------------------------------------------------------------ */
+/* burst: many threads allocate and free in bursts                           */
+/* ------------------------------------------------------------------------ */
+
+#define BURST_THREADS  16
+#define BURST_ROUNDS   10
+#define BURST_TRANSFER 4096
+
+static void *_Atomic burst_transfer[BURST_TRANSFER];
+
+/* Mostly small; one in 100 up to 64 KiB. */
+static size_t size_burst(uint64_t *s)
+{
+	uint64_t r = rnd(s);
+
+	if (r % 100 == 0)
+		return 4096 + (r >> 8) % (60 * 1024);
+	if (r % 10 == 0)
+		return 256 + (r >> 8) % 3840;
+	return 16 + (r >> 8) % 240;
+}
+
+static void *burst_thread(void *arg)
+{
+	uint64_t s = (uint64_t)(uintptr_t)arg;
+	unsigned iters = 40 / (unsigned)work_div + 1;
+	void **v = bm_malloc(2000 * sizeof(void *));
+
+	for (unsigned it = 0; it < iters; it++) {
+		unsigned n = 500 + (unsigned)(rnd(&s) % 1500);
+
+		for (unsigned i = 0; i < n; i++) {
+			size_t size = size_burst(&s);
+
+			v[i] = bm_malloc(size);
+			touch(v[i], size, i);
+		}
+		for (unsigned i = 0; i < n; i++) {
+			uint64_t r = rnd(&s);
+
+			/* one block in 8 goes to whichever thread next takes
+			 * its slot of the transfer array */
+			if (r % 8 == 0)
+				v[i] = atomic_exchange_explicit(&burst_transfer[(r >> 8) % BURST_TRANSFER],
+								v[i], memory_order_acq_rel);
+			bm_free(v[i]);
+		}
+	}
+	bm_free(v);
+	return NULL;
+}
+
+static void burst(void)
+{
+	pthread_t t[BURST_THREADS];
+
+	for (unsigned r = 0; r < BURST_ROUNDS; r++) {
+		for (uintptr_t i = 0; i < BURST_THREADS; i++)
+			pthread_create(&t[i], NULL, burst_thread, (void *)(r * 100 + i + 1));
+		for (int i = 0; i < BURST_THREADS; i++)
+			pthread_join(t[i], NULL);
+	}
+	for (int i = 0; i < BURST_TRANSFER; i++)
+		bm_free(atomic_load_explicit(&burst_transfer[i], memory_order_relaxed));
+}
+
 static void two_threads(struct replace_args *ra)
 {
 	pthread_t t[2];
@@ -248,7 +442,7 @@ int main(int argc, char **argv)
 	}
 	if (i >= argc) {
 		fprintf(stderr, "usage: %s [--ucma] small|small-batch|mixed|large|prodcons|"
-				"realloc|mt-small|mt-mixed\n", argv[0]);
+				"realloc|mt-small|mt-mixed|simple|thread|larson|burst\n", argv[0]);
 		return 2;
 	}
 	c = argv[i];
@@ -278,6 +472,16 @@ int main(int argc, char **argv)
 	} else if (strcmp(c, "mt-mixed") == 0) {
 		mixed.ops /= 2;
 		two_threads(&mixed);
+	} else if (strcmp(c, "simple") == 0) {
+		simple();
+	} else if (strcmp(c, "thread") == 0) {
+		struct replace_args th = { size_thread, 1024, 4000000 / work_div, 9 };
+
+		two_threads(&th);
+	} else if (strcmp(c, "larson") == 0) {
+		larson();
+	} else if (strcmp(c, "burst") == 0) {
+		burst();
 	} else {
 		fprintf(stderr, "unknown case %s\n", c);
 		return 2;

@@ -1,20 +1,27 @@
 #!/bin/sh
 # malloc.sh - the malloc benchmark: every case of bench_malloc under glibc,
-# jemalloc (LD_PRELOAD) and ucma (direct calls, and through
-# libucma-preload.so when it is built), each run in its own process, the
+# jemalloc, mimalloc and tcmalloc (each by LD_PRELOAD) and ucma (direct
+# calls, and through libucma-preload.so), each run in its own process, the
 # implementations taking turns; the best time of RUNS runs and the largest
-# peak RSS are reported, with the ratios of ucma to jemalloc and to glibc,
-# as one Markdown table.
+# peak RSS are reported as two Markdown tables (time, peak RSS), with the
+# ratios of each ucma variant to every other allocator and to the better of
+# jemalloc and mimalloc, and a closing summary against the goals (time
+# within 1.1x of the better of jemalloc and mimalloc, peak RSS within 1.2x
+# of mimalloc).
 #
 #   make bench-malloc            (from the build directory)
-#   RUNS=5 CASES="small mixed" sh tests/bench/malloc.sh
+#   RUNS=5 CASES="simple larson" sh tests/bench/malloc.sh
+#
+# Set-up: the other allocators are Debian's libjemalloc2, libmimalloc2.0
+# and libtcmalloc-minimal4; when one is missing and apt-get can install it
+# (root), it is installed, otherwise that allocator is skipped.
 #
 # Environment: top_builddir (default .), RUNS (3), CASES (all), IMPLS
-# ("glibc jemalloc ucma ucma-preload"; also ucma-4k: direct calls with the
-# NORMAL zone on plain 4 KiB pages instead of transparent huge pages),
-# JEMALLOC_SO, METRIC (wall: elapsed time of the workload, the default;
-# cpu: user + system time of the process, which other jobs on a shared
-# machine disturb less).
+# ("glibc jemalloc mimalloc tcmalloc ucma ucma-preload"; also ucma-4k:
+# direct calls with the NORMAL zone on plain 4 KiB pages instead of
+# transparent huge pages), JEMALLOC_SO, MIMALLOC_SO, TCMALLOC_SO, METRIC
+# (wall: elapsed time of the workload, the default; cpu: user + system
+# time of the process, which other jobs on a shared machine disturb less).
 #
 # SPDX-License-Identifier: MIT
 set -eu
@@ -22,9 +29,12 @@ set -eu
 b=${top_builddir:-.}
 bench=$b/tests/bench/bench_malloc
 runs=${RUNS:-3}
-cases=${CASES:-"small small-batch mixed large prodcons realloc mt-small mt-mixed"}
-impls=${IMPLS:-"glibc jemalloc ucma ucma-preload"}
-jemalloc=${JEMALLOC_SO:-/usr/lib/x86_64-linux-gnu/libjemalloc.so.2}
+cases=${CASES:-"simple thread larson burst small small-batch mixed large prodcons realloc mt-small mt-mixed"}
+impls=${IMPLS:-"glibc jemalloc mimalloc tcmalloc ucma ucma-preload"}
+libdir=/usr/lib/x86_64-linux-gnu
+jemalloc=${JEMALLOC_SO:-$libdir/libjemalloc.so.2}
+mimalloc=${MIMALLOC_SO:-$libdir/libmimalloc.so.2}
+tcmalloc=${TCMALLOC_SO:-$libdir/libtcmalloc_minimal.so.4}
 metric=${METRIC:-wall}
 preload=$b/.libs/libucma-preload.so
 
@@ -32,10 +42,28 @@ if [ ! -x "$bench" ]; then
 	echo "malloc.sh: $bench not built (make check_PROGRAMS or make bench)" >&2
 	exit 1
 fi
+
+# install FILE PACKAGE: make sure FILE exists, installing PACKAGE if we can
+install_lib() {
+	[ -f "$1" ] && return 0
+	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+		echo "# installing $2 for $1" >&2
+		apt-get install -y -q "$2" >/dev/null 2>&1 ||
+			{ apt-get update -q >/dev/null 2>&1 && apt-get install -y -q "$2" >/dev/null 2>&1; } ||
+			true
+	fi
+	[ -f "$1" ]
+}
+
 avail=""
 for impl in $impls; do
 	case $impl in
-	jemalloc) [ -f "$jemalloc" ] || { echo "# jemalloc not found at $jemalloc: skipped"; continue; } ;;
+	jemalloc) install_lib "$jemalloc" libjemalloc2 ||
+		{ echo "# jemalloc not found at $jemalloc: skipped"; continue; } ;;
+	mimalloc) install_lib "$mimalloc" libmimalloc2.0 ||
+		{ echo "# mimalloc not found at $mimalloc: skipped"; continue; } ;;
+	tcmalloc) install_lib "$tcmalloc" libtcmalloc-minimal4 ||
+		{ echo "# tcmalloc not found at $tcmalloc: skipped"; continue; } ;;
 	ucma-preload) [ -f "$preload" ] || { echo "# $preload not built: skipped"; continue; } ;;
 	esac
 	avail="$avail $impl"
@@ -46,6 +74,8 @@ run() {
 	case $1 in
 	glibc) out=$("$bench" "$2") ;;
 	jemalloc) out=$(LD_PRELOAD=$jemalloc "$bench" "$2") ;;
+	mimalloc) out=$(LD_PRELOAD=$mimalloc "$bench" "$2") ;;
+	tcmalloc) out=$(LD_PRELOAD=$tcmalloc "$bench" "$2") ;;
 	ucma) out=$("$bench" --ucma "$2") ;;
 	ucma-4k) out=$(UCMA_HUGEPAGES_NORMAL=none "$bench" --ucma "$2") ;;
 	ucma-preload) out=$(LD_PRELOAD=$preload "$bench" "$2") ;;
@@ -80,26 +110,58 @@ awk -v impls="$avail" -v metric="$metric" '
 	if (!($1 in seen)) { seen[$1] = 1; order[++nc] = $1 }
 }
 function ratio(a, b) { return (b > 0 && a != "") ? sprintf("%.2f", a / b) : "-" }
-END {
-	ni = split(impls, im, " ")
+function best(v, c,   x, y) {
+	x = ((c SUBSEP "jemalloc") in v) ? v[c, "jemalloc"] : ""
+	y = ((c SUBSEP "mimalloc") in v) ? v[c, "mimalloc"] : ""
+	if (x == "") return y
+	if (y == "") return x
+	return x < y ? x : y
+}
+# table(v, unit, fmt, scale, bestname): one row per case, the value of
+# every implementation, then each ucma variant over every other one and,
+# unless bestname is mimalloc (already a column), over the better of
+# jemalloc and mimalloc
+function table(v, unit, fmt, scale, bestname,   n, i, j, c, hdr, sep, line) {
 	hdr = "| case |"; sep = "| --- |"
-	for (i = 1; i <= ni; i++) { hdr = hdr " " im[i] " " metric " ms |"; sep = sep " ---: |" }
+	for (i = 1; i <= ni; i++) { hdr = hdr " " im[i] " " unit " |"; sep = sep " ---: |" }
 	for (i = 1; i <= ni; i++) if (im[i] ~ /^ucma/) {
-		hdr = hdr " " im[i] "/jemalloc |" " " im[i] "/glibc |"; sep = sep " ---: | ---: |"
-	}
-	for (i = 1; i <= ni; i++) { hdr = hdr " " im[i] " RSS MiB |"; sep = sep " ---: |" }
-	for (i = 1; i <= ni; i++) if (im[i] ~ /^ucma/) {
-		hdr = hdr " " im[i] " RSS/jemalloc |"; sep = sep " ---: |"
+		for (j = 1; j <= ni; j++) if (im[j] !~ /^ucma/) {
+			hdr = hdr " " im[i] "/" im[j] " |"; sep = sep " ---: |"
+		}
+		if (bestname != "mimalloc") { hdr = hdr " " im[i] "/" bestname " |"; sep = sep " ---: |" }
 	}
 	print hdr; print sep
 	for (n = 1; n <= nc; n++) {
 		c = order[n]; line = "| " c " |"
-		for (i = 1; i <= ni; i++) line = line " " t[c, im[i]] " |"
-		for (i = 1; i <= ni; i++) if (im[i] ~ /^ucma/)
-			line = line " " ratio(t[c, im[i]], t[c, "jemalloc"]) " | " ratio(t[c, im[i]], t[c, "glibc"]) " |"
-		for (i = 1; i <= ni; i++) line = line " " sprintf("%.1f", r[c, im[i]] / 1024) " |"
-		for (i = 1; i <= ni; i++) if (im[i] ~ /^ucma/)
-			line = line " " ratio(r[c, im[i]], r[c, "jemalloc"]) " |"
+		for (i = 1; i <= ni; i++) line = line " " sprintf(fmt, v[c, im[i]] / scale) " |"
+		for (i = 1; i <= ni; i++) if (im[i] ~ /^ucma/) {
+			for (j = 1; j <= ni; j++) if (im[j] !~ /^ucma/)
+				line = line " " ratio(v[c, im[i]], v[c, im[j]]) " |"
+			if (bestname != "mimalloc")
+				line = line " " ratio(v[c, im[i]], best(v, c)) " |"
+		}
 		print line
+	}
+	print ""
+}
+END {
+	ni = split(impls, im, " ")
+	print "Time (" metric ", best of the runs):"; print ""
+	table(t, metric " ms", "%.1f", 1, "best(je,mi)")
+	print "Peak RSS (largest of the runs):"; print ""
+	table(r, "RSS MiB", "%.1f", 1024, "mimalloc")
+	for (i = 1; i <= ni; i++) if (im[i] ~ /^ucma/) {
+		okt = okr = 0; lg = 0; cnt = 0
+		for (n = 1; n <= nc; n++) {
+			c = order[n]; bt = best(t, c)
+			if (bt != "" && t[c, im[i]] <= 1.1 * bt) okt++
+			if (((c SUBSEP "mimalloc") in r) && r[c, im[i]] <= 1.2 * r[c, "mimalloc"]) okr++
+			if (((c SUBSEP "mimalloc") in t) && t[c, "mimalloc"] > 0) {
+				lg += log(t[c, im[i]] / t[c, "mimalloc"]); cnt++
+			}
+		}
+		printf("%s: time within 1.1x of the better of jemalloc and mimalloc in %d of %d cases; " \
+		       "peak RSS within 1.2x of mimalloc in %d of %d; geomean time / mimalloc %s\n",
+		       im[i], okt, nc, okr, nc, cnt ? sprintf("%.2f", exp(lg / cnt)) : "-")
 	}
 }' "$results"

@@ -1,6 +1,6 @@
 /*
  * test_malloc.c - the malloc family: size classes and their boundaries,
- * alignment, usable sizes, realloc growth and shrinking, calloc zeroing
+ * alignment (and what aligned page runs hold), usable sizes, realloc growth and shrinking, calloc zeroing
  * and overflow checks, ownership, counters, trimming, threads freeing
  * each other's blocks (data stamped and checked), and fork in a
  * multi-threaded process.
@@ -8,6 +8,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "slab.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -190,6 +191,77 @@ static void test_alignment(void)
 	q = ucma_memalign(24, 100);
 	ok(q && !((uintptr_t)q & 31), "memalign(24) rounds the alignment up to 32");
 	ucma_free(q);
+}
+
+/* Bytes the malloc family holds: arena pages and overflow mappings. */
+static uint64_t held_bytes(void)
+{
+	struct ucma_malloc_info mi;
+
+	if (ucma_malloc_info(&mi) != 0)
+		bail_out("ucma_malloc_info: %s", strerror(errno));
+	return mi.active + mi.overflow;
+}
+
+static bool normal_zone_ok(const char *when)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+	char why[256];
+
+	if (!a)
+		return true;	/* no arena: every block is an overflow mapping */
+	if (ucma_zone_check(&a->zones[UCMA_ZONE_NORMAL], why, sizeof(why)) == 0)
+		return true;
+	diag("zone check %s: %s", when, why);
+	return false;
+}
+
+/*
+ * Aligned page runs hold what was asked for: the slack taken to align
+ * them goes back (glibc gives back the ends of its over-sized chunk too),
+ * and the usable size is the request rounded to pages.
+ */
+static void aligned_holds(size_t align, size_t size, int n)
+{
+	static void *v[1000];
+	uint64_t before = held_bytes(), held;
+	size_t want = UCMA_ALIGN_UP(size, UCMA_PAGE_SIZE);
+	int bad = 0;
+
+	if (n > (int)UCMA_ARRAY_SIZE(v))
+		bail_out("aligned_holds: %d blocks", n);
+	for (int i = 0; i < n; i++) {
+		v[i] = ucma_aligned_alloc(align, size);
+		if (!v[i] || ((uintptr_t)v[i] & (align - 1)) || ucma_usable_size(v[i]) != want)
+			bad++;
+		else
+			memset(v[i], 0x3c, size);
+	}
+	held = held_bytes() - before;
+	ok(bad == 0, "%d x aligned_alloc(%zu, %zu): aligned, usable size %zu (%d bad)", n, align,
+	   size, want, bad);
+	ok(held <= (uint64_t)n * want + (uint64_t)n * want / 8,
+	   "they hold %.2fx the %zu KiB asked for (at most 1.125x)",
+	   (double)held / ((double)n * (double)want), (size_t)n * want / 1024);
+	ok(normal_zone_ok("with the blocks"), "zone invariants hold with them");
+	for (int i = 0; i < n; i++)
+		ucma_free(v[i]);
+	ok(normal_zone_ok("after freeing them"), "zone invariants hold after freeing them");
+}
+
+static void test_aligned_slack(void)
+{
+	void *p;
+
+	aligned_holds(65536, 4096, 1000);
+	aligned_holds((size_t)2 << 20, 4096, 100);
+	aligned_holds((size_t)2 << 20, 20000, 100);
+	aligned_holds((size_t)8 << 20, (size_t)3 << 20, 10);
+	p = ucma_aligned_alloc((size_t)1 << 29, 1);
+	ok(p && !((uintptr_t)p & (((size_t)1 << 29) - 1)) && ucma_usable_size(p) == UCMA_PAGE_SIZE,
+	   "aligned_alloc(512 MiB, 1): usable size %zu", ucma_usable_size(p));
+	ucma_free(p);
+	ok(normal_zone_ok("after aligned_alloc(512 MiB, 1)"), "zone invariants hold after it");
 }
 
 static void test_realloc(void)
@@ -384,6 +456,36 @@ static void test_trim(void)
 	ok(stat_of("malloc_tcache_bytes") < 1u << 20, "the thread cache was flushed");
 }
 
+/*
+ * A large run the thread freed is kept for its next large malloc of the
+ * same number of pages: it counts as cached and still held, comes back
+ * for that malloc, and goes back to the page allocator on trim.
+ */
+static void test_large_kept(void)
+{
+	uint64_t cached0, cached1, active0, active1;
+	void *p, *q;
+
+	ucma_trim();
+	cached0 = stat_of("malloc_tcache_bytes");
+	p = ucma_malloc(100000);	/* 25 pages */
+	memset(p, 7, 100000);
+	active0 = stat_of("malloc_active");
+	ucma_free(p);
+	cached1 = stat_of("malloc_tcache_bytes");
+	active1 = stat_of("malloc_active");
+	ok(cached1 >= cached0 + 25 * UCMA_PAGE_SIZE && active1 == active0,
+	   "a freed 100000-byte block is kept: cached %llu -> %llu, active %llu -> %llu",
+	   (unsigned long long)cached0, (unsigned long long)cached1,
+	   (unsigned long long)active0, (unsigned long long)active1);
+	q = ucma_malloc(99000);		/* 25 pages too */
+	ok(q == p && ucma_usable_size(q) == 25 * UCMA_PAGE_SIZE,
+	   "the next malloc of as many pages takes it back");
+	ucma_free(q);
+	ucma_trim();
+	ok(stat_of("malloc_active") < active1, "trim gives the kept run back");
+}
+
 /* ------------------------------------------------------------------------ */
 /* Threads freeing each other's blocks                                       */
 /* ------------------------------------------------------------------------ */
@@ -525,6 +627,89 @@ static void test_threads(void)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Blocks freed by other threads make room where they came from               */
+/* ------------------------------------------------------------------------ */
+
+#define REUSE_N    20000
+#define REUSE_SIZE 48
+
+static void *reuse_blocks[REUSE_N];
+
+static void *free_all_blocks(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < REUSE_N; i++)
+		ucma_free(reuse_blocks[i]);
+	return NULL;
+}
+
+static void *alloc_all_blocks(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < REUSE_N; i++) {
+		reuse_blocks[i] = ucma_malloc(REUSE_SIZE);
+		tu_fill(reuse_blocks[i], REUSE_SIZE, (uint64_t)i);
+	}
+	return NULL;
+}
+
+static int check_all_blocks(void)
+{
+	int bad = 0;
+
+	for (int i = 0; i < REUSE_N; i++)
+		if (!tu_check(reuse_blocks[i], REUSE_SIZE, (uint64_t)i))
+			bad++;
+	return bad;
+}
+
+static void run_thread(void *(*fn)(void *))
+{
+	pthread_t t;
+
+	pthread_create(&t, NULL, fn, NULL);
+	pthread_join(t, NULL);
+}
+
+/*
+ * The slabs of a thread fill up, another thread frees every block, and the
+ * owner allocates as many again: the room the remote frees made must be
+ * found (the owner merges them), not new slabs taken.  Then the same with
+ * an owner that exits before its blocks are freed: its slabs go central,
+ * and the next thread adopts them.
+ */
+static void test_remote_reuse(void)
+{
+	uint64_t active0, active1, active2;
+	int bad;
+
+	ucma_trim();
+	alloc_all_blocks(NULL);
+	active0 = stat_of("malloc_active");
+	run_thread(free_all_blocks);
+	alloc_all_blocks(NULL);
+	bad = check_all_blocks();
+	active1 = stat_of("malloc_active");
+	ok(bad == 0 && active1 <= active0 + (256u << 10),
+	   "blocks freed by another thread are reused by their owner (slab bytes %llu -> %llu, "
+	   "%d stamps bad)", (unsigned long long)active0, (unsigned long long)active1, bad);
+	free_all_blocks(NULL);
+
+	ucma_trim();
+	run_thread(alloc_all_blocks);
+	active0 = stat_of("malloc_active");
+	free_all_blocks(NULL);	/* their owner is gone */
+	run_thread(alloc_all_blocks);
+	active2 = stat_of("malloc_active");
+	bad = check_all_blocks();
+	ok(bad == 0 && active2 <= active0 + (256u << 10),
+	   "blocks of an exited thread freed elsewhere are reused by the next thread (slab bytes "
+	   "%llu -> %llu, %d stamps bad)", (unsigned long long)active0, (unsigned long long)active2,
+	   bad);
+	free_all_blocks(NULL);
+}
+
+/* ------------------------------------------------------------------------ */
 /* fork with other threads running                                           */
 /* ------------------------------------------------------------------------ */
 
@@ -616,12 +801,15 @@ int main(void)
 	plan_no_plan();
 	test_sizes();
 	test_alignment();
+	test_aligned_slack();
 	test_realloc();
 	test_calloc();
 	test_owns();
 	test_counters();
 	test_trim();
+	test_large_kept();
 	test_threads();
+	test_remote_reuse();
 	test_fork();
 	return done();
 }

@@ -1,7 +1,8 @@
 /*
  * test_malloc_abort.c - the hostile-input policy of the malloc family:
  * double frees (in the thread cache, in the slab, through another
- * thread), frees of interior pointers, realloc of a freed block, frees of
+ * thread, in another thread's cache), frees of interior pointers and of
+ * slots never handed out, realloc of a freed block, frees of
  * pointers that malloc never returned.  Each case runs in a child whose
  * standard error the parent reads: the child must die of SIGABRT after
  * one line naming the problem and the address.
@@ -9,6 +10,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "slab.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -113,6 +115,20 @@ static void case_double_free_other_thread(void)
 	ucma_free(p);
 }
 
+/* The second free comes from a thread whose own cache never saw the
+ * block: it is parked in the first thread's cache, and its slab counts it
+ * as taken. */
+static void case_double_free_cached_other_thread(void)
+{
+	void *p = ucma_malloc(32);
+	pthread_t t;
+
+	SET_VICTIM(p);
+	ucma_free(p);	/* p sits in this thread's cache */
+	pthread_create(&t, NULL, free_it, p);
+	pthread_join(t, NULL);
+}
+
 static void case_double_free_large(void)
 {
 	void *p = ucma_malloc(100000);
@@ -147,6 +163,15 @@ static void case_realloc_freed(void)
 	ucma_realloc(p, 600);
 }
 
+/* A slot of a slab that malloc never handed out: its bit says so. */
+static void case_free_unallocated_slot(void)
+{
+	char *p = ucma_malloc(64);
+
+	SET_VICTIM(p + 64);
+	ucma_free(p + 64);
+}
+
 static void case_free_stack(void)
 {
 	char buf[64];
@@ -167,7 +192,9 @@ static void case_free_contig(void)
 
 static void case_free_free_page(void)
 {
-	char *p = ucma_malloc(200000);
+	/* beyond the runs a thread keeps for reuse (UCMA_TLARGE_MAX_PAGES),
+	 * so its pages go back to the zone at once */
+	char *p = ucma_malloc(400000);
 
 	ucma_free(p);
 	SET_VICTIM(p + 4096);
@@ -235,13 +262,15 @@ int main(void)
 	/* Initialise in the parent, so every child starts from the same
 	 * arena and key. */
 	ucma_free(ucma_malloc(1));
-	plan(12);
+	plan(14);
 	ok(dies_with(case_double_free_cached, "free(): double free of", "cached"),
 	   "double free of a block still in the thread cache aborts");
 	ok(dies_with(case_double_free_slab, "free(): double free of", "slab"),
 	   "double free of a block back in its slab aborts");
 	ok(dies_with(case_double_free_other_thread, "free(): double free of", "thread"),
 	   "double free after another thread freed the block aborts");
+	ok(dies_with(case_double_free_cached_other_thread, "free(): double free of", "other cache"),
+	   "double free by another thread while the block sits in the first thread's cache aborts");
 	ok(dies_with(case_double_free_large, "free(): double free or invalid pointer", "large"),
 	   "double free of a large block aborts");
 	ok(dies_with(case_interior_small, "free(): invalid pointer", "interior small"),
@@ -250,6 +279,10 @@ int main(void)
 	   "free of a pointer inside a large block aborts");
 	ok(dies_with(case_realloc_freed, "realloc(): invalid pointer", "realloc"),
 	   "realloc of a freed block aborts");
+	/* "invalid pointer"; "double free" with AddressSanitizer, where a
+	 * slot never handed out is poisoned like a freed one */
+	ok(dies_with(case_free_unallocated_slot, "free(): ", "unallocated slot"),
+	   "free of a slot malloc never handed out aborts");
 	ok(dies_with(case_free_stack, "free(): invalid pointer", "stack"),
 	   "free of a stack address aborts");
 	ok(dies_with(case_free_contig, "free(): invalid pointer", "contig"),

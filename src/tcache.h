@@ -1,0 +1,275 @@
+/*
+ * tcache.h - the per-thread caches of the malloc family (tcache.c), as
+ * malloc.c's fast paths see them.
+ *
+ * Each thread owns one struct ucma_tcache, reached through a TLS pointer:
+ * per size class a stack of parked objects (the blocks it freed lately,
+ * which its malloc pops first) and the slabs it allocates from, with a
+ * cursor on the bitmap of one of them.  malloc, and the owner's frees,
+ * touch only the thread's own bins and the bits of its own slabs: plain
+ * loads and relaxed atomic stores, no lock, no atomic read-modify-write.
+ * A block of a slab another thread owns goes back to it with an atomic
+ * fetch-or on the slab's remote bitmap (tcache.c).  ucma_tcache_dummy owns
+ * nothing: it stands for "no cache" (a thread being created or past its
+ * destructor) and sends every request to the central bins.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef UCMA_TCACHE_H
+#define UCMA_TCACHE_H
+
+#include "slab.h"
+
+/* The current slab of a bin that has none: every word is full. */
+UCMA_INTERNAL extern struct ucma_slab ucma_slab_none;
+
+/*
+ * Free objects carry a marker: a per-process random word in their second
+ * word (AddressSanitizer builds poison them instead).  A free that finds
+ * the marker looks further before it concludes "double free" (live data
+ * that happens to hold it is freed normally), so the fast paths need not
+ * look anywhere but the block and its slab.  malloc clears it.
+ */
+UCMA_INTERNAL extern uint64_t ucma_free_key;
+
+static inline bool ucma_obj_marked_free(const void *p)
+{
+#ifdef UCMA_ASAN
+	return __asan_address_is_poisoned(p);
+#else
+	return ((const uint64_t *)p)[1] == ucma_free_key;
+#endif
+}
+
+static inline void ucma_obj_mark_free(void *p, size_t size)
+{
+#ifdef UCMA_ASAN
+	UCMA_POISON(p, size);
+#else
+	(void)size;
+	((uint64_t *)p)[1] = ucma_free_key;
+#endif
+}
+
+static inline void ucma_obj_mark_live(void *p, size_t size)
+{
+#ifdef UCMA_ASAN
+	UCMA_UNPOISON(p, size);
+#else
+	(void)size;
+	((uint64_t *)p)[1] = 0;
+#endif
+}
+
+/* The most objects a bin parks: the bin is then 1 KiB. */
+#define UCMA_TBIN_SLOTS 118u
+
+/*
+ * struct ucma_tbin - one size class of one thread's cache: a stack of
+ * parked objects, which its malloc pops and its free pushes (LIFO, so a
+ * random working set stays in the CPU cache), and a cursor on one word of
+ * the bitmap of one of its slabs, which malloc takes the lowest free
+ * object of when the stack is empty.  A parked object stays allocated in
+ * its slab's bitmap and carries the free marker; a free that finds the
+ * stack full gives the object back to its slab's bitmap instead.  So
+ * nothing ever moves objects between caches and shared bins in batches.
+ *
+ * Locking and atomicity: only the owning thread writes a bin, and it reads
+ * its own fields with plain loads (no other thread writes them, so those
+ * reads race with nothing).  Other threads read only what follows:
+ *  - the slots stack[i]: every store is a relaxed atomic store, because
+ *    ucma_tcache_any_holds() reads them from other threads under the
+ *    registry lock (which keeps the cache from being recycled meanwhile);
+ *  - @n: stored atomically, release when it grows (ucma_tbin_push()), so
+ *    a reader that loads it with acquire sees the slots below it as
+ *    pushed; relaxed on pop, which writes no slot;
+ *  - @npop, @ncur, @nfree_direct, @nflush: relaxed atomic stores by the
+ *    owner, read relaxed by the counters walk under the registry lock: a
+ *    statistic may be a moment old, never torn.  Parking a block counts
+ *    nothing: the frees are the pops plus the flushed plus the parked
+ *    plus the direct ones, so the push needs no counter of its own.
+ * @usedw, @wbase, @full, @slab (the cursor) are the owner's alone (other
+ * threads reach its slabs through the bins' registries, slab.c); @size
+ * and @cap are constant.
+ */
+struct ucma_tbin {
+	uint64_t *usedw;		/* &slab->used[w], the word malloc takes from */
+	uintptr_t wbase;		/* address of object w * 64 of the slab */
+	uint64_t full;			/* *usedw when that word has no room */
+	uint32_t size;			/* object size */
+	uint16_t n;			/* objects parked in @stack */
+	uint16_t cap;			/* room in @stack */
+	uint64_t npop;			/* objects handed out from @stack */
+	uint64_t ncur;			/* objects handed out by the cursor */
+	struct ucma_slab *slab;		/* the cursor's slab (owned, PARTIAL), or &ucma_slab_none */
+	uint64_t pad;
+	void *stack[UCMA_TBIN_SLOTS];	/* stack[0..n): parked objects, top at n-1 */
+	uint64_t nfree_direct;		/* frees of this class not parked (see tcache.c) */
+	uint64_t nflush;		/* parked objects given back to their slabs */
+};
+_Static_assert(offsetof(struct ucma_tbin, stack) == 64 && sizeof(struct ucma_tbin) == 1024,
+	       "a bin: a line for the fast paths, then its stack; a power of two, so that "
+	       "indexing the bins is a shift");
+
+/*
+ * Push @p on bin @b holding @n objects (n < cap).  Other threads look for
+ * blocks in the stack (ucma_tcache_any_holds()), so the entry is stored
+ * atomically and published by the release store of the new count: a
+ * reader that sees the count sees the entries below it.  Both are plain
+ * moves on x86.
+ */
+static inline void ucma_tbin_push(struct ucma_tbin *b, unsigned n, void *p)
+{
+	__atomic_store_n(&b->stack[n], p, __ATOMIC_RELAXED);
+	__atomic_store_n(&b->n, (uint16_t)(n + 1), __ATOMIC_RELEASE);
+}
+
+/* Point @b's cursor at word @w of @s, an owned slab on the partial list. */
+static inline void ucma_tbin_point(struct ucma_tbin *b, struct ucma_slab *s, unsigned w)
+{
+	b->slab = s;
+	b->usedw = &s->used[w];
+	b->wbase = s->base + (uintptr_t)w * 64 * s->size;
+	b->full = ucma_slab_word_full(s, w);
+}
+
+/*
+ * Take the lowest free object of bin @b's cursor word, or NULL when the
+ * word is full (the slow path looks further).  The owner alone writes the
+ * bits of its slabs; the store is atomic because other threads read them.
+ */
+static inline void *ucma_tbin_alloc(struct ucma_tbin *b)
+{
+	uint64_t *wp = b->usedw, u = *wp;
+	void *p;
+
+	if (UCMA_UNLIKELY(u == b->full))
+		return NULL;
+	__atomic_store_n(wp, u | (u + 1), __ATOMIC_RELAXED);
+	__atomic_store_n(&b->ncur, b->ncur + 1, __ATOMIC_RELAXED);
+	p = (void *)(b->wbase + (uintptr_t)(unsigned)__builtin_ctzll(~u) * b->size);
+	ucma_obj_mark_live(p, b->size);
+	return p;
+}
+
+/* The owned slabs of one class (the owner's alone). */
+struct ucma_tlists {
+	struct ucma_slab *partial;	/* with room at the last look; the cursor's among them */
+	struct ucma_slab *fulls;	/* without room at the last look */
+	struct ucma_slab *empty;	/* wholly free, kept for reuse */
+	unsigned nempty;
+	uint32_t gc_mark;		/* bin activity at the GC's last look */
+};
+
+/*
+ * A thread keeps a few freed large runs (up to UCMA_TLARGE_MAX_PAGES pages
+ * each, UCMA_TLARGE_KEEP_PAGES pages in all), and a large malloc of the
+ * same number of pages takes one back without the zone lock and the buddy
+ * allocator's splitting and merging: a program that frees and allocates
+ * blocks of a few tens of KiB does so at the speed of the small ones.
+ */
+#define UCMA_TLARGE_SLOTS       16u
+#define UCMA_TLARGE_MAX_PAGES   64u	/* 256 KiB */
+#define UCMA_TLARGE_KEEP_PAGES  256u	/* 1 MiB */
+
+/*
+ * struct ucma_tcache - one thread's cache.
+ *
+ * Locking and atomicity:
+ *  - @bins: see struct ucma_tbin.
+ *  - @remote_hint: remote_hint[c] is set (seq_cst store, after the remote
+ *    free's fetch-or) by a thread that freed into a slab of class c this
+ *    cache owns, and exchanged to 0 by the owner before it merges the
+ *    remote bits of its full slabs: so either the owner sees the bit or the
+ *    freer sees the hint still set.  A line of its own, so that those
+ *    stores do not disturb the bins.  Caches are never freed (recycled),
+ *    so a stale store lands in some cache's hint: a needless look.
+ *  - @lists: the owner's alone.  No other thread walks them: the fork
+ *    child, which reclaims the slabs of threads it does not have, and the
+ *    statistics use the bins' registries (slab.c) instead.
+ *  - @binset, @gc_events, @gc_next: the owner's alone, plain.
+ *  - @large_nmalloc, @large_nfree, @large_bytes, @large_pages,
+ *    @large_kept_pages: relaxed atomic stores by the owner, read relaxed
+ *    by the counters walk under the registry lock.
+ *  - @large_kept, @nlarge_kept, @large_gc_mark: the owner's alone.  A kept
+ *    run is allocated in its zone, its head page owned by nobody
+ *    (UCMA_OWN_NONE), so a free of it is refused as the free of a block
+ *    that is not live.
+ *  - @next, @prev: the registry lock (tcache.c reg_lock), which also
+ *    guards retiring a cache (thread exit, the fork child) and recycling
+ *    its memory, so a walker holding it never sees a cache disappear.
+ */
+struct ucma_tcache {
+	struct ucma_tbin bins[UCMA_NR_CLASSES];
+	uint8_t remote_hint[UCMA_NR_CLASSES] __attribute__((aligned(64)));
+	unsigned binset __attribute__((aligned(64)));		/* central bin set new slabs come from */
+	unsigned gc_events;		/* slow-path calls since the last GC step */
+	unsigned gc_next;		/* next bin the GC looks at */
+	struct ucma_tlists lists[UCMA_NR_CLASSES];
+	uint64_t large_nmalloc;
+	uint64_t large_nfree;
+	uint64_t large_bytes;		/* usable bytes allocated minus freed */
+	uint64_t large_pages;		/* arena pages held: allocated and kept */
+	struct {
+		uint32_t pfn;		/* head of a kept run */
+		uint32_t npages;
+	} large_kept[UCMA_TLARGE_SLOTS];	/* newest last */
+	uint32_t nlarge_kept;
+	uint32_t large_kept_pages;	/* atomic: the statistics read it */
+	uint32_t large_gc_mark;		/* large activity at the GC's last look */
+	struct ucma_tcache *next, *prev;	/* registry (registry lock) */
+};
+
+UCMA_INTERNAL extern __thread struct ucma_tcache *ucma_tcache_tls
+	__attribute__((tls_model("initial-exec")));
+UCMA_INTERNAL extern struct ucma_tcache ucma_tcache_dummy;
+
+UCMA_INTERNAL void ucma_tcache_init(void);
+/* A cache for the calling thread (or the dummy when none can be made). */
+UCMA_INTERNAL struct ucma_tcache *ucma_tcache_create(void);
+/* Bin @cls of @tc has no room in its current word: find room (another
+ * word, remote frees, another slab, a new one) and allocate; NULL with
+ * ENOMEM.  @tc may be the dummy. */
+UCMA_INTERNAL void *ucma_tcache_alloc_slow(struct ucma_tcache *tc, unsigned cls);
+/* Free object @idx (at @p) of slab @s where the fast path would not:
+ * @tc (the caller's cache, NULL or the dummy) does not own @s, or its
+ * stack is full, or the object carries the free marker (a double free,
+ * which aborts naming @who, unless live data just looked like it). */
+UCMA_INTERNAL void ucma_tcache_free_slow(struct ucma_tcache *tc, struct ucma_slab *s,
+					 unsigned idx, void *p, const char *who);
+/* The owner's free emptied a word of @s: is the whole slab free? */
+UCMA_INTERNAL void ucma_tcache_word_emptied(struct ucma_tcache *tc, struct ucma_slab *s);
+/* Give back every wholly free slab of @self, the caller's own cache. */
+UCMA_INTERNAL void ucma_tcache_trim(struct ucma_tcache *self);
+/* Is object @idx (at @p) of @s free already: free in its slab, freed by
+ * another thread and not merged, or parked in any thread's stack?  The
+ * walk over the stacks is taken only when the block carries the free
+ * marker, which live data matches by chance only. */
+UCMA_INTERNAL bool ucma_tcache_obj_is_freed(const struct ucma_slab *s, unsigned idx,
+					    const void *p);
+/* Is @p parked in bin @cls of any thread's cache? */
+UCMA_INTERNAL bool ucma_tcache_any_holds(unsigned cls, const void *p);
+/* A kept run of exactly @npages pages of arena @a for @tc, its head owned
+ * by nobody (the caller makes it its own again), or UCMA_PFN_NONE. */
+UCMA_INTERNAL uint32_t ucma_tcache_large_get(struct ucma_tcache *tc, struct ucma_arena *a,
+					     uint32_t npages);
+/* Keep the freed large run at @pfn for @tc, clearing the owner of its
+ * head; false when @tc keeps no runs of that size (the caller frees it). */
+UCMA_INTERNAL bool ucma_tcache_large_put(struct ucma_tcache *tc, struct ucma_arena *a,
+					 uint32_t pfn);
+/* Count a large block allocated (+1) or freed (-1) by the calling thread. */
+UCMA_INTERNAL void ucma_tcache_count_large(int dir, size_t usable, size_t arena_pages);
+/* Sum every thread's counters (and those of exited threads) into @out. */
+UCMA_INTERNAL void ucma_tcache_counters(struct ucma_malloc_counters *out);
+UCMA_INTERNAL void ucma_tcache_atfork_prepare(void);
+UCMA_INTERNAL void ucma_tcache_atfork_parent(void);
+UCMA_INTERNAL void ucma_tcache_atfork_child(void);
+
+/* A counter that other threads read: the owner adds with a relaxed load
+ * and store (no read-modify-write: nobody else writes it). */
+static inline void ucma_relaxed_add(uint64_t *p, uint64_t v)
+{
+	__atomic_store_n(p, __atomic_load_n(p, __ATOMIC_RELAXED) + v, __ATOMIC_RELAXED);
+}
+
+#endif /* UCMA_TCACHE_H */
