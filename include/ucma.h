@@ -422,12 +422,13 @@ int ucma_owns(const void *ptr);
  * With the policy "lend", a 2 MiB pageblock of the malloc heap may be
  * backed by an idle frame of a CMA area, and ucma_alloc() takes the frame
  * back by copying the heap's data to memory of its own at the same address
- * (ucma(7), HEAP LENDING).  Memory that a device or the kernel holds on to
+ * (ucma(7), "Heap lending").  Memory that a device or the kernel holds on to
  * (mlock(), io_uring fixed buffers, ibv_reg_mr(), cudaHostRegister()) must
  * not lie on a lent frame when it is registered: the kernel would go on
  * using the frame while ucma copies the data away.  The preloaded library
- * calls ucma_unlend() before those calls; a program using the C API calls
- * it itself before registering malloc memory with a device.
+ * calls ucma_unlend() before mlock() and io_uring buffer registration
+ * (ucma_unlend(3) lists what it cannot see); a program using the C API
+ * calls it itself before registering malloc memory with a device.
  */
 
 /**
@@ -439,7 +440,8 @@ int ucma_owns(const void *ptr);
  * meanwhile wait, readers do not).  Only wholly free pageblocks are ever
  * lent, so memory allocated now stays on its own memory while it lives.
  * Addresses outside the heap are no error: nothing is lent there.
- * Return: 0, or -1 with errno EINVAL (@len is 0 or the range wraps),
+ * A @len of 0 is no error.
+ * Return: 0, or -1 with errno EINVAL (the range wraps),
  * EBUSY, ENOMEM or EMFILE (a pageblock could not be taken back: it stays
  * lent, so do not register it).
  */
@@ -454,8 +456,8 @@ int ucma_unlend_all(void);
 
 /**
  * ucma_owns_fd() - is @fd a descriptor the library relies on: the file of
- * a CMA area, or the userfaultfd of a frame being taken back?  The
- * preloaded library keeps close(), close_range() and closefrom() off them.
+ * a CMA area, or the userfaultfd of a frame being taken back?  For a
+ * program that closes descriptors wholesale (close_range(), closefrom()).
  * Return: 1 if so, 0 otherwise.
  */
 int ucma_owns_fd(int fd);

@@ -113,26 +113,10 @@ static uint64_t stat_of(const char *name)
 	return v;
 }
 
-/* Is @addr mapped from a file of the library (a CMA frame)? */
+/* Is @addr on a CMA frame? */
 static bool on_frame(const void *addr)
 {
-	FILE *f = fopen("/proc/self/maps", "r");
-	char line[512];
-	bool found = false;
-
-	if (!f)
-		return false;
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long lo, hi;
-
-		if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && (uintptr_t)addr >= lo &&
-		    (uintptr_t)addr < hi) {
-			found = strstr(line, "ucma:") != NULL;
-			break;
-		}
-	}
-	fclose(f);
-	return found;
+	return tu_on_frame(addr);
 }
 
 /* The permissions field of the mapping holding @addr ("rw-p"...). */
