@@ -55,8 +55,9 @@ enum ucma_backing {
 
 /* CMA policy (UCMA_CMA_POLICY). */
 enum ucma_cma_policy {
-	UCMA_CMA_LEND = 0,	/* CMA areas serve movable objects while free */
-	UCMA_CMA_RESERVED	/* CMA areas serve ucma_alloc() only */
+	UCMA_CMA_LEND = 0,	/* free CMA memory serves movable objects and the heap */
+	UCMA_CMA_RESERVED,	/* CMA areas serve ucma_alloc() only */
+	UCMA_CMA_LEND_HANDLES	/* free CMA memory serves movable objects only */
 };
 
 /**
@@ -412,6 +413,54 @@ int ucma_trim(void);
  * Return: 1 if so, 0 otherwise (including NULL).
  */
 int ucma_owns(const void *ptr);
+
+/* ---------------------------------------------------------------------------
+ * Heap lending (UCMA_CMA_POLICY=lend)
+ * ------------------------------------------------------------------------- */
+
+/*
+ * With the policy "lend", a 2 MiB pageblock of the malloc heap may be
+ * backed by an idle frame of a CMA area, and ucma_alloc() takes the frame
+ * back by copying the heap's data to memory of its own at the same address
+ * (ucma(7), "Heap lending").  Memory that a device or the kernel holds on to
+ * (mlock(), io_uring fixed buffers, ibv_reg_mr(), cudaHostRegister()) must
+ * not lie on a lent frame when it is registered: the kernel would go on
+ * using the frame while ucma copies the data away.  The preloaded library
+ * calls ucma_unlend() before mlock() and io_uring buffer registration
+ * (ucma_unlend(3) lists what it cannot see); a program using the C API
+ * calls it itself before registering malloc memory with a device.
+ */
+
+/**
+ * ucma_unlend() - make sure no byte of [@addr, @addr + @len) lies on a CMA
+ * frame lent to the heap.
+ *
+ * Every lent pageblock the range touches gets memory of its own first, at
+ * the same address and with the same contents (threads writing there
+ * meanwhile wait, readers do not).  Only wholly free pageblocks are ever
+ * lent, so memory allocated now stays on its own memory while it lives.
+ * Addresses outside the heap are no error: nothing is lent there.
+ * A @len of 0 is no error.
+ * Return: 0, or -1 with errno EINVAL (the range wraps),
+ * EBUSY, ENOMEM or EMFILE (a pageblock could not be taken back: it stays
+ * lent, so do not register it).
+ */
+int ucma_unlend(const void *addr, size_t len);
+
+/**
+ * ucma_unlend_all() - take back every frame lent to the heap, and lend none
+ * from now on in this process (what mlockall() needs).
+ * Return: 0, or -1 with errno as ucma_unlend() (lending stays off).
+ */
+int ucma_unlend_all(void);
+
+/**
+ * ucma_owns_fd() - is @fd a descriptor the library relies on: the file of
+ * a CMA area, or the userfaultfd of a frame being taken back?  For a
+ * program that closes descriptors wholesale (close_range(), closefrom()).
+ * Return: 1 if so, 0 otherwise.
+ */
+int ucma_owns_fd(int fd);
 
 /**
  * struct ucma_malloc_info - the state of the malloc family, summed over all

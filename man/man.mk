@@ -11,6 +11,9 @@ dist_man_MANS += \
 	man/ucma_alloc_size.3 \
 	man/ucma_virt2phys.3 \
 	man/ucma_vtophys.3 \
+	man/ucma_unlend.3 \
+	man/ucma_unlend_all.3 \
+	man/ucma_owns_fd.3 \
 	man/ucma_mem_event_register.3 \
 	man/ucma_mem_event_unregister.3 \
 	man/ucma_halloc.3 \

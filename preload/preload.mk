@@ -10,9 +10,10 @@
 ## arena (the libucma.so.0 the program needs is loaded but never called).
 ## -fno-builtin: preload.c defines malloc and its kin, and the compiler
 ## must not treat their calls as the standard functions (it could turn
-## malloc + memset into calloc there).
+## malloc + memset into calloc there).  longterm.c keeps memory handed to
+## mlock() or io_uring registration off CMA frames lent to the heap.
 lib_LTLIBRARIES += libucma-preload.la
-libucma_preload_la_SOURCES = $(UCMA_SOURCES) preload/preload.c
+libucma_preload_la_SOURCES = $(UCMA_SOURCES) preload/preload.c preload/longterm.c
 libucma_preload_la_CFLAGS = $(AM_CFLAGS) $(NUMA_CFLAGS) $(URCU_CFLAGS) -fvisibility=hidden \
 	-ftls-model=initial-exec -fno-builtin
 libucma_preload_la_LIBADD = $(UCMA_LIBADD) -ldl

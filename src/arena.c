@@ -10,7 +10,8 @@
  *
  * Backing (DESIGN.md): the CMA areas are files that frames.c creates and
  * maps, following the chain hugetlb 1 GiB, hugetlb 2 MiB, transparent huge
- * pages, plain pages.  The NORMAL zone is private memory on the same chain
+ * pages, plain pages (where the heap borrows their frames, lend.c, shmem
+ * files of plain pages come before private transparent huge pages).  The NORMAL zone is private memory on the same chain
  * (map_zone_chain() here), trying each step only when it can work
  * (hugetlb reserves at mmap, so the pool must have enough free pages; a
  * refused mapping falls through to the next step); it uses THP unless
@@ -26,6 +27,7 @@
  */
 #include "internal.h"
 #include "frames.h"
+#include "lend.h"
 
 #include <errno.h>
 #include <numa.h>
@@ -311,6 +313,7 @@ int ucma_arena_create(const struct ucma_options *o, struct ucma_arena **out)
 			 (void *)a->base, a->size >> 20, normal_size >> 20,
 			 ucma_backing_str(normal_backing), cma_size >> 20,
 			 ucma_backing_str(cma_backing), a->nr_areas);
+	ucma_lend_init(a, o);
 	ucma_frames_announce(a);
 	*out = a;
 	return 0;
@@ -326,6 +329,7 @@ void ucma_arena_destroy(struct ucma_arena *a)
 		return;
 	if (a->base)
 		ucma_arena_poison(a, false);
+	ucma_lend_fini(a);
 	ucma_frames_unmap_areas(a);
 	for (int i = 0; i < a->nr_areas; i++) {
 		size_t bytes = UCMA_ALIGN_UP((size_t)a->areas[i].npages, 64) / 8;

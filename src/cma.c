@@ -18,7 +18,10 @@
  *   4. take the now-free pages as one run, undo the isolation of the rest,
  *      and optionally zero, populate and mlock it.
  * While no device buffer needs them, the CMA areas serve movable objects
- * (zone.c's zonelist): that is the lending of ZONE_CMA.
+ * (zone.c's zonelist): that is the lending of ZONE_CMA.  With
+ * UCMA_CMA_POLICY=lend their frames also back pageblocks of the malloc
+ * heap; step 3 takes such a lent pageblock back (lend.c: the heap's data
+ * is copied to memory of its own at the same address).
  *
  * Locking: the area lock protects the bitmap and counters only; it is not
  * held while migrating (as the kernel drops cma->lock around
@@ -29,6 +32,7 @@
  */
 #include "internal.h"
 #include "frames.h"
+#include "lend.h"
 
 #include "rcu.h"
 
@@ -145,6 +149,13 @@ static uint32_t walk_step(struct ucma_arena *a, struct ucma_zone *z, uint32_t pf
 	return next > pfn ? next : pfn + 1;
 }
 
+/* Is the run at @head a CMA pageblock lent to the heap (lend.c)?  A look,
+ * as ucma_run_pinned()'s. */
+static bool run_lent(const struct ucma_arena *a, uint32_t head)
+{
+	return __atomic_load_n(&a->pages[head].owner_type, __ATOMIC_ACQUIRE) == UCMA_OWN_LENT;
+}
+
 /*
  * Does [start, end) hold an object that cannot be moved now (pinned, or
  * not movable)?  Looked at before anything is migrated, so a candidate
@@ -159,7 +170,8 @@ static bool range_pinned(struct ucma_arena *a, uint32_t start, uint32_t end, uin
 	for (uint32_t pfn = UCMA_ALIGN_DOWN(start, UCMA_PAGEBLOCK_PAGES), head, next; pfn < end;
 	     pfn = next) {
 		next = walk_step(a, z, pfn, &head);
-		if (head != UCMA_PFN_NONE && next > start && ucma_run_pinned(a, head)) {
+		if (head != UCMA_PFN_NONE && next > start && !run_lent(a, head) &&
+		    ucma_run_pinned(a, head)) {
 			*busy_end = next;
 			return true;
 		}
@@ -194,7 +206,15 @@ static int empty_range(struct ucma_arena *a, uint32_t start, uint32_t end, unsig
 		for (uint32_t pfn = pb_start, head, next; pfn < end; pfn = next) {
 			next = walk_step(a, z, pfn, &head);
 			if (head != UCMA_PFN_NONE && next > start) {
-				int r = ucma_migrate_run(a, head, &t, &pinned, moved);
+				int r;
+
+				if (run_lent(a, head)) {
+					/* The heap's data moves, the frame stays. */
+					r = ucma_lend_take_back_run(a, head);
+					*moved += r == UCMA_MIGRATE_OK;
+				} else {
+					r = ucma_migrate_run(a, head, &t, &pinned, moved);
+				}
 
 				if (r == UCMA_MIGRATE_NOMEM) {
 					nomem = true;

@@ -808,7 +808,7 @@ void *ucma_compact_direct_movable(size_t size, uint32_t index)
 	int order;
 	void *p = NULL;
 
-	if (ucma_opt.cma_policy == UCMA_CMA_LEND)
+	if (ucma_opt.cma_policy != UCMA_CMA_RESERVED)
 		zones |= 1u << UCMA_ZONE_CMA;
 	if (size <= UCMA_MSLAB_MAX_SIZE)
 		order = UCMA_MSLAB_RUN_ORDER;	/* a new slab */

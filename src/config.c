@@ -116,6 +116,7 @@ static const struct opt_word backing_words[] = {
 static const struct opt_word policy_words[] = {
 	{ "lend", UCMA_CMA_LEND },
 	{ "reserved", UCMA_CMA_RESERVED },
+	{ "lend-handles", UCMA_CMA_LEND_HANDLES },
 	{ NULL, 0 }
 };
 
@@ -215,9 +216,10 @@ static const struct opt_def opt_table[O_NR] = {
 		"(and private hugetlb areas need no free pool pages at fork)" },
 	[O_CMA_POLICY] = {
 		"cma_policy", "UCMA_CMA_POLICY", T_ENUM, 0, "lend", 0, 0, policy_words,
-		OFF(cma_policy), 0, "lend or reserved",
-		"lend: free CMA memory serves movable objects until ucma_alloc() needs it; "
-		"reserved: it serves ucma_alloc() only" },
+		OFF(cma_policy), 0, "lend, lend-handles or reserved",
+		"lend: free CMA memory serves movable objects and backs the malloc heap until "
+		"ucma_alloc() needs it; lend-handles: movable objects only; reserved: it serves "
+		"ucma_alloc() only" },
 	[O_COMPACT] = {
 		"compact", "UCMA_COMPACT", T_BOOL, 0, "on", 0, 1, NULL, OFF(compact), 0,
 		BOOL_FORM, "run the background compaction thread" },
@@ -1241,7 +1243,7 @@ static void cfg_apply_num(struct parse_ctx *c, enum opt_id id, const char *field
 		/* in C the names of the enum are the accepted form, not the words */
 		if (d->type == T_ENUM)
 			snprintf(e.accepted, sizeof(e.accepted), "%s", id == O_CMA_POLICY ?
-				 "UCMA_CMA_LEND or UCMA_CMA_RESERVED" :
+				 "UCMA_CMA_LEND, UCMA_CMA_RESERVED or UCMA_CMA_LEND_HANDLES" :
 				 "UCMA_BACKING_AUTO to UCMA_BACKING_NONE");
 		opt_fail(c, d, subject, &e);
 		return;

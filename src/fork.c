@@ -28,10 +28,17 @@
  *     (thread-cache registry, bins, overflow);
  *  5. the handle table, after waiting for every entry held MIGRATING to
  *     be released (those holds are short and wait for nothing held here);
- *  6. movable-slab class locks; 7. CMA area locks, then zone locks;
+ *  6. movable-slab class locks; then the heap-lending lock (lend.c: no
+ *     frame is being lent or taken back across the fork; with threads,
+ *     every pageblock of the heap on a CMA frame is taken back first,
+ *     which waits for nothing held here); 7. CMA area locks, then zone
+ *     locks;
  *  8. the frame tables: the child gets CMA areas of its own, a copy of
  *     what the parent had allocated there, while the parent waits in its
- *     handler (frames.c); 9. the memory-event queue;
+ *     handler (frames.c); then the heap's borrowed pageblocks: the child
+ *     copies them to memory of its own (its handler runs before frames.c's,
+ *     while the areas it reads are still the parent's), the parent waits
+ *     (lend.c); 9. the memory-event queue;
  * 10. the metadata lock, innermost of all.
  * Parent and child handlers run in the reverse order; after the last
  * child handler, with no ucma lock held, the child's memory events (its
@@ -75,8 +82,11 @@ static const struct fork_stage stages[] = {
 	{ ucma_malloc_atfork_prepare, ucma_malloc_atfork_parent, ucma_malloc_atfork_child, NULL },
 	{ ucma_handle_fork_prepare, ucma_handle_fork_parent, ucma_handle_fork_child, NULL },
 	{ ucma_mslab_fork_prepare, ucma_mslab_fork_parent, ucma_mslab_fork_child, NULL },
+	{ ucma_lend_fork_prepare, ucma_lend_fork_parent, ucma_lend_fork_child, NULL },
 	{ ucma_zones_fork_prepare, ucma_zones_fork_parent, ucma_zones_fork_parent, NULL },
 	{ ucma_frames_fork_prepare, ucma_frames_fork_parent, ucma_frames_fork_child, NULL },
+	{ ucma_lend_frames_fork_prepare, ucma_lend_frames_fork_parent,
+	  ucma_lend_frames_fork_child, NULL },
 	{ ucma_mem_event_fork_prepare, ucma_mem_event_fork_parent, ucma_mem_event_fork_child, NULL },
 	{ ucma_meta_fork_prepare, ucma_meta_fork_parent, ucma_meta_fork_parent, NULL },
 };

@@ -54,6 +54,10 @@ UCMA_INTERNAL void ucma_handle_fork_child(void);
 UCMA_INTERNAL void ucma_mslab_fork_prepare(void);
 UCMA_INTERNAL void ucma_mslab_fork_parent(void);
 UCMA_INTERNAL void ucma_mslab_fork_child(void);
+/* lend.c: the heap-lending lock (no frame lent or taken back meanwhile). */
+UCMA_INTERNAL void ucma_lend_fork_prepare(void);
+UCMA_INTERNAL void ucma_lend_fork_parent(void);
+UCMA_INTERNAL void ucma_lend_fork_child(void);
 /* init.c: CMA area locks, then zone locks. */
 UCMA_INTERNAL void ucma_zones_fork_prepare(void);
 UCMA_INTERNAL void ucma_zones_fork_parent(void);
@@ -62,6 +66,11 @@ UCMA_INTERNAL void ucma_zones_fork_parent(void);
 UCMA_INTERNAL void ucma_frames_fork_prepare(void);
 UCMA_INTERNAL void ucma_frames_fork_parent(void);
 UCMA_INTERNAL void ucma_frames_fork_child(void);
+/* lend.c: the heap's borrowed pageblocks; the child copies them to memory
+ * of its own (the parent waits), before frames.c's child handler. */
+UCMA_INTERNAL void ucma_lend_frames_fork_prepare(void);
+UCMA_INTERNAL void ucma_lend_frames_fork_parent(void);
+UCMA_INTERNAL void ucma_lend_frames_fork_child(void);
 /* memevent.c: the queue of memory events. */
 UCMA_INTERNAL void ucma_mem_event_fork_prepare(void);
 UCMA_INTERNAL void ucma_mem_event_fork_parent(void);

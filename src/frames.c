@@ -4,10 +4,18 @@
  * Each CMA area is a file ucma creates with memfd_create(): a hugetlb file
  * (MFD_HUGETLB, 1 GiB or 2 MiB pages) when the pool can hold the area, a
  * shmem file otherwise (with MADV_HUGEPAGE where the kernel gives shmem
- * huge pages).  The area's addresses are that file mapped MAP_SHARED |
+ * huge pages).  Where shmem gets no huge pages the transparent-huge-page
+ * step is private memory without frames, as before; but when the heap is
+ * to borrow frames (lend.c: UCMA_CMA_POLICY=lend and a userfaultfd), the
+ * automatic choice skips it for a shmem file of plain pages: frames the
+ * heap can use are worth more than huge pages in the areas.  The area's addresses are that file mapped MAP_SHARED |
  * MAP_FIXED over the arena's reservation, so any frame (page of the file)
  * can be mapped at any address ucma owns: the foundation for lending
  * frames to the heap (DESIGN.md) and for mapping frames in physical order.
+ *
+ * The library's closes of these files are the raw system call
+ * (ucma_os_close()): the preloaded close() keeps the program's own off
+ * them (ucma_owns_fd()).
  *
  * Reserving: a hugetlb file is mapped first (a shared hugetlb mapping
  * reserves its pool pages at mmap, so a short pool fails here, cleanly),
@@ -54,6 +62,7 @@
 #include "internal.h"
 #include "frames.h"
 #include "fork.h"
+#include "lend.h"
 #include "memevent.h"
 #include "slab.h"
 
@@ -350,7 +359,7 @@ static int map_area_file(struct ucma_cma_area *area, int backing)
 		/* A hugetlb mapping the pool cannot back fails here, cleanly. */
 		int rc = huge && errno == ENOMEM ? STEP_SKIP : STEP_NO_FILE;
 
-		close(f->fd);
+		ucma_os_close(f->fd);
 		f->fd = -1;
 		return rc;
 	}
@@ -425,7 +434,7 @@ static void unmap_area(struct ucma_cma_area *area)
 
 	restore_reservation((void *)f->base, f->size);
 	if (f->fd >= 0)
-		close(f->fd);
+		ucma_os_close(f->fd);
 	f->fd = -1;
 	table_free(f);
 	f->phys_known = f->phys_order = false;
@@ -474,6 +483,12 @@ static int map_next_step(void)
 		int backing = chain[fb.step], i;
 
 		if (!step_possible(a, backing))
+			continue;
+		/* Where shmem gets no huge pages, this step would be private
+		 * memory without frames; when the heap is to borrow frames
+		 * (lend.c), a file of plain pages serves better. */
+		if (backing == UCMA_BACKING_THP && !step_has_file(backing) &&
+		    fb.o->hugepages == UCMA_BACKING_AUTO && ucma_lend_wants_frames(fb.o))
 			continue;
 		for (i = 0; i < a->nr_areas; i++) {
 			int rc = step_has_file(backing) ? map_area_file(&a->areas[i], backing) :
@@ -641,7 +656,7 @@ void ucma_frames_unmap_areas(struct ucma_arena *a)
 		if (!f)
 			continue;
 		if (fd_ours(f))
-			close(f->fd);
+			ucma_os_close(f->fd);
 		f->fd = -1;
 		table_free(f);
 		a->areas[k].frames = NULL;
@@ -1069,7 +1084,7 @@ static int child_file(const struct ucma_cma_area *area)
 	snprintf(name, sizeof(name), "ucma:%s", area->name);
 	fd = ucma_os.memfd_create(name, MFD_CLOEXEC);
 	if (fd >= 0 && ucma_os.ftruncate(fd, (off_t)area->frames->size) != 0) {
-		close(fd);
+		ucma_os_close(fd);
 		fd = -1;
 	}
 	return fd;
@@ -1132,7 +1147,7 @@ static void child_recreate(struct ucma_arena *a, bool copy)
 		/* The parent's descriptor, unless the program closed it and the
 		 * number now names something else. */
 		if (fd_ours(f))
-			close(f->fd);
+			ucma_os_close(f->fd);
 		f->fd = c[k].fd;
 		f->phys_known = f->phys_order = false;
 		f->sort_ns = 0;

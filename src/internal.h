@@ -78,6 +78,7 @@ enum ucma_run_owner {
 	UCMA_OWN_MOVABLE,	/* one movable object: owner = handle index */
 	UCMA_OWN_MSLAB,		/* movable slab: owner = struct ucma_mslab * */
 	UCMA_OWN_CONTIG,	/* ucma_alloc() buffer: owner = struct ucma_cma_area * */
+	UCMA_OWN_LENT,		/* CMA pageblock lent to the heap: owner = NORMAL pageblock (lend.h) */
 };
 
 /* page flags */
@@ -376,6 +377,9 @@ UCMA_INTERNAL void ucma_arena_poison(struct ucma_arena *a, bool poison);
 /* ------------------------------------------------------------------------ */
 
 /* Flags newer than some C libraries' headers (Linux 5.14 and 4.14 values). */
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22
+#endif
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
@@ -413,6 +417,9 @@ struct ucma_os_ops {
 	int (*ftruncate)(int fd, off_t len);
 	int (*fallocate)(int fd, int mode, off_t off, off_t len);
 	ssize_t (*pwrite)(int fd, const void *buf, size_t len, off_t off);
+	/* heap lending (lend.c): a new userfaultfd, and its ioctls */
+	int (*userfaultfd)(int flags);
+	int (*uffd_ioctl)(int fd, unsigned long request, void *arg);
 };
 
 UCMA_INTERNAL extern struct ucma_os_ops ucma_os;
@@ -433,6 +440,12 @@ UCMA_INTERNAL long ucma_os_phys_run(const void *addr, size_t npages, bool *absen
  * -1 with ENOTSUP. */
 UCMA_INTERNAL long ucma_os_next_present(const void *addr, size_t npages);
 UCMA_INTERNAL uint64_t ucma_os_now_ns(void);
+/* close(2) as the raw system call (see os.c). */
+UCMA_INTERNAL int ucma_os_close(int fd);
+/* Is the calling thread inside one of ucma_os's memory calls?  A preloaded
+ * madvise() or mremap() that the library itself makes must not take lent
+ * frames back (lend.c). */
+UCMA_INTERNAL bool ucma_os_in_call(void);
 
 /* ------------------------------------------------------------------------ */
 /* Options (config.c)                                                        */
@@ -540,6 +553,15 @@ enum ucma_vmstat_item {
 	UCMA_STAT_MEM_EVENT_MAP,
 	UCMA_STAT_MEM_EVENT_UNMAP,
 	UCMA_STAT_PHYS_CONTIG_MOVED,
+	UCMA_STAT_LEND_HEAP_LENT,
+	UCMA_STAT_LEND_HEAP_RETURNED,
+	UCMA_STAT_LEND_HEAP_MIGRATED,
+	UCMA_STAT_LEND_HEAP_BYTES_COPIED,
+	UCMA_STAT_LEND_HEAP_FALLBACK,
+	UCMA_STAT_LEND_HEAP_MIGRATE_FAIL,
+	UCMA_STAT_LEND_HEAP_UNPREFAULTED,
+	UCMA_STAT_LEND_HEAP_FORK_EVACUATED,
+	UCMA_STAT_LEND_HEAP_FORK_COPIED,
 	UCMA_STAT_NR
 };
 
@@ -654,6 +676,8 @@ UCMA_INTERNAL void *ucma_movable_storage_alloc(size_t size, uint32_t index,
 
 /* stats.c: latency of one ucma_alloc(), for the histograms. */
 UCMA_INTERNAL void ucma_stats_alloc_latency(uint64_t ns, bool migrated);
+/* stats.c: how long writers of a heap range taken back may have waited. */
+UCMA_INTERNAL void ucma_stats_lend_stall(uint64_t ns);
 
 /* malloc.c: counters kept per thread and summed when read. */
 struct ucma_malloc_counters {

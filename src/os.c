@@ -5,7 +5,8 @@
  * the library goes through the function table `ucma_os`, and so do the
  * calls that make the files backing the CMA areas (memfd_create,
  * ftruncate, fallocate, and the pwrite that copies them for the child of a
- * fork).  The installed library keeps it pointing at the real calls; the
+ * fork), and the userfaultfd calls that take lent frames back from the
+ * heap (lend.c).  The installed library keeps it pointing at the real calls; the
  * test build (UCMA_TEST_HOOKS) lets tests replace entries to inject faults
  * (mmap failing, hugepages unavailable, thread creation refused) and
  * restore them with ucma_os_reset().  Nothing else in src/ calls these
@@ -25,39 +26,67 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/userfaultfd.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
+/*
+ * Set while the library's own memory call runs, so that the preloaded
+ * library's madvise(), mremap(), munmap() and mlock() (preload/, which
+ * take lent frames back before the program's calls) let it through.
+ */
+static __thread bool os_calling __attribute__((tls_model("initial-exec")));
+
+bool ucma_os_in_call(void)
+{
+	return os_calling;
+}
+
+/* Mark the call; a signal handler's nested call keeps the outer mark. */
+#define OS_CALL(expr)                       \
+	({                                  \
+		bool was_ = os_calling;     \
+		__typeof__(expr) rc_;       \
+		int err_;                   \
+		os_calling = true;          \
+		rc_ = (expr);               \
+		err_ = errno;               \
+		os_calling = was_;          \
+		errno = err_;               \
+		rc_;                        \
+	})
+
 static void *os_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
-	return mmap(addr, len, prot, flags, fd, off);
+	return OS_CALL(mmap(addr, len, prot, flags, fd, off));
 }
 
 static int os_munmap(void *addr, size_t len)
 {
-	return munmap(addr, len);
+	return OS_CALL(munmap(addr, len));
 }
 
 static void *os_mremap(void *old, size_t old_len, size_t new_len, int flags, void *new_addr)
 {
-	return mremap(old, old_len, new_len, flags, new_addr);
+	return OS_CALL(mremap(old, old_len, new_len, flags, new_addr));
 }
 
 static int os_madvise(void *addr, size_t len, int advice)
 {
-	return madvise(addr, len, advice);
+	return OS_CALL(madvise(addr, len, advice));
 }
 
 static int os_mlock(const void *addr, size_t len)
 {
-	return mlock(addr, len);
+	return OS_CALL(mlock(addr, len));
 }
 
 static int os_munlock(const void *addr, size_t len)
 {
-	return munlock(addr, len);
+	return OS_CALL(munlock(addr, len));
 }
 
 /* The raw system call: libnuma's wrapper would pull its own state in. */
@@ -97,6 +126,36 @@ static ssize_t os_pwrite(int fd, const void *buf, size_t len, off_t off)
 	return pwrite(fd, buf, len, off);
 }
 
+/*
+ * A new userfaultfd (heap lending, lend.c): the system call first, then
+ * /dev/userfaultfd, which an administrator can open to users that the
+ * system call refuses (vm.unprivileged_userfaultfd=0).  Never
+ * UFFD_USER_MODE_ONLY: faults taken by the kernel itself must block too.
+ */
+static int os_userfaultfd(int flags)
+{
+	int fd = (int)syscall(SYS_userfaultfd, flags), dev, err;
+
+	if (fd >= 0 || (errno != EPERM && errno != EACCES && errno != ENOSYS))
+		return fd;
+	err = errno;
+	dev = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC);
+	if (dev < 0) {
+		errno = err;
+		return -1;
+	}
+	fd = ioctl(dev, USERFAULTFD_IOC_NEW, flags);
+	err = errno;
+	ucma_os_close(dev);
+	errno = err;
+	return fd;
+}
+
+static int os_uffd_ioctl(int fd, unsigned long request, void *arg)
+{
+	return ioctl(fd, request, arg);
+}
+
 static long os_hugetlb_free_pages(size_t page_size)
 {
 	char path[96], buf[32];
@@ -130,6 +189,8 @@ struct ucma_os_ops ucma_os = {
 	.ftruncate = os_ftruncate,
 	.fallocate = os_fallocate,
 	.pwrite = os_pwrite,
+	.userfaultfd = os_userfaultfd,
+	.uffd_ioctl = os_uffd_ioctl,
 };
 
 void ucma_os_reset(void)
@@ -147,6 +208,16 @@ void ucma_os_reset(void)
 	ucma_os.ftruncate = os_ftruncate;
 	ucma_os.fallocate = os_fallocate;
 	ucma_os.pwrite = os_pwrite;
+	ucma_os.userfaultfd = os_userfaultfd;
+	ucma_os.uffd_ioctl = os_uffd_ioctl;
+}
+
+/* The raw system call: a preloaded close() keeps the program from closing
+ * the library's own descriptors (ucma_owns_fd()), and must not keep the
+ * library from closing them. */
+int ucma_os_close(int fd)
+{
+	return (int)syscall(SYS_close, fd);
 }
 
 long ucma_os_hugetlb_free_pages(size_t page_size)

@@ -13,6 +13,8 @@ UCMA_SOURCES = \
 	src/memevent.c \
 	src/buddy.c \
 	src/zone.c \
+	src/lend.h \
+	src/lend.c \
 	src/meta.c \
 	src/handle.h \
 	src/handle.c \

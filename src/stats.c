@@ -29,6 +29,7 @@
  */
 #include "internal.h"
 #include "frames.h"
+#include "lend.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -69,6 +70,15 @@ const char *const ucma_vmstat_names[UCMA_STAT_NR] = {
 	[UCMA_STAT_MEM_EVENT_MAP] = "mem_event_map",
 	[UCMA_STAT_MEM_EVENT_UNMAP] = "mem_event_unmap",
 	[UCMA_STAT_PHYS_CONTIG_MOVED] = "phys_contig_frames_moved",
+	[UCMA_STAT_LEND_HEAP_LENT] = "lend_heap_lent",
+	[UCMA_STAT_LEND_HEAP_RETURNED] = "lend_heap_returned",
+	[UCMA_STAT_LEND_HEAP_MIGRATED] = "lend_heap_migrated",
+	[UCMA_STAT_LEND_HEAP_BYTES_COPIED] = "lend_heap_bytes_copied",
+	[UCMA_STAT_LEND_HEAP_FALLBACK] = "lend_heap_fallback",
+	[UCMA_STAT_LEND_HEAP_MIGRATE_FAIL] = "lend_heap_migrate_fail",
+	[UCMA_STAT_LEND_HEAP_UNPREFAULTED] = "lend_heap_unprefaulted",
+	[UCMA_STAT_LEND_HEAP_FORK_EVACUATED] = "lend_heap_fork_evacuated",
+	[UCMA_STAT_LEND_HEAP_FORK_COPIED] = "lend_heap_fork_copied",
 };
 
 /* Names used inside statistic names (lower case) and in the tables. */
@@ -98,6 +108,22 @@ void ucma_stats_alloc_latency(uint64_t ns, bool migrated)
 	if (b >= LAT_BUCKETS)
 		b = LAT_BUCKETS - 1;
 	atomic_fetch_add_explicit(&lat_hist[migrated ? 1 : 0][b], 1, memory_order_relaxed);
+}
+
+/*
+ * Heap lending (lend.c): how long the writers of a piece of heap being
+ * taken back may have waited, from write-protection to wake-up; buckets
+ * as above.
+ */
+static _Atomic uint64_t stall_hist[LAT_BUCKETS];
+
+void ucma_stats_lend_stall(uint64_t ns)
+{
+	unsigned b = ns ? 63u - (unsigned)__builtin_clzll(ns) : 0;
+
+	if (b >= LAT_BUCKETS)
+		b = LAT_BUCKETS - 1;
+	atomic_fetch_add_explicit(&stall_hist[b], 1, memory_order_relaxed);
 }
 
 /*
@@ -499,6 +525,24 @@ static uint64_t get_latency(struct stats_snap *s, const struct stat_family *f, u
 	return pct == LAT_COUNT ? n : hist_percentile(h, pct);
 }
 
+static uint64_t get_stall(struct stats_snap *s, const struct stat_family *f, unsigned i,
+			  unsigned j)
+{
+	uint64_t h[LAT_BUCKETS], n = 0;
+
+	for (unsigned b = 0; b < LAT_BUCKETS; b++) {
+		h[b] = atomic_load_explicit(&stall_hist[b], memory_order_relaxed);
+		n += h[b];
+	}
+	return f->arg == LAT_COUNT ? n : hist_percentile(h, (unsigned)f->arg);
+}
+
+static uint64_t get_lend_borrowed(struct stats_snap *s, const struct stat_family *f, unsigned i,
+				  unsigned j)
+{
+	return ucma_lend_borrowed_now();
+}
+
 #define EV UCMA_STAT_F_EVENT
 #define MALLOC(name, field, fl) \
 	{ name, DIM_ONE, fl, false, get_malloc, offsetof(struct ucma_malloc_counters, field) }
@@ -532,6 +576,10 @@ static const struct stat_family stat_families[] = {
 	LAT("cma_alloc_migrate_latency_count", 0x100 | LAT_COUNT, EV),
 	LAT("cma_alloc_migrate_latency_p50_ns", 0x100 | 50, 0),
 	LAT("cma_alloc_migrate_latency_p99_ns", 0x100 | 99, 0),
+	{ "lend_heap_pageblocks", DIM_ONE, 0, true, get_lend_borrowed, 0 },
+	{ "lend_heap_stall_count", DIM_ONE, EV, false, get_stall, LAT_COUNT },
+	{ "lend_heap_stall_p50_ns", DIM_ONE, 0, false, get_stall, 50 },
+	{ "lend_heap_stall_p99_ns", DIM_ONE, 0, false, get_stall, 99 },
 	AREA("cma_%s_size", AREA_SIZE, 0),
 	AREA("cma_%s_used", AREA_USED, 0),
 	AREA("cma_%s_maxchunk", AREA_MAXCHUNK, 0),
@@ -840,6 +888,9 @@ static void print_pagetypeinfo(struct sink *k, struct stats_snap *s)
 			sink_printf(k, " %12llu", (unsigned long long)s->z[zi].pageblocks[mt]);
 		sink_printf(k, "\n");
 	}
+	/* Lent to the heap: CMA pageblocks whose frames back NORMAL ones. */
+	sink_printf(k, "%-23s %12llu\n", "CMA lent to the heap",
+		    (unsigned long long)ucma_lend_borrowed_now());
 }
 
 /* The kernel's debugfs cma/<area>/ files, one line per area (in pages). */

@@ -36,6 +36,15 @@
  * CMA areas on files (frames.c): their frames are the reservation, and
  * MADV_DONTNEED would not even free a shared page, only unmap it.
  *
+ * Heap lending (lend.c): an unmovable request that would break into a
+ * fresh NORMAL pageblock (wholly free and clean: no memory behind it yet)
+ * may have that pageblock backed by an idle CMA frame first.  Under the
+ * lock the pages are given back, a frame is reserved and the pageblock
+ * isolated; ucma_pages_alloc() then has lend.c map the frame with no lock
+ * held and tries again.  Purging skips borrowed pageblocks (their pages
+ * are the frame's, MADV_DONTNEED would not clear them) and gives the frame
+ * of a wholly free one back instead.
+ *
  * Locking: each zone's lock protects its free lists and the metadata of its
  * free pages and pageblocks (see struct ucma_zone).  Functions here take the
  * lock themselves; none holds two zone locks at once.
@@ -43,6 +52,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "lend.h"
 
 #include <errno.h>
 #include <string.h>
@@ -181,12 +191,95 @@ static uint32_t rmqueue(struct ucma_zone *z, unsigned order, unsigned gfp, bool 
 	return ucma_buddy_take_dirty(z, order, UCMA_MT_UNMOVABLE, dirty);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Isolation of one pageblock, and heap lending                              */
+/* ------------------------------------------------------------------------ */
+
+/* Isolate pageblock @b of @z (lock held): see ucma_isolate_range(). */
+static void isolate_pageblock_locked(struct ucma_zone *z, uint32_t b)
+{
+	struct ucma_pageblock *pb = &z->arena->blocks[b];
+	uint16_t n = pb->isolate_count;
+
+	/* Atomic store: slabs read the count without the zone lock. */
+	__atomic_store_n(&pb->isolate_count, (uint16_t)(n + 1), __ATOMIC_RELEASE);
+	if (n == 0) {
+		pb->saved_mt = pb->mt;
+		ucma_buddy_move_block_mt(z, b, UCMA_MT_ISOLATE);
+	}
+}
+
+void ucma_undo_isolate_locked(struct ucma_zone *z, uint32_t b)
+{
+	struct ucma_pageblock *pb = &z->arena->blocks[b];
+
+	if (pb->isolate_count == 0)
+		ucma_fatal("internal error: pageblock %u is not isolated", b);
+	__atomic_store_n(&pb->isolate_count, (uint16_t)(pb->isolate_count - 1), __ATOMIC_RELEASE);
+	if (pb->isolate_count == 0)
+		ucma_buddy_move_block_mt(z, b, pb->saved_mt);
+}
+
+/*
+ * Heap lending: fresh pageblock @b of NORMAL (wholly free and clean, or
+ * so once the @n pages taken at @taken are given back) is about to get
+ * its first pages.  When lend.c reserves a CMA frame for it, those pages
+ * go back, the pageblock is isolated, *@lend_pb says which, and the caller
+ * gives up this attempt.  Lock held.
+ */
+static bool lend_fresh(struct ucma_zone *z, uint32_t b, uint32_t taken, uint32_t n,
+		       uint32_t *lend_pb)
+{
+	if (ucma_lend_borrowed(z->arena, b) || !ucma_lend_reserve_locked(z->arena, b))
+		return false;
+	if (n)
+		ucma_buddy_free_clean_range(z, taken, n, false);
+	isolate_pageblock_locked(z, b);
+	*lend_pb = b;
+	return true;
+}
+
+/* The first fresh pageblock of the @n from @b that lending takes (lock held). */
+static bool lend_one_of(struct ucma_zone *z, uint32_t b, uint32_t n, uint32_t *lend_pb)
+{
+	for (uint32_t i = b; i < b + n; i++)
+		if (!(z->arena->pages[i << UCMA_PAGEBLOCK_ORDER].flags & UCMA_PF_DIRTY) &&
+		    lend_fresh(z, i, 0, 0, lend_pb))
+			return true;
+	return false;
+}
+
+/* The clean block of 2^@order pages just taken at @pfn broke into a
+ * pageblock that was all free before: lend it instead?  Lock held. */
+static bool lend_instead(struct ucma_zone *z, uint32_t pfn, unsigned order, uint32_t *lend_pb)
+{
+	uint32_t b = pfn >> UCMA_PAGEBLOCK_ORDER;
+
+	return z->arena->blocks[b].nr_free + (1u << order) == UCMA_PAGEBLOCK_PAGES &&
+	       lend_fresh(z, b, pfn, 1u << order, lend_pb);
+}
+
+void ucma_zone_set_free_dirty_locked(struct ucma_zone *z, uint32_t b, bool dirty)
+{
+	struct ucma_page *p = &z->arena->pages[b << UCMA_PAGEBLOCK_ORDER];
+
+	if (p->kind != UCMA_PK_FREE || p->order != UCMA_MAX_ORDER)
+		ucma_fatal("internal error: pageblock %u of zone %s is not wholly free", b, z->name);
+	if (dirty) {
+		p->flags |= UCMA_PF_DIRTY;
+		UCMA_PG_SET(p, aux, z->purge_epoch);
+	} else {
+		p->flags &= (uint8_t)~UCMA_PF_DIRTY;
+	}
+}
+
 /*
  * A run of more than one pageblock: whole free pageblocks of a type the
  * request may use, consecutive, not isolated.  Linear in pageblocks, which
  * is fine for requests this large.
  */
-static uint32_t alloc_pageblocks(struct ucma_zone *z, uint32_t npages, unsigned gfp, bool *dirty)
+static uint32_t alloc_pageblocks(struct ucma_zone *z, uint32_t npages, unsigned gfp, bool *dirty,
+				 uint32_t *lend_pb)
 {
 	struct ucma_arena *a = z->arena;
 	uint32_t need = (npages + UCMA_PAGEBLOCK_PAGES - 1) >> UCMA_PAGEBLOCK_ORDER;
@@ -209,6 +302,8 @@ static uint32_t alloc_pageblocks(struct ucma_zone *z, uint32_t npages, unsigned 
 
 		uint32_t start = (b + 1 - need) << UCMA_PAGEBLOCK_ORDER;
 
+		if (lend_pb && lend_one_of(z, start >> UCMA_PAGEBLOCK_ORDER, need, lend_pb))
+			return UCMA_PFN_NONE;
 		to = z->id == UCMA_ZONE_CMA ? UCMA_MT_CMA :
 		     (gfp & UCMA_GFP_MOVABLE) ? UCMA_MT_MOVABLE : UCMA_MT_UNMOVABLE;
 		*dirty = false;
@@ -261,7 +356,12 @@ static void thp_grow(struct ucma_zone *z)
 			 z->name, strerror(errno));
 }
 
-uint32_t ucma_pages_alloc_zone(struct ucma_zone *z, uint32_t npages, unsigned gfp)
+/*
+ * A run of @npages from zone @z.  With @lend_pb (unmovable requests in
+ * NORMAL), a fresh pageblock may be reserved for lending instead: then
+ * UCMA_PFN_NONE with *@lend_pb set (see ucma_pages_alloc()).
+ */
+static uint32_t alloc_zone(struct ucma_zone *z, uint32_t npages, unsigned gfp, uint32_t *lend_pb)
 {
 	struct ucma_arena *a = z->arena;
 	bool dirty = true, wake = false, grow = false;
@@ -274,7 +374,7 @@ uint32_t ucma_pages_alloc_zone(struct ucma_zone *z, uint32_t npages, unsigned gf
 
 	pthread_mutex_lock(&z->lock);
 	if (npages > UCMA_PAGEBLOCK_PAGES) {
-		pfn = alloc_pageblocks(z, npages, gfp, &dirty);
+		pfn = alloc_pageblocks(z, npages, gfp, &dirty, lend_pb);
 		if (pfn != UCMA_PFN_NONE) {
 			uint32_t span = UCMA_ALIGN_UP(npages, UCMA_PAGEBLOCK_PAGES);
 
@@ -285,7 +385,10 @@ uint32_t ucma_pages_alloc_zone(struct ucma_zone *z, uint32_t npages, unsigned gf
 		unsigned order = order_for(npages);
 
 		pfn = rmqueue(z, order, gfp, &dirty);
-		if (pfn != UCMA_PFN_NONE && (1u << order) > npages)
+		if (pfn != UCMA_PFN_NONE && lend_pb && !dirty &&
+		    lend_instead(z, pfn, order, lend_pb))
+			pfn = UCMA_PFN_NONE;
+		else if (pfn != UCMA_PFN_NONE && (1u << order) > npages)
 			ucma_buddy_free_clean_range(z, pfn + npages, (1u << order) - npages, dirty);
 	}
 	if (pfn != UCMA_PFN_NONE) {
@@ -315,6 +418,34 @@ uint32_t ucma_pages_alloc_zone(struct ucma_zone *z, uint32_t npages, unsigned gf
 	return pfn;
 }
 
+uint32_t ucma_pages_alloc_zone(struct ucma_zone *z, uint32_t npages, unsigned gfp)
+{
+	return alloc_zone(z, npages, gfp, NULL);
+}
+
+/*
+ * NORMAL, for any request.  An unmovable one that would break into a
+ * fresh pageblock may have it backed by a CMA frame first: lend.c maps the
+ * frame with no lock held (so memory events can be delivered) and the
+ * request is tried again.  Each round lends one more pageblock or
+ * allocates, so the loop ends; a failed lending is not tried again here.
+ */
+static uint32_t alloc_normal(struct ucma_arena *a, uint32_t npages, unsigned gfp)
+{
+	struct ucma_zone *z = &a->zones[UCMA_ZONE_NORMAL];
+	bool lend = !(gfp & UCMA_GFP_MOVABLE);
+
+	for (;;) {
+		uint32_t lend_pb = UCMA_PFN_NONE;
+		uint32_t pfn = alloc_zone(z, npages, gfp, lend ? &lend_pb : NULL);
+
+		if (pfn != UCMA_PFN_NONE || lend_pb == UCMA_PFN_NONE)
+			return pfn;
+		if (!ucma_lend_commit(a, lend_pb))
+			lend = false;
+	}
+}
+
 uint32_t ucma_pages_alloc(struct ucma_arena *a, uint32_t npages, unsigned gfp)
 {
 	uint32_t pfn = UCMA_PFN_NONE;
@@ -324,10 +455,10 @@ uint32_t ucma_pages_alloc(struct ucma_arena *a, uint32_t npages, unsigned gfp)
 		return UCMA_PFN_NONE;
 	}
 	if ((gfp & UCMA_GFP_MOVABLE) && !(gfp & UCMA_GFP_NO_CMA) &&
-	    ucma_opt.cma_policy == UCMA_CMA_LEND)
+	    ucma_opt.cma_policy != UCMA_CMA_RESERVED)
 		pfn = ucma_pages_alloc_zone(&a->zones[UCMA_ZONE_CMA], npages, gfp);
 	if (pfn == UCMA_PFN_NONE)
-		pfn = ucma_pages_alloc_zone(&a->zones[UCMA_ZONE_NORMAL], npages, gfp);
+		pfn = alloc_normal(a, npages, gfp);
 	if (pfn == UCMA_PFN_NONE) {
 		ucma_count(UCMA_STAT_PAGE_ALLOC_FAIL, 1);
 		errno = ENOMEM;
@@ -473,7 +604,7 @@ uint32_t ucma_pages_alloc_in(struct ucma_arena *a, uint32_t npages, unsigned gfp
 		return UCMA_PFN_NONE;
 	}
 	if ((gfp & UCMA_GFP_MOVABLE) && !(gfp & UCMA_GFP_NO_CMA) &&
-	    ucma_opt.cma_policy == UCMA_CMA_LEND)
+	    ucma_opt.cma_policy != UCMA_CMA_RESERVED)
 		zonelist[nz++] = UCMA_ZONE_CMA;
 	zonelist[nz++] = UCMA_ZONE_NORMAL;
 	for (int i = 0; i < nz; i++) {
@@ -527,13 +658,12 @@ uint32_t ucma_pages_alloc_avoid(struct ucma_arena *a, uint32_t npages, unsigned 
 	return pfn;
 }
 
-void ucma_pages_free(struct ucma_arena *a, uint32_t pfn)
+void ucma_pages_free_locked(struct ucma_zone *z, uint32_t pfn)
 {
-	struct ucma_zone *z = ucma_pfn_zone(a, pfn);
+	struct ucma_arena *a = z->arena;
 	struct ucma_page *head = &a->pages[pfn];
 	uint32_t npages;
 
-	pthread_mutex_lock(&z->lock);
 	if (head->kind != UCMA_PK_RUN)
 		ucma_fatal("internal error: freeing page %u which is no run head", pfn);
 	npages = head->aux;
@@ -545,6 +675,14 @@ void ucma_pages_free(struct ucma_arena *a, uint32_t pfn)
 	}
 	pages_poison(a, pfn, npages);
 	ucma_buddy_free_range(z, pfn, npages);
+}
+
+void ucma_pages_free(struct ucma_arena *a, uint32_t pfn)
+{
+	struct ucma_zone *z = ucma_pfn_zone(a, pfn);
+
+	pthread_mutex_lock(&z->lock);
+	ucma_pages_free_locked(z, pfn);
 	pthread_mutex_unlock(&z->lock);
 	ucma_count(UCMA_STAT_PAGE_FREE, 1);
 	maybe_purge(z);
@@ -636,17 +774,8 @@ int ucma_isolate_range(struct ucma_arena *a, uint32_t start, uint32_t end)
 		return -1;
 	}
 	pthread_mutex_lock(&z->lock);
-	for (uint32_t b = start >> UCMA_PAGEBLOCK_ORDER; b < end >> UCMA_PAGEBLOCK_ORDER; b++) {
-		struct ucma_pageblock *pb = &a->blocks[b];
-		uint16_t n = pb->isolate_count;
-
-		/* Atomic store: slabs read the count without the zone lock. */
-		__atomic_store_n(&pb->isolate_count, (uint16_t)(n + 1), __ATOMIC_RELEASE);
-		if (n == 0) {
-			pb->saved_mt = pb->mt;
-			ucma_buddy_move_block_mt(z, b, UCMA_MT_ISOLATE);
-		}
-	}
+	for (uint32_t b = start >> UCMA_PAGEBLOCK_ORDER; b < end >> UCMA_PAGEBLOCK_ORDER; b++)
+		isolate_pageblock_locked(z, b);
 	pthread_mutex_unlock(&z->lock);
 	return 0;
 }
@@ -656,16 +785,8 @@ void ucma_undo_isolate_range(struct ucma_arena *a, uint32_t start, uint32_t end)
 	struct ucma_zone *z = ucma_pfn_zone(a, start);
 
 	pthread_mutex_lock(&z->lock);
-	for (uint32_t b = start >> UCMA_PAGEBLOCK_ORDER; b < end >> UCMA_PAGEBLOCK_ORDER; b++) {
-		struct ucma_pageblock *pb = &a->blocks[b];
-
-		if (pb->isolate_count == 0)
-			ucma_fatal("internal error: pageblock %u is not isolated", b);
-		__atomic_store_n(&pb->isolate_count, (uint16_t)(pb->isolate_count - 1),
-				 __ATOMIC_RELEASE);
-		if (pb->isolate_count == 0)
-			ucma_buddy_move_block_mt(z, b, pb->saved_mt);
-	}
+	for (uint32_t b = start >> UCMA_PAGEBLOCK_ORDER; b < end >> UCMA_PAGEBLOCK_ORDER; b++)
+		ucma_undo_isolate_locked(z, b);
 	pthread_mutex_unlock(&z->lock);
 }
 
@@ -723,6 +844,39 @@ int ucma_claim_free_range(struct ucma_arena *a, uint32_t start, uint32_t end, in
 	pages_unpoison(a, start, end - start);
 	ucma_run_set_owner(a, start, owner_type, owner);
 	return 0;
+}
+
+/*
+ * ucma_zone_take_free_pageblock() - the highest wholly free pageblock of
+ * the CMA zone @z that @usable accepts (isolated ones are on no list it
+ * looks at) as one allocated run of (@owner_type, @owner).  Highest: the
+ * lowest runs stay for ucma_alloc(), which looks there first.  *@dirty:
+ * whether its pages may hold old data.  Returns its first pfn, or
+ * UCMA_PFN_NONE.  Takes the zone lock (callers may hold NORMAL's).
+ */
+uint32_t ucma_zone_take_free_pageblock(struct ucma_zone *z,
+				       bool (*usable)(const struct ucma_arena *a, uint32_t pfn),
+				       int owner_type, uint64_t owner, bool *dirty)
+{
+	struct ucma_arena *a = z->arena;
+	uint32_t best = UCMA_PFN_NONE;
+
+	pthread_mutex_lock(&z->lock);
+	for (uint32_t pfn = z->free_area[UCMA_MAX_ORDER].head[UCMA_MT_CMA]; pfn != UCMA_PFN_NONE;
+	     pfn = a->pages[pfn].link.next)
+		if ((best == UCMA_PFN_NONE || pfn > best) && usable(a, pfn))
+			best = pfn;
+	if (best != UCMA_PFN_NONE) {
+		*dirty = a->pages[best].flags & UCMA_PF_DIRTY;
+		if (!ucma_buddy_take_range(z, best, best + UCMA_PAGEBLOCK_PAGES))
+			ucma_fatal("internal error: free pageblock %u is not free", best);
+		set_run(a, best, UCMA_PAGEBLOCK_PAGES, false);
+		ucma_run_set_owner(a, best, owner_type, owner);
+	}
+	pthread_mutex_unlock(&z->lock);
+	if (best != UCMA_PFN_NONE)
+		pages_unpoison(a, best, UCMA_PAGEBLOCK_PAGES);
+	return best;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -887,6 +1041,14 @@ void ucma_zone_purge(struct ucma_zone *z, bool all)
 			     pfn = a->pages[pfn].link.next) {
 				struct ucma_page *p = &a->pages[pfn];
 
+				/* A borrowed pageblock's pages are a frame's:
+				 * a wholly free one gives the frame back. */
+				if (ucma_lend_borrowed(a, pfn >> UCMA_PAGEBLOCK_ORDER)) {
+					if (o == UCMA_MAX_ORDER)
+						ucma_lend_return_free_locked(
+							z, pfn >> UCMA_PAGEBLOCK_ORDER);
+					continue;
+				}
 				if (!(p->flags & UCMA_PF_DIRTY) || (!all && p->aux >= epoch))
 					continue;
 				if (ucma_os.madvise(ucma_pfn_to_addr(a, pfn),

@@ -215,4 +215,27 @@ static inline uint64_t tu_rand(uint64_t *s)
 	return x * 2685821657736338717ull;
 }
 
+/* Is @addr mapped from a file of the library (a CMA frame: its memfds are
+ * named "ucma:...")?  Read from /proc/self/maps. */
+static inline int tu_on_frame(const void *addr)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	int found = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+
+		if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && (uintptr_t)addr >= lo &&
+		    (uintptr_t)addr < hi) {
+			found = strstr(line, "ucma:") != NULL;
+			break;
+		}
+	}
+	fclose(f);
+	return found;
+}
+
 #endif /* UCMA_TESTUTIL_H */

@@ -27,3 +27,18 @@ tests_bench_bench_handles_LDADD = libucma.la -lpthread
 bench: bench-handles
 bench-handles: tests/bench/bench_handles$(EXEEXT)
 	UCMA_COMPACT=0 ./tests/bench/bench_handles$(EXEEXT)
+
+## The ZONE_CMA experiment for an unmodified program: heap lending on and
+## off under LD_PRELOAD.  heap_lend_workload links nothing of ucma.
+## `make bench-heap-lend`.
+check_PROGRAMS += tests/bench/heap_lend_workload
+tests_bench_heap_lend_workload_SOURCES = tests/bench/heap_lend_workload.c
+tests_bench_heap_lend_workload_CPPFLAGS =
+tests_bench_heap_lend_workload_LDADD = -ldl
+tests_bench_heap_lend_workload_LDFLAGS = -no-install
+EXTRA_DIST += tests/bench/heap_lend.sh
+
+.PHONY: bench-heap-lend
+bench: bench-heap-lend
+bench-heap-lend: tests/bench/heap_lend_workload$(EXEEXT) libucma-preload.la
+	top_builddir=$(top_builddir) $(SHELL) $(top_srcdir)/tests/bench/heap_lend.sh

@@ -15,6 +15,13 @@ tests_integration_preload_check_CFLAGS = $(AM_CFLAGS) -fno-builtin
 tests_integration_preload_check_LDADD = libucma.la -ldl
 tests_integration_preload_check_LDFLAGS = -no-install
 
+check_PROGRAMS += tests/integration/preload_longterm
+tests_integration_preload_longterm_SOURCES = tests/integration/preload_longterm.c
+tests_integration_preload_longterm_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests
+tests_integration_preload_longterm_CFLAGS = $(AM_CFLAGS) $(URING_CFLAGS) -fno-builtin
+tests_integration_preload_longterm_LDADD = libucma.la $(URING_LIBS)
+tests_integration_preload_longterm_LDFLAGS = -no-install
+
 check_PROGRAMS += tests/integration/fork_threads tests/integration/cxx_workload
 tests_integration_fork_threads_SOURCES = tests/integration/fork_threads.c
 tests_integration_fork_threads_CFLAGS = $(AM_CFLAGS) -fno-builtin
@@ -23,6 +30,7 @@ tests_integration_cxx_workload_CXXFLAGS = $(AM_CXXFLAGS) -std=gnu++17 -Wall -Wex
 
 TESTS += \
 	tests/integration/preload_api.sh \
+	tests/integration/preload_longterm.sh \
 	tests/integration/preload_contig.sh \
 	tests/integration/preload_python.sh \
 	tests/integration/preload_tools.sh \
@@ -31,6 +39,7 @@ EXTRA_DIST += \
 	tests/integration/common.sh \
 	tests/integration/py_workload.py \
 	tests/integration/preload_api.sh \
+	tests/integration/preload_longterm.sh \
 	tests/integration/preload_contig.sh \
 	tests/integration/preload_python.sh \
 	tests/integration/preload_tools.sh \

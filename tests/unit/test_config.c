@@ -294,8 +294,9 @@ static void test_words(void)
 
 	GOOD("UCMA_CMA_POLICY", "reserved", o.cma_policy == UCMA_CMA_RESERVED);
 	GOOD("UCMA_CMA_POLICY", "LEND", o.cma_policy == UCMA_CMA_LEND);
+	GOOD("UCMA_CMA_POLICY", "lend-handles", o.cma_policy == UCMA_CMA_LEND_HANDLES);
 	BAD("UCMA_CMA_POLICY", "borrow", o.cma_policy == UCMA_CMA_LEND,
-	    "unknown value (accepted: lend or reserved); using lend");
+	    "unknown value (accepted: lend, lend-handles or reserved); using lend");
 }
 
 static void test_node(void)

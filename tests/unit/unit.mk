@@ -23,3 +23,10 @@ check_PROGRAMS += tests/unit/test_frames
 TESTS += tests/unit/test_frames
 tests_unit_test_frames_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_frames_LDADD = $(TEST_LDADD)
+
+## Heap lending: CMA frames behind the malloc heap, taken back with
+## userfaultfd write-protection (lend.c).
+check_PROGRAMS += tests/unit/test_lend
+TESTS += tests/unit/test_lend
+tests_unit_test_lend_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_lend_LDADD = $(TEST_LDADD)

@@ -1,0 +1,386 @@
+/*
+ * longterm.c - the calls that hand malloc memory to the kernel for good,
+ * interposed so that memory never lies on a CMA frame lent to the heap.
+ *
+ * With UCMA_CMA_POLICY=lend a pageblock of the heap may be backed by a
+ * frame of a CMA area, and ucma_alloc() takes the frame back by copying
+ * the data to memory of its own at the same address (lend.c).  That is
+ * only sound while nobody but the program's threads reaches the memory
+ * through its virtual address.  Memory that the kernel keeps using after
+ * the call returns is reached through the frame instead: an io_uring fixed
+ * buffer is pinned, and the kernel's next READ_FIXED would write into the
+ * old frame after the copy (measured: the data was lost).  Locked memory
+ * is the program's promise to itself that its pages stay put, and a remap
+ * at the address would drop the lock.  So before forwarding these calls,
+ * every lent pageblock the range touches is taken back (ucma_unlend()),
+ * the kernel's rule for long-term pins (lesson 3 of DESIGN.md):
+ *   mlock, mlock2             the range;
+ *   mlockall                  everything, and nothing is lent afterwards
+ *                             (ucma_unlend_all(); MCL_FUTURE would lock
+ *                             frames mapped later);
+ *   io_uring_register         IORING_REGISTER_BUFFERS, _BUFFERS2 and
+ *                             _BUFFERS_UPDATE: each iovec; _PBUF_RING: the
+ *                             ring, unless the kernel allocates it;
+ *   syscall()                 the same calls by number;
+ *   liburing                  io_uring_register_buffers() and its kin and
+ *                             io_uring_register(): liburing makes its
+ *                             system calls itself, not through syscall().
+ * When a pageblock cannot be taken back, the call fails (EAGAIN for the
+ * mlock family, ENOMEM for mlockall, EBUSY for io_uring) rather than pin
+ * memory that a later ucma_alloc() would copy away under the kernel.
+ *
+ * The library's own calls come here too (the preload library binds its
+ * calls to its own definitions, preload.mk): ucma_unlend() ignores them
+ * (ucma_os_in_call()), and the real calls are made with the system call
+ * instruction, so nothing here needs dlsym() or the C library while the
+ * library starts (its first syscall() can come from the first malloc,
+ * before libc is ready).  Where that instruction is not written out
+ * (architectures other than x86-64 and AArch64) none of this is compiled,
+ * and ucma(7) says so.  What cannot be seen here at all (a driver's
+ * ioctl(), ibv_reg_mr(), statically linked libraries) is listed in
+ * ucma_unlend(3); UCMA_CMA_POLICY=lend-handles is the setting for such
+ * programs.
+ *
+ * Locking: none here; ucma_unlend() takes what it needs.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "config.h"
+
+#if defined(__x86_64__) || defined(__aarch64__)
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <linux/io_uring.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "ucma.h"
+
+#define LONGTERM_EXPORT __attribute__((visibility("default")))
+
+/* Opcodes and flags of newer kernels than some headers know. */
+#ifndef IORING_REGISTER_USE_REGISTERED_RING
+#define IORING_REGISTER_USE_REGISTERED_RING (1U << 31)
+#endif
+#define IOU_PBUF_RING_MMAP_FLAG 1	/* IOU_PBUF_RING_MMAP, Linux 6.4 */
+
+/* struct io_uring_buf_reg as the kernel reads it: headers older than 6.4
+ * call the flags field "pad". */
+struct pbuf_ring_reg {
+	uint64_t ring_addr;
+	uint32_t ring_entries;
+	uint16_t bgid;
+	uint16_t flags;
+	uint64_t resv[3];
+};
+_Static_assert(sizeof(struct pbuf_ring_reg) == sizeof(struct io_uring_buf_reg),
+	       "struct io_uring_buf_reg changed");
+
+/* The system call @nr with six arguments, the kernel's result (-errno on
+ * failure): what syscall() does, without the C library. */
+static long raw_syscall6(long nr, long a1, long a2, long a3, long a4, long a5, long a6)
+{
+#if defined(__x86_64__)
+	register long r10 __asm__("r10") = a4;
+	register long r8 __asm__("r8") = a5;
+	register long r9 __asm__("r9") = a6;
+	long ret;
+
+	__asm__ volatile("syscall"
+			 : "=a"(ret)
+			 : "a"(nr), "D"(a1), "S"(a2), "d"(a3), "r"(r10), "r"(r8), "r"(r9)
+			 : "rcx", "r11", "memory");
+	return ret;
+#else
+	register long x8 __asm__("x8") = nr;
+	register long x0 __asm__("x0") = a1;
+	register long x1 __asm__("x1") = a2;
+	register long x2 __asm__("x2") = a3;
+	register long x3 __asm__("x3") = a4;
+	register long x4 __asm__("x4") = a5;
+	register long x5 __asm__("x5") = a6;
+
+	__asm__ volatile("svc 0"
+			 : "+r"(x0)
+			 : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5)
+			 : "memory", "cc");
+	return x0;
+#endif
+}
+
+/* A kernel result as the C library returns it: -1 and errno. */
+static long libc_result(long ret)
+{
+	if (ret < 0 && ret > -4096) {
+		errno = (int)-ret;
+		return -1;
+	}
+	return ret;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Reading the program's descriptions of its buffers                         */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Copy @len bytes of the program's memory at @src to @dst, as the kernel
+ * would read them: false with EFAULT when the address is bad (the kernel
+ * then refuses the call itself, so the caller forwards it), never a crash.
+ * process_vm_readv() on oneself is always permitted; where it is not
+ * available (seccomp), the memory is read directly.
+ */
+static bool read_user(void *dst, const void *src, size_t len)
+{
+	struct iovec local = { dst, len }, remote = { (void *)src, len };
+	long n = raw_syscall6(SYS_process_vm_readv, raw_syscall6(SYS_getpid, 0, 0, 0, 0, 0, 0),
+			      (long)&local, 1, (long)&remote, 1, 0);
+
+	if (n == (long)len)
+		return true;
+	if (n == -EFAULT || (n >= 0 && n < (long)len)) {
+		errno = EFAULT;
+		return false;
+	}
+	for (size_t i = 0; i < len; i++)
+		((volatile char *)dst)[i] = ((const volatile char *)src)[i];
+	return true;
+}
+
+/* How an unlend of the program's buffers ended. */
+enum unlend_result {
+	UNLEND_DONE,	/* nothing of them is lent now: forward the call */
+	UNLEND_BAD,	/* the description cannot be read: forward, the kernel says EFAULT */
+	UNLEND_FAILED	/* a pageblock stays lent (errno set): refuse the call */
+};
+
+/* Unlend the buffers of @nr iovecs at @uiov. */
+static enum unlend_result unlend_iovecs(const struct iovec *uiov, unsigned long nr)
+{
+	struct iovec v[32];
+
+	for (unsigned long i = 0; i < nr;) {
+		size_t n = nr - i < 32 ? nr - i : 32;
+
+		if (!read_user(v, uiov + i, n * sizeof(v[0])))
+			return UNLEND_BAD;
+		for (size_t k = 0; k < n; k++)
+			if (v[k].iov_base && v[k].iov_len &&
+			    ucma_unlend(v[k].iov_base, v[k].iov_len) != 0)
+				return UNLEND_FAILED;
+		i += n;
+	}
+	return UNLEND_DONE;
+}
+
+/*
+ * What io_uring_register(@opcode, @arg, @nr_args) will pin, unlent first.
+ * Buffers are given as iovecs (REGISTER_BUFFERS), or through a struct
+ * naming them (BUFFERS2, BUFFERS_UPDATE); a provided-buffer ring is pinned
+ * itself unless the kernel allocates it (IOU_PBUF_RING_MMAP).
+ */
+static enum unlend_result unlend_io_uring(unsigned opcode, const void *arg, unsigned nr_args)
+{
+	switch (opcode & ~IORING_REGISTER_USE_REGISTERED_RING) {
+	case IORING_REGISTER_BUFFERS:
+		return arg ? unlend_iovecs(arg, nr_args) : UNLEND_DONE;
+	case IORING_REGISTER_BUFFERS2: {
+		struct io_uring_rsrc_register r;
+
+		if (nr_args != sizeof(r) || !read_user(&r, arg, sizeof(r)))
+			return UNLEND_BAD;
+		return r.data ? unlend_iovecs((const void *)(uintptr_t)r.data, r.nr) : UNLEND_DONE;
+	}
+	case IORING_REGISTER_BUFFERS_UPDATE: {
+		struct io_uring_rsrc_update2 u;
+
+		if (nr_args != sizeof(u) || !read_user(&u, arg, sizeof(u)))
+			return UNLEND_BAD;
+		return u.data ? unlend_iovecs((const void *)(uintptr_t)u.data, u.nr) : UNLEND_DONE;
+	}
+	case IORING_REGISTER_PBUF_RING: {
+		struct pbuf_ring_reg reg;
+
+		if (!read_user(&reg, arg, sizeof(reg)))
+			return UNLEND_BAD;
+		if ((reg.flags & IOU_PBUF_RING_MMAP_FLAG) || !reg.ring_addr || !reg.ring_entries)
+			return UNLEND_DONE;
+		return ucma_unlend((const void *)(uintptr_t)reg.ring_addr,
+				   (size_t)reg.ring_entries * sizeof(struct io_uring_buf)) == 0 ?
+			       UNLEND_DONE : UNLEND_FAILED;
+	}
+	default:
+		return UNLEND_DONE;
+	}
+}
+
+/* ------------------------------------------------------------------------ */
+/* The interposed calls                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* mlock() and mlock2(): the range first; refused with EAGAIN ("could not
+ * be locked") when it stays lent. */
+static long mlock_range(long nr, const void *addr, size_t len, long flags)
+{
+	if (len && ucma_unlend(addr, len) != 0) {
+		errno = EAGAIN;
+		return -1;
+	}
+	return libc_result(raw_syscall6(nr, (long)addr, (long)len, flags, 0, 0, 0));
+}
+
+static long mlock_all(int flags)
+{
+	if (ucma_unlend_all() != 0) {
+		errno = ENOMEM;
+		return -1;
+	}
+	return libc_result(raw_syscall6(SYS_mlockall, flags, 0, 0, 0, 0, 0));
+}
+
+/* The raw io_uring_register(2): the kernel's result, -errno on failure. */
+static long io_uring_register_raw(long fd, unsigned opcode, const void *arg, unsigned nr_args)
+{
+	if (unlend_io_uring(opcode, arg, nr_args) == UNLEND_FAILED)
+		return -EBUSY;
+	return raw_syscall6(SYS_io_uring_register, fd, opcode, (long)arg, nr_args, 0, 0);
+}
+
+LONGTERM_EXPORT int mlock(const void *addr, size_t len)
+{
+	return (int)mlock_range(SYS_mlock, addr, len, 0);
+}
+
+LONGTERM_EXPORT int mlock2(const void *addr, size_t len, unsigned int flags)
+{
+	return (int)mlock_range(SYS_mlock2, addr, len, flags);
+}
+
+LONGTERM_EXPORT int mlockall(int flags)
+{
+	return (int)mlock_all(flags);
+}
+
+/*
+ * syscall(): the calls above by number, everything else forwarded as is.
+ * Like the C library's, it reads six arguments whatever the call takes.
+ */
+LONGTERM_EXPORT long syscall(long nr, ...)
+{
+	long a[6];
+	va_list ap;
+
+	va_start(ap, nr);
+	for (int i = 0; i < 6; i++)
+		a[i] = va_arg(ap, long);
+	va_end(ap);
+	switch (nr) {
+	case SYS_mlock:
+	case SYS_mlock2:
+		return mlock_range(nr, (const void *)a[0], (size_t)a[1], a[2]);
+	case SYS_mlockall:
+		return mlock_all((int)a[0]);
+	case SYS_io_uring_register:
+		return libc_result(io_uring_register_raw(a[0], (unsigned)a[1], (const void *)a[2],
+							 (unsigned)a[3]));
+	default:
+		return libc_result(raw_syscall6(nr, a[0], a[1], a[2], a[3], a[4], a[5]));
+	}
+}
+
+/* ------------------------------------------------------------------------ */
+/* liburing                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * liburing's functions take a struct io_uring whose layout is liburing's
+ * business; rather than read the ring's descriptor out of it, these unlend
+ * the buffers they are given and call liburing's own function (found once
+ * the program calls it, long after start-up, so dlsym() is safe).  They
+ * return what liburing returns: -errno on failure.
+ */
+struct io_uring;
+
+static void *liburing_fn(const char *name)
+{
+	return dlsym(RTLD_NEXT, name);
+}
+
+#define LIBURING_CALL(type, name, ...)                                             \
+	do {                                                                       \
+		type fn = (type)liburing_fn(name);                                \
+		return fn ? fn(__VA_ARGS__) : -ENOSYS;                             \
+	} while (0)
+
+typedef int (*register_buffers_fn)(struct io_uring *, const struct iovec *, unsigned);
+typedef int (*register_buffers_tags_fn)(struct io_uring *, const struct iovec *,
+					const uint64_t *, unsigned);
+typedef int (*register_buffers_update_tag_fn)(struct io_uring *, unsigned,
+					      const struct iovec *, const uint64_t *, unsigned);
+typedef int (*register_buf_ring_fn)(struct io_uring *, struct io_uring_buf_reg *, unsigned);
+typedef int (*register_fn)(unsigned, unsigned, const void *, unsigned);
+
+/* liburing.h's declarations, which this file does not include (it would
+ * tie the build to liburing; the layout of struct io_uring is not used). */
+int io_uring_register_buffers(struct io_uring *ring, const struct iovec *iovecs,
+			      unsigned nr_iovecs);
+int io_uring_register_buffers_tags(struct io_uring *ring, const struct iovec *iovecs,
+				   const uint64_t *tags, unsigned nr);
+int io_uring_register_buffers_update_tag(struct io_uring *ring, unsigned off,
+					 const struct iovec *iovecs, const uint64_t *tags,
+					 unsigned nr);
+int io_uring_register_buf_ring(struct io_uring *ring, struct io_uring_buf_reg *reg,
+			       unsigned flags);
+int io_uring_register(unsigned fd, unsigned opcode, const void *arg, unsigned nr_args);
+
+LONGTERM_EXPORT int io_uring_register_buffers(struct io_uring *ring, const struct iovec *iovecs,
+					      unsigned nr_iovecs)
+{
+	if (unlend_iovecs(iovecs, nr_iovecs) == UNLEND_FAILED)
+		return -EBUSY;
+	LIBURING_CALL(register_buffers_fn, "io_uring_register_buffers", ring, iovecs, nr_iovecs);
+}
+
+LONGTERM_EXPORT int io_uring_register_buffers_tags(struct io_uring *ring,
+						   const struct iovec *iovecs,
+						   const uint64_t *tags, unsigned nr)
+{
+	if (unlend_iovecs(iovecs, nr) == UNLEND_FAILED)
+		return -EBUSY;
+	LIBURING_CALL(register_buffers_tags_fn, "io_uring_register_buffers_tags", ring, iovecs,
+		      tags, nr);
+}
+
+LONGTERM_EXPORT int io_uring_register_buffers_update_tag(struct io_uring *ring, unsigned off,
+							 const struct iovec *iovecs,
+							 const uint64_t *tags, unsigned nr)
+{
+	if (unlend_iovecs(iovecs, nr) == UNLEND_FAILED)
+		return -EBUSY;
+	LIBURING_CALL(register_buffers_update_tag_fn, "io_uring_register_buffers_update_tag",
+		      ring, off, iovecs, tags, nr);
+}
+
+LONGTERM_EXPORT int io_uring_register_buf_ring(struct io_uring *ring,
+					       struct io_uring_buf_reg *reg, unsigned flags)
+{
+	if (unlend_io_uring(IORING_REGISTER_PBUF_RING, reg, 1) == UNLEND_FAILED)
+		return -EBUSY;
+	LIBURING_CALL(register_buf_ring_fn, "io_uring_register_buf_ring", ring, reg, flags);
+}
+
+LONGTERM_EXPORT int io_uring_register(unsigned fd, unsigned opcode, const void *arg,
+				      unsigned nr_args)
+{
+	if (unlend_io_uring(opcode, arg, nr_args) == UNLEND_FAILED)
+		return -EBUSY;
+	LIBURING_CALL(register_fn, "io_uring_register", fd, opcode, arg, nr_args);
+}
+
+#endif /* __x86_64__ || __aarch64__ */

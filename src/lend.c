@@ -1,0 +1,931 @@
+/*
+ * lend.c - lending the idle frames of the CMA areas to the malloc heap,
+ * and taking them back when ucma_alloc() needs them.
+ *
+ * Under LD_PRELOAD every malloc block is unmovable (the program holds raw
+ * pointers), so without this the memory reserved for device buffers sits
+ * idle beside the heap, as with a static reservation.  With it, the heap's
+ * address never changes but the frame behind it may: a 2 MiB pageblock of
+ * the NORMAL zone can be backed by a frame of a CMA area (frames.c maps it
+ * there MAP_SHARED | MAP_FIXED), and is given memory of its own again,
+ * contents and address unchanged, when the frame is wanted back.
+ *
+ * Lending (zone.c asks, under the NORMAL zone lock): a request of the
+ * malloc family that would break into a fresh NORMAL pageblock (wholly
+ * free and clean, so nothing is behind it yet) takes a free CMA pageblock
+ * whose area has 2 MiB frames instead, as an allocated run of the CMA zone
+ * owned by UCMA_OWN_LENT; the NORMAL pageblock is isolated and its state
+ * here says "reserved".  An UNMAP event for the frame's own range is
+ * posted.  Once no lock is held (ucma_lend_commit()): the event is
+ * delivered, the frame is mapped at the heap's address, populated, and
+ * the pageblock's state says "borrowed"; then the isolation ends and the
+ * request is tried again.  A frame that may hold old data makes the
+ * pageblock's free pages dirty, so calloc() zeroes what it hands out.
+ *
+ * Taking back (ucma_alloc() via cma.c, ucma_unlend(), fork): a borrowed
+ * pageblock that is wholly free gets fresh private memory at once, nothing
+ * to copy.  Otherwise: a private staging mapping is made and prefaulted
+ * (MADV_POPULATE_WRITE), a userfaultfd is opened and the pageblock
+ * registered with it (UFFDIO_REGISTER_MODE_WP; UFFD_FEATURE_WP_UNPOPULATED,
+ * or a store to a page never touched would slip through), then, piece by
+ * piece: write-protect, copy the piece from the frame's own mapping in the
+ * CMA area (always mapped there, whatever the program did to the heap's
+ * mapping), mremap() the staging piece over the heap's, UFFDIO_WAKE the
+ * writers of that range.  Threads, signal handlers and the kernel itself
+ * (read(2), recv(), getrandom() into the page) writing during the window
+ * wait and then complete; readers never wait.  The descriptor is closed
+ * afterwards: none stays open between take-backs, so a child of fork()
+ * inherits none and a program closing every descriptor can only hit one
+ * during a take-back (preload/lend_guard.c keeps close(), close_range()
+ * and closefrom() off it, ucma_owns_fd()).  Pieces are 256 KiB for shmem
+ * frames (4 KiB pages: each writer waits for one piece only) and the whole
+ * frame for hugetlb frames (one page).  Only full userfaultfd will do:
+ * mprotect() with a SIGSEGV handler, or UFFD_USER_MODE_ONLY, make system
+ * calls writing there fail with EFAULT, and a datagram or a connection is
+ * lost; without it lending is off.
+ *
+ * Fork: the child must not share borrowed pageblocks with the parent (they
+ * are MAP_SHARED), and must see the heap as it was at the fork.  They
+ * carry MADV_DONTFORK.  In a process with threads the fork's prepare
+ * handler takes every borrowed pageblock back while the other threads run
+ * on (stage "lend"): the child then inherits private memory as usual.  In
+ * a single-threaded one nobody else writes the heap, so the parent keeps
+ * its lending: the fork lifts MADV_DONTFORK (stage "lend frames", after
+ * the frame tables), blocks the forking thread's signals, and the child
+ * copies each borrowed pageblock to private memory of its own while the
+ * parent waits in its handler, then frees the lent runs in its own
+ * metadata before frames.c gives it CMA areas of its own.  (A child that
+ * copies while the parent's threads run would see their later writes: the
+ * first version did, and tests/integration/fork_threads caught it.)
+ *
+ * Memory that the kernel or a device holds on to (mlock, io_uring fixed
+ * buffers, RDMA, CUDA host registration, O_DIRECT) must not be copied
+ * away under it: ucma_unlend() takes the pageblocks of such a range back
+ * first, and a pageblock holding live blocks is never lent again (only
+ * fresh ones are).
+ *
+ * State: one byte-sized story per NORMAL pageblock in lend.of[] (NONE,
+ * reserved, borrowed, being taken back, with the lent CMA pageblock's
+ * index).
+ * Locking: lend.of[] entries change under the NORMAL zone lock (atomic
+ * stores; lock-free readers only look).  lend.lock serialises commits and
+ * take-backs and is held from start to end of each; it nests outside the
+ * zone locks, the frame locks and the event lock, and is never held while
+ * memory events are delivered.  Nothing is taken while writers wait on a
+ * write-protected range, and no code of the library writes heap memory
+ * under a lock, so a waiting writer never holds what the take-back needs.
+ * A fork takes lend.lock first (stage "lend", before the zone locks).
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "internal.h"
+#include "lend.h"
+#include "frames.h"
+#include "fork.h"
+#include "memevent.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#if __has_include(<sys/single_threaded.h>)
+#include <sys/single_threaded.h>
+#endif
+
+/* Newer than some kernel headers (Linux 6.4). */
+#ifndef UFFD_FEATURE_WP_UNPOPULATED
+#define UFFD_FEATURE_WP_UNPOPULATED (1 << 13)
+#endif
+
+#define LEND_FEATURES (UFFD_FEATURE_WP_HUGETLBFS_SHMEM | UFFD_FEATURE_WP_UNPOPULATED)
+#define LEND_PIECE_SHMEM ((size_t)256 << 10)
+
+/* lend.of[] of a NORMAL pageblock: the lent CMA pageblock's index and a state. */
+#define LEND_NONE	UINT32_MAX
+#define LEND_RESERVED	0x80000000u	/* frame taken, not mapped yet (pageblock isolated) */
+#define LEND_TAKING	0x40000000u	/* being taken back */
+#define LEND_DIRTY	0x20000000u	/* reserved: the frame may hold old data */
+#define LEND_MOVED_SHIFT 24		/* pieces already on private memory (a take-back
+					 * that failed half way resumes there) */
+#define LEND_MOVED_OF(s) (((s) >> LEND_MOVED_SHIFT) & 0xfu)
+#define LEND_PB_MASK	0x00ffffffu
+
+/*
+ * struct ucma_lend - heap lending of this process.
+ * @lock: see the locking rule above; @of: under the NORMAL zone lock;
+ * the rest is set by ucma_lend_init() (single-threaded start-up) or read
+ * and written atomically.
+ */
+static struct ucma_lend {
+	pthread_mutex_t lock;
+	struct ucma_arena *a;
+	uint32_t *of;			/* per arena pageblock; meta.c memory; NULL: off */
+	uint32_t nr_pb;
+	bool lendable[UCMA_MAX_CMA_AREAS];	/* area has 2 MiB frames on a file */
+	_Atomic bool on;		/* new pageblocks may be lent */
+	_Atomic uint32_t nr_borrowed;	/* NORMAL pageblocks in state borrowed or taking */
+	_Atomic int uffd;		/* descriptor of the take-back in progress, or -1 */
+} lend = { .lock = PTHREAD_MUTEX_INITIALIZER, .uffd = -1 };
+
+/* The userfaultfd probe, once per process: 1 usable, 0 not, -1 not asked. */
+static int uffd_usable = -1;
+static int uffd_errno;
+
+static uint32_t of_get(uint32_t pb)
+{
+	return __atomic_load_n(&lend.of[pb], __ATOMIC_ACQUIRE);
+}
+
+static void of_set(uint32_t pb, uint32_t v)
+{
+	__atomic_store_n(&lend.of[pb], v, __ATOMIC_RELEASE);
+}
+
+static uint32_t pb_pfn(uint32_t pb)
+{
+	return pb << UCMA_PAGEBLOCK_ORDER;
+}
+
+/* ------------------------------------------------------------------------ */
+/* userfaultfd                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* A userfaultfd with write-protection for shmem and hugetlbfs and for
+ * pages never touched; -1 with errno. */
+static int uffd_open(void)
+{
+	struct uffdio_api api = { .api = UFFD_API, .features = LEND_FEATURES };
+	int fd = ucma_os.userfaultfd(O_CLOEXEC | O_NONBLOCK), err;
+
+	if (fd < 0)
+		return -1;
+	if (ucma_os.uffd_ioctl(fd, UFFDIO_API, &api) != 0 ||
+	    (api.features & LEND_FEATURES) != LEND_FEATURES ||
+	    !(api.ioctls & (1ull << _UFFDIO_REGISTER))) {
+		err = errno ? errno : ENOTSUP;
+		ucma_os_close(fd);
+		errno = err == EINVAL ? ENOTSUP : err;
+		return -1;
+	}
+	return fd;
+}
+
+static int uffd_register(int fd, void *addr, size_t len)
+{
+	struct uffdio_register reg = {
+		.range = { (uintptr_t)addr, len },
+		.mode = UFFDIO_REGISTER_MODE_WP,
+	};
+
+	return ucma_os.uffd_ioctl(fd, UFFDIO_REGISTER, &reg);
+}
+
+static int uffd_protect(int fd, void *addr, size_t len, bool on)
+{
+	struct uffdio_writeprotect wp = {
+		.range = { (uintptr_t)addr, len },
+		.mode = on ? UFFDIO_WRITEPROTECT_MODE_WP : 0,
+	};
+
+	return ucma_os.uffd_ioctl(fd, UFFDIO_WRITEPROTECT, &wp);
+}
+
+static int uffd_wake(int fd, void *addr, size_t len)
+{
+	struct uffdio_range r = { (uintptr_t)addr, len };
+
+	return ucma_os.uffd_ioctl(fd, UFFDIO_WAKE, &r);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Start-up                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static bool normal_private(const struct ucma_options *o)
+{
+	return o->hugepages_normal != UCMA_BACKING_HUGETLB_1G &&
+	       o->hugepages_normal != UCMA_BACKING_HUGETLB_2M;
+}
+
+bool ucma_lend_wants_frames(const struct ucma_options *o)
+{
+	if (o->cma_policy != UCMA_CMA_LEND || !o->cma_size || !normal_private(o))
+		return false;
+	if (uffd_usable < 0) {
+		int fd = uffd_open();
+
+		uffd_usable = fd >= 0;
+		uffd_errno = fd >= 0 ? 0 : errno;
+		if (fd >= 0)
+			ucma_os_close(fd);
+	}
+	return uffd_usable == 1;
+}
+
+/* Why lending is off, for UCMA_VERBOSE; NULL when it is on. */
+static const char *off_reason(struct ucma_arena *a, const struct ucma_options *o, char *buf,
+			      size_t len)
+{
+	bool any = false;
+
+	if (o->cma_policy != UCMA_CMA_LEND)
+		return o->cma_policy == UCMA_CMA_RESERVED ? "UCMA_CMA_POLICY=reserved" :
+							    "UCMA_CMA_POLICY=lend-handles";
+	if (!normal_private(o))
+		return "the NORMAL zone is on hugetlb pages (UCMA_HUGEPAGES_NORMAL)";
+	if (!ucma_lend_wants_frames(o)) {
+		snprintf(buf, len,
+			 "no userfaultfd with write-protection for this process (%s); it needs "
+			 "root, CAP_SYS_PTRACE, vm.unprivileged_userfaultfd=1 or read-write "
+			 "access to /dev/userfaultfd, and Linux 6.4 or later",
+			 strerror(uffd_errno));
+		return buf;
+	}
+	for (int k = 0; k < a->nr_areas; k++)
+		any |= lend.lendable[k];
+	if (!any)
+		return "no CMA area has 2 MiB frames on a file (UCMA_HUGEPAGES chose private "
+		       "memory or 1 GiB pages)";
+	return NULL;
+}
+
+void ucma_lend_init(struct ucma_arena *a, const struct ucma_options *o)
+{
+	char buf[256];
+	const char *why;
+
+	lend.a = a;
+	lend.of = NULL;
+	atomic_store(&lend.on, false);
+	atomic_store(&lend.nr_borrowed, 0);
+	for (int k = 0; k < a->nr_areas; k++) {
+		const struct ucma_frames *f = ucma_area_frames(&a->areas[k]);
+
+		lend.lendable[k] = f && f->fd >= 0 && f->frame_size == UCMA_PAGEBLOCK_SIZE;
+	}
+	why = a->nr_areas ? off_reason(a, o, buf, sizeof(buf)) : "there is no CMA area";
+	if (!why) {
+		lend.nr_pb = a->nr_pageblocks;
+		lend.of = ucma_meta_alloc((size_t)lend.nr_pb * sizeof(*lend.of));
+		if (!lend.of)
+			why = "no memory for its table";
+		else
+			memset(lend.of, 0xff, (size_t)lend.nr_pb * sizeof(*lend.of));
+	}
+	if (why && o->verbose && a->nr_areas)
+		ucma_log("lending the CMA areas to the heap is off: %s", why);
+	else if (!why && o->verbose)
+		ucma_log("lending the CMA areas to the heap: on (frames of 2 MiB, taken back "
+			 "with userfaultfd write-protection)");
+	atomic_store(&lend.on, why == NULL);
+}
+
+void ucma_lend_fini(struct ucma_arena *a)
+{
+	if (lend.a != a)
+		return;
+	atomic_store(&lend.on, false);
+	if (lend.of)
+		ucma_meta_free(lend.of, (size_t)lend.nr_pb * sizeof(*lend.of));
+	lend.of = NULL;
+	lend.a = NULL;
+	atomic_store(&lend.nr_borrowed, 0);
+#ifdef UCMA_TEST_HOOKS
+	/* Tests start again with other userfaultfd calls (ucma_os). */
+	uffd_usable = -1;
+#endif
+}
+
+/* Stop lending for good, saying why once (UCMA_VERBOSE). */
+static void lend_off(const char *why, int err)
+{
+	if (atomic_exchange(&lend.on, false) && ucma_opt.verbose)
+		ucma_log("lending the CMA areas to the heap stops: %s (%s)", why, strerror(err));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Frames                                                                    */
+/* ------------------------------------------------------------------------ */
+
+static struct ucma_cma_area *area_of(struct ucma_arena *a, uint32_t cma_pb)
+{
+	return ucma_area_of_pfn(a, pb_pfn(cma_pb));
+}
+
+static uint32_t slot_of(const struct ucma_cma_area *area, uint32_t cma_pb)
+{
+	return (pb_pfn(cma_pb) - area->base_pfn) >> UCMA_PAGEBLOCK_ORDER;
+}
+
+static bool frame_usable(const struct ucma_arena *a, uint32_t pfn)
+{
+	const struct ucma_cma_area *area = ucma_area_of_pfn((struct ucma_arena *)a, pfn);
+
+	return area && lend.lendable[area - a->areas];
+}
+
+/* The frame of lent CMA pageblock @cma_pb goes back to its area: the lent
+ * run is freed (dirty) and devices may register the range again. */
+static void frame_give_back(struct ucma_arena *a, uint32_t cma_pb)
+{
+	struct ucma_cma_area *area = area_of(a, cma_pb);
+
+	ucma_frames_set_lent(area, slot_of(area, cma_pb), 1, false);
+	ucma_pages_free(a, pb_pfn(cma_pb));
+	ucma_mem_event_post(UCMA_MEM_EVENT_MAP, ucma_pfn_to_addr(a, pb_pfn(cma_pb)),
+			    UCMA_PAGEBLOCK_SIZE);
+}
+
+/* The advice that private memory of the NORMAL zone carries (zone.c maps
+ * it with MADV_NOHUGEPAGE first and MADV_HUGEPAGE once the heap grew); -1:
+ * none.  NORMAL zone lock held. */
+static int normal_advice(const struct ucma_zone *z)
+{
+	if (z->backing != UCMA_BACKING_THP)
+		return -1;
+	return z->thp_deferred ? MADV_NOHUGEPAGE : MADV_HUGEPAGE;
+}
+
+/* Private memory for the heap at @addr, or a staging mapping (@addr NULL). */
+static void *private_map(void *addr, int advice)
+{
+	void *p = ucma_os.mmap(addr, UCMA_PAGEBLOCK_SIZE, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | (addr ? MAP_FIXED : 0),
+			       -1, 0);
+
+	if (p != MAP_FAILED && advice >= 0)
+		ucma_os.madvise(p, UCMA_PAGEBLOCK_SIZE, advice);
+	return p;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Lending                                                                   */
+/* ------------------------------------------------------------------------ */
+
+bool ucma_lend_reserve_locked(struct ucma_arena *a, uint32_t pb)
+{
+	uint32_t cma_pfn;
+	bool dirty;
+
+	if (!atomic_load_explicit(&lend.on, memory_order_relaxed) || pb >= lend.nr_pb ||
+	    of_get(pb) != LEND_NONE)
+		return false;
+	cma_pfn = ucma_zone_take_free_pageblock(&a->zones[UCMA_ZONE_CMA], frame_usable,
+						UCMA_OWN_LENT, pb, &dirty);
+	if (cma_pfn == UCMA_PFN_NONE)
+		return false;
+	of_set(pb, (cma_pfn >> UCMA_PAGEBLOCK_ORDER) | LEND_RESERVED | (dirty ? LEND_DIRTY : 0));
+	/* A device that registered the area must let go of this frame: the
+	 * heap's data will be there. */
+	ucma_mem_event_post(UCMA_MEM_EVENT_UNMAP, ucma_pfn_to_addr(a, cma_pfn), UCMA_PAGEBLOCK_SIZE);
+	return true;
+}
+
+bool ucma_lend_commit(struct ucma_arena *a, uint32_t pb)
+{
+	struct ucma_zone *z = &a->zones[UCMA_ZONE_NORMAL];
+	uint32_t s = of_get(pb), cma_pb = s & LEND_PB_MASK;
+	struct ucma_cma_area *area = area_of(a, cma_pb);
+	void *at = ucma_pfn_to_addr(a, pb_pfn(pb));
+	int rc, err = 0;
+
+	if (!(s & LEND_RESERVED))
+		ucma_fatal("internal error: pageblock %u was not reserved for lending", pb);
+	/* UNMAP is delivered before the heap's data can reach the frame. */
+	ucma_mem_event_deliver();
+	pthread_mutex_lock(&lend.lock);
+	/* Populated: the heap is about to use it, and the frame is memory
+	 * the reservation holds anyway.  MADV_DONTFORK comes with it. */
+	rc = ucma_frames_map_at(area, slot_of(area, cma_pb), 1, at, true);
+	err = errno;
+	pthread_mutex_lock(&z->lock);
+	if (rc == 0) {
+		if (s & LEND_DIRTY)
+			ucma_zone_set_free_dirty_locked(z, pb, true);
+		of_set(pb, cma_pb);
+		atomic_fetch_add(&lend.nr_borrowed, 1);
+	} else {
+		/* Whatever half of a mapping is there: private memory again,
+		 * clean (the pageblock is free and isolated). */
+		if (private_map(at, normal_advice(z)) == MAP_FAILED)
+			ucma_fatal("heap lending: cannot map private memory at %p again: %s", at,
+				   strerror(errno));
+		of_set(pb, LEND_NONE);
+	}
+	pthread_mutex_unlock(&z->lock);
+	if (rc == 0) {
+		ucma_frames_set_lent(area, slot_of(area, cma_pb), 1, true);
+		ucma_count(UCMA_STAT_LEND_HEAP_LENT, 1);
+	} else {
+		frame_give_back(a, cma_pb);
+		ucma_count(UCMA_STAT_LEND_HEAP_FALLBACK, 1);
+		/* The program closed the area's file: lending would fail the
+		 * same way every time. */
+		if (err == EBADF)
+			lend_off("cannot map a frame at the heap", err);
+	}
+	ucma_undo_isolate_range(a, pb_pfn(pb), pb_pfn(pb) + UCMA_PAGEBLOCK_PAGES);
+	pthread_mutex_unlock(&lend.lock);
+	ucma_mem_event_deliver();
+	return rc == 0;
+}
+
+bool ucma_lend_borrowed(const struct ucma_arena *a, uint32_t pb)
+{
+	return lend.of && lend.a == a && pb < lend.nr_pb && of_get(pb) != LEND_NONE;
+}
+
+uint64_t ucma_lend_borrowed_now(void)
+{
+	return atomic_load_explicit(&lend.nr_borrowed, memory_order_relaxed);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Taking back                                                               */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A borrowed pageblock that is wholly free gets private memory again at
+ * once: nothing of the program's is there.  NORMAL zone lock held, state
+ * borrowed.  Returns the lent CMA pageblock to give back, or LEND_NONE
+ * when private memory could not be mapped (it stays borrowed).
+ */
+static uint32_t return_free_locked(struct ucma_zone *z, uint32_t pb)
+{
+	uint32_t s = of_get(pb);
+
+	if (private_map(ucma_pfn_to_addr(z->arena, pb_pfn(pb)), normal_advice(z)) == MAP_FAILED)
+		return LEND_NONE;
+	ucma_zone_set_free_dirty_locked(z, pb, false);
+	of_set(pb, LEND_NONE);
+	atomic_fetch_sub(&lend.nr_borrowed, 1);
+	return s & LEND_PB_MASK;
+}
+
+void ucma_lend_return_free_locked(struct ucma_zone *z, uint32_t pb)
+{
+	uint32_t s, cma_pb;
+
+	if (!ucma_lend_borrowed(z->arena, pb))
+		return;
+	s = of_get(pb);
+	if (s & (LEND_RESERVED | LEND_TAKING))
+		return;
+	cma_pb = return_free_locked(z, pb);
+	if (cma_pb == LEND_NONE)
+		return;
+	frame_give_back(z->arena, cma_pb);
+	ucma_count(UCMA_STAT_LEND_HEAP_RETURNED, 1);
+}
+
+/*
+ * Copy borrowed pageblock @pb to private memory of its own while writers
+ * wait, piece by piece from piece *@moved on (pieces before it were moved
+ * by an earlier attempt).  lend.lock held, state taking.  Returns 0, or -1
+ * with errno; *@moved then says how many pieces are on private memory
+ * already (the rest is still on the frame, writable).
+ */
+static int migrate(struct ucma_arena *a, uint32_t pb, const char *frame, size_t piece,
+		   int advice, unsigned *moved)
+{
+	char *at = ucma_pfn_to_addr(a, pb_pfn(pb)), *staging;
+	size_t from = (size_t)*moved * piece;
+	int fd, err;
+
+	staging = private_map(NULL, advice);
+	if (staging == MAP_FAILED)
+		return -1;
+	/* Faults of the copy's destination, or of its source in the area's
+	 * mapping (touched there maybe never), would lengthen the window. */
+	if (ucma_os.madvise(staging + from, UCMA_PAGEBLOCK_SIZE - from, MADV_POPULATE_WRITE) != 0 ||
+	    ucma_os.madvise((void *)(frame + from), UCMA_PAGEBLOCK_SIZE - from,
+			    MADV_POPULATE_READ) != 0)
+		ucma_count(UCMA_STAT_LEND_HEAP_UNPREFAULTED, 1);
+	fd = uffd_open();
+	if (fd < 0)
+		goto fail_unmap;
+	atomic_store(&lend.uffd, fd);
+	if (uffd_register(fd, at + from, UCMA_PAGEBLOCK_SIZE - from) != 0)
+		goto fail_close;
+	for (size_t off = from; off < UCMA_PAGEBLOCK_SIZE; off += piece) {
+		uint64_t t0 = ucma_os_now_ns();
+
+		if (uffd_protect(fd, at + off, piece, true) != 0)
+			goto fail_close;
+		memcpy(staging + off, frame + off, piece);
+		if (ucma_os.mremap(staging + off, piece, piece, MREMAP_MAYMOVE | MREMAP_FIXED,
+				   at + off) == MAP_FAILED) {
+			err = errno;
+			uffd_protect(fd, at + off, piece, false);	/* and wake them */
+			errno = err;
+			goto fail_close;
+		}
+		uffd_wake(fd, at + off, piece);
+		ucma_stats_lend_stall(ucma_os_now_ns() - t0);
+		(*moved)++;
+	}
+	atomic_store(&lend.uffd, -1);
+	ucma_os_close(fd);
+	/* Every piece from @from on moved; what the staging had before stays. */
+	if (from)
+		ucma_os.munmap(staging, from);
+	return 0;
+fail_close:
+	err = errno;
+	atomic_store(&lend.uffd, -1);
+	/* Closing the descriptor ends the registration and wakes anyone. */
+	ucma_os_close(fd);
+	errno = err;
+fail_unmap:
+	err = errno;
+	/* What is left of the staging mapping: the pieces not moved (the
+	 * addresses of moved ones may belong to someone else by now). */
+	ucma_os.munmap(staging + (size_t)*moved * piece,
+		       UCMA_PAGEBLOCK_SIZE - (size_t)*moved * piece);
+	if (from)
+		ucma_os.munmap(staging, from);
+	errno = err;
+	return -1;
+}
+
+/* The piece size of taking back from the frame of CMA pageblock @cma_pb. */
+static size_t piece_of(struct ucma_arena *a, uint32_t cma_pb)
+{
+	return ucma_area_frames(area_of(a, cma_pb))->kind == UCMA_FILE_HUGETLB ?
+		       UCMA_PAGEBLOCK_SIZE : LEND_PIECE_SHMEM;
+}
+
+/*
+ * Take borrowed pageblock @pb back, lend.lock held.  Returns 0 (private
+ * memory of its own now, or it was not borrowed), or -1 with errno EAGAIN
+ * (reserved, mapping in progress) or what migrate() said.
+ */
+static int take_back_locked(struct ucma_arena *a, uint32_t pb)
+{
+	struct ucma_zone *z = &a->zones[UCMA_ZONE_NORMAL];
+	uint32_t s, cma_pb;
+	unsigned moved;
+	int advice, rc, err;
+
+	pthread_mutex_lock(&z->lock);
+	s = of_get(pb);
+	if (s == LEND_NONE) {
+		pthread_mutex_unlock(&z->lock);
+		return 0;
+	}
+	if (s & LEND_RESERVED) {
+		pthread_mutex_unlock(&z->lock);
+		errno = EAGAIN;
+		return -1;
+	}
+	cma_pb = s & LEND_PB_MASK;
+	if (a->blocks[pb].nr_free == UCMA_PAGEBLOCK_PAGES) {
+		uint32_t back = return_free_locked(z, pb);
+
+		pthread_mutex_unlock(&z->lock);
+		if (back == LEND_NONE)
+			return -1;
+		frame_give_back(a, back);
+		ucma_count(UCMA_STAT_LEND_HEAP_RETURNED, 1);
+		return 0;
+	}
+	advice = normal_advice(z);
+	moved = LEND_MOVED_OF(s);
+	of_set(pb, s | LEND_TAKING);
+	pthread_mutex_unlock(&z->lock);
+
+	rc = migrate(a, pb, ucma_pfn_to_addr(a, pb_pfn(cma_pb)), piece_of(a, cma_pb), advice,
+		     &moved);
+	err = errno;
+
+	pthread_mutex_lock(&z->lock);
+	of_set(pb, rc == 0 ? LEND_NONE : cma_pb | (uint32_t)moved << LEND_MOVED_SHIFT);
+	if (rc == 0)
+		atomic_fetch_sub(&lend.nr_borrowed, 1);
+	pthread_mutex_unlock(&z->lock);
+	ucma_count(UCMA_STAT_LEND_HEAP_BYTES_COPIED,
+		   (uint64_t)(moved - LEND_MOVED_OF(s)) * piece_of(a, cma_pb));
+	if (rc != 0) {
+		ucma_count(UCMA_STAT_LEND_HEAP_MIGRATE_FAIL, 1);
+		errno = err;
+		return -1;
+	}
+	frame_give_back(a, cma_pb);
+	ucma_count(UCMA_STAT_LEND_HEAP_MIGRATED, 1);
+	return 0;
+}
+
+static int take_back(struct ucma_arena *a, uint32_t pb)
+{
+	int rc, err;
+
+	pthread_mutex_lock(&lend.lock);
+	rc = take_back_locked(a, pb);
+	err = errno;
+	pthread_mutex_unlock(&lend.lock);
+	ucma_mem_event_deliver();
+	errno = err;
+	return rc;
+}
+
+int ucma_lend_take_back_run(struct ucma_arena *a, uint32_t head)
+{
+	struct ucma_zone *cz = &a->zones[UCMA_ZONE_CMA];
+	uint32_t pb = UCMA_PFN_NONE;
+
+	pthread_mutex_lock(&cz->lock);
+	if (a->pages[head].kind == UCMA_PK_RUN && a->pages[head].owner_type == UCMA_OWN_LENT)
+		pb = (uint32_t)a->pages[head].owner;
+	pthread_mutex_unlock(&cz->lock);
+	if (pb == UCMA_PFN_NONE || !lend.of)
+		return UCMA_MIGRATE_OK;	/* given back meanwhile */
+	if (take_back(a, pb) == 0)
+		return UCMA_MIGRATE_OK;
+	return errno == ENOMEM ? UCMA_MIGRATE_NOMEM : UCMA_MIGRATE_PINNED;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The public interface                                                      */
+/* ------------------------------------------------------------------------ */
+
+/**
+ * ucma_unlend() - take back every borrowed pageblock that [@addr, @addr +
+ * @len) touches.
+ */
+int ucma_unlend(const void *addr, size_t len)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+	uintptr_t lo = (uintptr_t)addr, hi, zlo, zhi;
+
+	if (__builtin_add_overflow(lo, len, &hi)) {
+		errno = EINVAL;
+		return -1;
+	}
+	/* The library's own memory calls (a preloaded madvise() seen from
+	 * inside) never take anything back. */
+	if (len == 0 || !a || !lend.of || lend.a != a || ucma_os_in_call() ||
+	    atomic_load_explicit(&lend.nr_borrowed, memory_order_acquire) == 0)
+		return 0;
+	zlo = (uintptr_t)ucma_pfn_to_addr(a, a->zones[UCMA_ZONE_NORMAL].start_pfn);
+	zhi = (uintptr_t)ucma_pfn_to_addr(a, a->zones[UCMA_ZONE_NORMAL].end_pfn);
+	lo = lo > zlo ? lo : zlo;
+	hi = hi < zhi ? hi : zhi;
+	for (uintptr_t p = UCMA_ALIGN_DOWN(lo, UCMA_PAGEBLOCK_SIZE); p < hi;
+	     p += UCMA_PAGEBLOCK_SIZE) {
+		uint32_t pb = ucma_addr_to_pfn(a, (void *)p) >> UCMA_PAGEBLOCK_ORDER;
+		uint32_t s = of_get(pb);
+
+		/* Reserved pageblocks are wholly free: nothing of the range there. */
+		if (s == LEND_NONE || (s & LEND_RESERVED))
+			continue;
+		if (take_back(a, pb) != 0)
+			return -1;
+	}
+	return 0;
+}
+
+/** ucma_unlend_all() - take back everything, lend nothing more. */
+int ucma_unlend_all(void)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+	int rc = 0, err = 0;
+
+	atomic_store(&lend.on, false);
+	if (!a || !lend.of || lend.a != a)
+		return 0;
+	pthread_mutex_lock(&lend.lock);
+	for (uint32_t pb = a->zones[UCMA_ZONE_NORMAL].start_pfn >> UCMA_PAGEBLOCK_ORDER;
+	     pb < a->zones[UCMA_ZONE_NORMAL].end_pfn >> UCMA_PAGEBLOCK_ORDER; pb++) {
+		uint32_t s = of_get(pb);
+
+		if (s == LEND_NONE || (s & LEND_RESERVED))
+			continue;
+		if (take_back_locked(a, pb) != 0) {
+			rc = -1;
+			err = errno;
+		}
+	}
+	pthread_mutex_unlock(&lend.lock);
+	ucma_mem_event_deliver();
+	errno = err;
+	return rc;
+}
+
+/** ucma_owns_fd() - is @fd one of the library's descriptors? */
+int ucma_owns_fd(int fd)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+
+	if (fd < 0)
+		return 0;
+	if (atomic_load_explicit(&lend.uffd, memory_order_acquire) == fd)
+		return 1;
+	for (int k = 0; a && k < a->nr_areas; k++) {
+		const struct ucma_frames *f = ucma_area_frames(&a->areas[k]);
+
+		if (f && f->fd == fd)
+			return 1;
+	}
+	return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Fork                                                                      */
+/* ------------------------------------------------------------------------ */
+
+/* Has this process never had a second thread?  Then nobody but a signal
+ * handler could write the heap while a fork's child copies it. */
+static bool single_threaded(void)
+{
+#if __has_include(<sys/single_threaded.h>)
+	return __libc_single_threaded;
+#else
+	return false;
+#endif
+}
+
+/*
+ * Stage "lend", before the zone locks: no commit or take-back is in
+ * flight across the fork (so no userfaultfd is open and no pageblock is
+ * write-protected).  In a process with threads, every borrowed pageblock
+ * is taken back here, while the other threads run on: the child of a fork
+ * must see the heap as it was at the fork, and a copy made by the child
+ * afterwards would show what the parent's threads write meanwhile.  (Only
+ * write-protection could keep them out that long, and a thread that waits
+ * on the heap while holding a lock that fork() itself takes later, such as
+ * stdio's list lock, would never be woken.)  What cannot be taken back,
+ * and everything in a single-threaded process, the child copies (stage
+ * "lend frames").  Commits that other threads start meanwhile wait for
+ * the lock; their pageblocks are only reserved at the fork.
+ */
+void ucma_lend_fork_prepare(void)
+{
+	struct ucma_arena *a = lend.a;
+
+	pthread_mutex_lock(&lend.lock);
+	if (!a || !lend.of || atomic_load(&lend.nr_borrowed) == 0 || single_threaded())
+		return;
+	for (uint32_t pb = a->zones[UCMA_ZONE_NORMAL].start_pfn >> UCMA_PAGEBLOCK_ORDER;
+	     pb < a->zones[UCMA_ZONE_NORMAL].end_pfn >> UCMA_PAGEBLOCK_ORDER; pb++) {
+		uint32_t s = of_get(pb);
+
+		if (s != LEND_NONE && !(s & LEND_RESERVED) && take_back_locked(a, pb) == 0)
+			ucma_count(UCMA_STAT_LEND_HEAP_FORK_EVACUATED, 1);
+	}
+}
+
+void ucma_lend_fork_parent(void)
+{
+	pthread_mutex_unlock(&lend.lock);
+	/* What the take-backs posted (MAP of the frames given back). */
+}
+
+void ucma_lend_fork_child(void)
+{
+	atomic_store(&lend.uffd, -1);
+	pthread_mutex_unlock(&lend.lock);
+}
+
+/*
+ * struct lend_fork - one fork, stage "lend frames" (after frames.c's, with
+ * every zone lock held): the borrowed pageblocks are inherited (DONTFORK
+ * lifted), the child copies them to private memory while the parent
+ * waits on @wait_rd (one byte, or end of file if the child dies).
+ */
+static struct lend_fork {
+	bool any;			/* some pageblock is borrowed or reserved */
+	bool copy;			/* some pageblock is borrowed: the child copies */
+	int wait_rd, wait_wr;
+	sigset_t saved;			/* the forking thread's mask, while @copy */
+} lend_fork = { false, false, -1, -1, { { 0 } } };
+
+/* Call @fn for every NORMAL pageblock whose state is not none. */
+static void for_each_borrowed(void (*fn)(struct ucma_arena *a, uint32_t pb, uint32_t s))
+{
+	struct ucma_arena *a = lend.a;
+
+	if (!a || !lend.of)
+		return;
+	for (uint32_t pb = a->zones[UCMA_ZONE_NORMAL].start_pfn >> UCMA_PAGEBLOCK_ORDER;
+	     pb < a->zones[UCMA_ZONE_NORMAL].end_pfn >> UCMA_PAGEBLOCK_ORDER; pb++) {
+		uint32_t s = of_get(pb);
+
+		if (s != LEND_NONE)
+			fn(a, pb, s);
+	}
+}
+
+static void fork_inherit(struct ucma_arena *a, uint32_t pb, uint32_t s)
+{
+	lend_fork.any = true;
+	if (s & LEND_RESERVED)
+		return;
+	lend_fork.copy = true;
+	ucma_os.madvise(ucma_pfn_to_addr(a, pb_pfn(pb)), UCMA_PAGEBLOCK_SIZE, MADV_DOFORK);
+	ucma_count(UCMA_STAT_LEND_HEAP_FORK_COPIED, 1);
+}
+
+static void fork_hide(struct ucma_arena *a, uint32_t pb, uint32_t s)
+{
+	if (!(s & LEND_RESERVED))
+		ucma_os.madvise(ucma_pfn_to_addr(a, pb_pfn(pb)), UCMA_PAGEBLOCK_SIZE, MADV_DONTFORK);
+}
+
+void ucma_lend_frames_fork_prepare(void)
+{
+	sigset_t all;
+	int fds[2];
+
+	lend_fork.any = lend_fork.copy = false;
+	lend_fork.wait_rd = lend_fork.wait_wr = -1;
+	for_each_borrowed(fork_inherit);
+	if (!lend_fork.copy)
+		return;
+	/* The only writer of the heap left while the child copies it is a
+	 * signal handler of this thread: none runs until the copy is made. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &lend_fork.saved);
+	/* Without a pipe the child still copies, the parent running on:
+	 * fork itself must not fail here. */
+	if (pipe2(fds, O_CLOEXEC) == 0) {
+		lend_fork.wait_rd = fds[0];
+		lend_fork.wait_wr = fds[1];
+	}
+}
+
+void ucma_lend_frames_fork_parent(void)
+{
+	char c;
+
+	for_each_borrowed(fork_hide);
+	if (lend_fork.wait_rd >= 0) {
+		close(lend_fork.wait_wr);
+		while (read(lend_fork.wait_rd, &c, 1) < 0 && errno == EINTR)
+			;
+		close(lend_fork.wait_rd);
+	}
+	if (lend_fork.copy)
+		pthread_sigmask(SIG_SETMASK, &lend_fork.saved, NULL);
+	lend_fork.any = lend_fork.copy = false;
+	lend_fork.wait_rd = lend_fork.wait_wr = -1;
+}
+
+/*
+ * In the child, single-threaded, every zone lock held by this thread: a
+ * borrowed pageblock becomes private memory with a copy of the frame
+ * (read through the area's mapping, inherited, before frames.c replaces
+ * it), a reserved one goes back to the free lists, and every lent run is
+ * freed in the child's own metadata.  Failing to copy is fatal: the child
+ * would read zeros where its heap is.
+ */
+static void fork_copy(struct ucma_arena *a, uint32_t pb, uint32_t s)
+{
+	struct ucma_zone *z = &a->zones[UCMA_ZONE_NORMAL];
+	uint32_t cma_pb = s & LEND_PB_MASK;
+	char *at = ucma_pfn_to_addr(a, pb_pfn(pb));
+
+	if (s & LEND_RESERVED) {
+		ucma_undo_isolate_locked(z, pb);
+	} else {
+		/* Pieces an interrupted take-back moved are private already. */
+		size_t from = (size_t)LEND_MOVED_OF(s) * piece_of(a, cma_pb);
+		size_t len = UCMA_PAGEBLOCK_SIZE - from;
+		char *copy = private_map(NULL, normal_advice(z));
+
+		if (copy == MAP_FAILED)
+			ucma_fatal("fork: no memory to copy the heap at %p into the child: %s", at,
+				   strerror(errno));
+		memcpy(copy + from, (char *)ucma_pfn_to_addr(a, pb_pfn(cma_pb)) + from, len);
+		if (ucma_os.mremap(copy + from, len, len, MREMAP_MAYMOVE | MREMAP_FIXED,
+				   at + from) == MAP_FAILED)
+			ucma_fatal("fork: cannot move the copy of the heap at %p into place: %s",
+				   at, strerror(errno));
+		if (from)
+			ucma_os.munmap(copy, from);
+	}
+	ucma_pages_free_locked(&a->zones[UCMA_ZONE_CMA], pb_pfn(cma_pb));
+	of_set(pb, LEND_NONE);
+}
+
+void ucma_lend_frames_fork_child(void)
+{
+	char done = 1;
+
+	for_each_borrowed(fork_copy);
+	atomic_store(&lend.nr_borrowed, 0);
+	if (lend_fork.wait_rd >= 0)
+		close(lend_fork.wait_rd);
+	if (lend_fork.wait_wr >= 0) {
+		while (write(lend_fork.wait_wr, &done, 1) < 0 && errno == EINTR)
+			;
+		close(lend_fork.wait_wr);
+	}
+	if (lend_fork.copy)
+		pthread_sigmask(SIG_SETMASK, &lend_fork.saved, NULL);
+	lend_fork.any = lend_fork.copy = false;
+	lend_fork.wait_rd = lend_fork.wait_wr = -1;
+}

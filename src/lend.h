@@ -1,0 +1,100 @@
+/*
+ * lend.h - the CMA areas' idle frames backing the malloc heap, and taking
+ * them back for ucma_alloc() (lend.c; DESIGN.md, "Frames and heap
+ * lending").
+ *
+ * Glossary:
+ *   borrowed pageblock  a 2 MiB pageblock of the NORMAL zone whose address
+ *                       range maps a frame of a CMA area (MAP_SHARED from
+ *                       the area's file) instead of private memory.
+ *   lent pageblock      the CMA pageblock whose frame that is: an
+ *                       allocated run of the CMA zone, owner UCMA_OWN_LENT,
+ *                       owner = the borrowed pageblock's index.
+ *   take back           give a borrowed pageblock private memory of its
+ *                       own at the same address with the same contents
+ *                       (userfaultfd write-protection holds writers while
+ *                       the data is copied), then free the lent pageblock.
+ *
+ * The zone code (zone.c) decides when: a request of the malloc family that
+ * would break into a fresh NORMAL pageblock (wholly free and clean, so no
+ * memory is behind it yet) reserves a frame for it instead
+ * (ucma_lend_reserve_locked(), under the NORMAL zone lock), and once no
+ * lock is held ucma_lend_commit() maps the frame there.  ucma_alloc()
+ * (cma.c) takes lent pageblocks back when it needs their frames; the
+ * preloaded library does it before memory goes to mlock() or a device
+ * (ucma_unlend(), ucma.h).
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef UCMA_LEND_H
+#define UCMA_LEND_H
+
+#include "internal.h"
+
+/*
+ * Before the CMA areas are made (frames.c): will the heap borrow their
+ * frames, so that areas should be files even where shmem gets no huge
+ * pages?  True with UCMA_CMA_POLICY=lend, a NORMAL zone of private memory,
+ * and a userfaultfd with write-protection for shmem and hugetlbfs that
+ * this process may open (asked once, cached).
+ */
+UCMA_INTERNAL bool ucma_lend_wants_frames(const struct ucma_options *o);
+
+/* arena.c: once the zones and areas exist, switch lending on where it can
+ * work (UCMA_VERBOSE says once why not); teardown forgets it. */
+UCMA_INTERNAL void ucma_lend_init(struct ucma_arena *a, const struct ucma_options *o);
+UCMA_INTERNAL void ucma_lend_fini(struct ucma_arena *a);
+
+/*
+ * zone.c, NORMAL zone lock held: NORMAL pageblock @pb is wholly free and
+ * clean and an unmovable request is about to break into it.  Returns true
+ * when a frame was reserved for it (a free CMA pageblock taken as a lent
+ * run, its memory event posted); the caller then isolates @pb, drops its
+ * locks and calls ucma_lend_commit().
+ */
+UCMA_INTERNAL bool ucma_lend_reserve_locked(struct ucma_arena *a, uint32_t pb);
+
+/*
+ * zone.c, no lock held: map the frame reserved for @pb there and end the
+ * isolation of @pb.  Returns false when that failed (the pageblock stays
+ * on private memory, counted as lend_heap_fallback).
+ */
+UCMA_INTERNAL bool ucma_lend_commit(struct ucma_arena *a, uint32_t pb);
+
+/* Is NORMAL pageblock @pb borrowed, reserved or being taken back?  Any
+ * lock or none (a look: only the NORMAL zone lock makes it final). */
+UCMA_INTERNAL bool ucma_lend_borrowed(const struct ucma_arena *a, uint32_t pb);
+
+/*
+ * zone.c's purge, NORMAL zone lock held: borrowed pageblock @pb is wholly
+ * free.  Give its frame back to its area without copying (private memory
+ * is mapped there again, clean); nothing when @pb is reserved or being
+ * taken back.
+ */
+UCMA_INTERNAL void ucma_lend_return_free_locked(struct ucma_zone *z, uint32_t pb);
+
+/*
+ * cma.c, no lock held: take back the lent run at CMA pfn @head.  Returns
+ * an enum ucma_migrate_result: OK (freed, or gone meanwhile), PINNED
+ * (reserved and not mapped yet, or the take-back failed: try later), NOMEM.
+ */
+UCMA_INTERNAL int ucma_lend_take_back_run(struct ucma_arena *a, uint32_t head);
+
+/*
+ * zone.c, for lending.  take_free_pageblock: see zone.c.  set_free_dirty:
+ * wholly free pageblock @b of @z is (or is not) to be zeroed before use.
+ * undo_isolate_locked, pages_free_locked: ucma_undo_isolate_range() of one
+ * pageblock and ucma_pages_free(), the caller holding the zone lock (the
+ * child of a fork, which holds them all).
+ */
+UCMA_INTERNAL uint32_t ucma_zone_take_free_pageblock(
+	struct ucma_zone *z, bool (*usable)(const struct ucma_arena *a, uint32_t pfn),
+	int owner_type, uint64_t owner, bool *dirty);
+UCMA_INTERNAL void ucma_zone_set_free_dirty_locked(struct ucma_zone *z, uint32_t b, bool dirty);
+UCMA_INTERNAL void ucma_undo_isolate_locked(struct ucma_zone *z, uint32_t b);
+UCMA_INTERNAL void ucma_pages_free_locked(struct ucma_zone *z, uint32_t pfn);
+
+/* Counted for the statistics (stats.c): pageblocks borrowed now. */
+UCMA_INTERNAL uint64_t ucma_lend_borrowed_now(void);
+
+#endif /* UCMA_LEND_H */

@@ -1,0 +1,309 @@
+/*
+ * preload_longterm.c - under libucma-preload.so, malloc memory handed to
+ * mlock(), mlock2(), mlockall() or io_uring buffer registration leaves
+ * the CMA frames lent to the heap before the call returns (preload/
+ * longterm.c), so that a later ucma_alloc() never copies it away from
+ * under the kernel.
+ *
+ * Each case mallocs fresh 3 MiB blocks, which the heap backs with CMA
+ * frames (seen in /proc/self/maps: the frames are the area's file), hands
+ * one to the call, and checks that its whole range is on memory of its
+ * own with its data intact.  The io_uring cases then take the whole CMA
+ * area with ucma_alloc() and read a file into the registered buffer with
+ * READ_FIXED: the data must show at the buffer's address (it would land
+ * in the old frame, now the contiguous buffer, had the buffer stayed
+ * lent).  A TAP program; preload_longterm.sh runs it.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "config.h"
+
+#include <errno.h>
+#include <linux/io_uring.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#ifdef HAVE_LIBURING
+#include <liburing.h>
+#endif
+
+#include "ucma.h"
+#include "tap.h"
+#include "testutil.h"
+
+#define MiB ((size_t)1 << 20)
+#define BLOCK (3 * MiB)
+#define PAGE ((size_t)4096)
+
+/* The CMA area the script configures (UCMA_CMA_SIZE). */
+static size_t cma_size;
+
+static uint64_t stat_of(const char *name)
+{
+	uint64_t v = 0;
+
+	return ucma_stat(name, &v) == 0 ? v : UINT64_MAX;
+}
+
+/* Is @addr on a CMA frame? */
+static bool on_frame(const void *addr)
+{
+	return tu_on_frame(addr);
+}
+
+/* Does any page of [@b, @b + @len) lie on a CMA frame? */
+static bool any_on_frame(const char *b, size_t len)
+{
+	for (size_t off = 0; off < len; off += PAGE)
+		if (on_frame(b + off))
+			return true;
+	return false;
+}
+
+static char *block_new(uint64_t seed)
+{
+	char *b = malloc(BLOCK);
+
+	if (b)
+		for (size_t off = 0; off < BLOCK; off += PAGE)
+			tu_fill(b + off, PAGE, seed + off / PAGE);
+	return b;
+}
+
+static bool block_good(const char *b, uint64_t seed)
+{
+	for (size_t off = 0; off < BLOCK; off += PAGE)
+		if (!tu_check(b + off, PAGE, seed + off / PAGE))
+			return false;
+	return true;
+}
+
+/*
+ * Blocks stay allocated until the end: a freed block is dirty memory the
+ * heap hands out again as it is (only wholly free, clean pageblocks are
+ * lent), so each case's malloc must break into fresh pageblocks.
+ */
+static char *kept[32];
+static int nkept;
+
+static void keep(char *b)
+{
+	if (b && nkept < (int)(sizeof(kept) / sizeof(kept[0])))
+		kept[nkept++] = b;
+	else
+		free(b);
+}
+
+/* A fresh block on a CMA frame, or NULL (diagnosed). */
+static char *lent_block(uint64_t seed)
+{
+	char *b = block_new(seed);
+
+	if (b && !on_frame(b)) {
+		diag("a fresh %zu-byte block at %p is not on a CMA frame", BLOCK, (void *)b);
+		keep(b);
+		return NULL;
+	}
+	return b;
+}
+
+/* After handing @b to @what: off the frames, data intact. */
+static void check_unlent(const char *b, uint64_t seed, int rc, const char *what)
+{
+	ok(b && rc == 0 && !any_on_frame(b, BLOCK) && block_good(b, seed),
+	   "%s of a lent block: it returns 0, no page of it is on a CMA frame, data intact", what);
+}
+
+static void case_mlock(void)
+{
+	char *b = lent_block(1);
+	int rc = b ? mlock(b, BLOCK) : -1;
+
+	check_unlent(b, 1, rc, "mlock()");
+	if (b)
+		munlock(b, BLOCK);
+	keep(b);
+
+	b = lent_block(2);
+	/* Only one page of the block: its pageblock leaves, the call works. */
+	rc = b ? mlock2(b + PAGE, PAGE, MLOCK_ONFAULT) : -1;
+	ok(b && rc == 0 && !on_frame(b + PAGE) && block_good(b, 2),
+	   "mlock2(MLOCK_ONFAULT) of one page: that page is off the frames, data intact");
+	if (b)
+		munlock(b + PAGE, PAGE);
+	keep(b);
+
+	b = lent_block(3);
+	rc = b ? (int)syscall(SYS_mlock, b, BLOCK) : -1;
+	check_unlent(b, 3, rc, "syscall(SYS_mlock)");
+	if (b)
+		munlock(b, BLOCK);
+	keep(b);
+
+	ok(mlock(NULL, 0) == 0, "mlock of nothing: 0, as the kernel says");
+	errno = 0;
+	ok(syscall(SYS_getpid) == getpid() && syscall(-1L) == -1 && errno == ENOSYS,
+	   "syscall() forwards other calls unchanged (getpid; -1: ENOSYS)");
+}
+
+/* A file of @len bytes of pattern @seed, opened for reading, or -1. */
+static int pattern_file(size_t len, uint64_t seed)
+{
+	char path[] = "/tmp/ucma-longterm.XXXXXX";
+	char *buf = malloc(len);
+	int fd = mkstemp(path);
+
+	if (fd >= 0)
+		unlink(path);
+	if (fd < 0 || !buf) {
+		free(buf);
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	tu_fill(buf, len, seed);
+	if (pwrite(fd, buf, len, 0) != (ssize_t)len) {
+		close(fd);
+		fd = -1;
+	}
+	free(buf);
+	return fd;
+}
+
+/* ucma_alloc() of the whole CMA area: every lent frame is taken back. */
+static void *whole_area(void)
+{
+	void *p = ucma_alloc(cma_size, 0, 0);
+
+	if (!p)
+		diag("ucma_alloc(%zu): %s", cma_size, strerror(errno));
+	return p;
+}
+
+static void case_io_uring_syscall(void)
+{
+	struct io_uring_params params = { 0 };
+	struct iovec iov;
+	char *b = lent_block(4);
+	int ring = (int)syscall(SYS_io_uring_setup, 4, &params);
+	long rc;
+
+	if (ring < 0) {
+		skip(2, "io_uring_setup: %s", strerror(errno));
+		keep(b);
+		return;
+	}
+	iov.iov_base = b;
+	iov.iov_len = BLOCK;
+	rc = b ? syscall(SYS_io_uring_register, ring, IORING_REGISTER_BUFFERS, &iov, 1) : -1;
+	check_unlent(b, 4, (int)rc, "syscall(SYS_io_uring_register, IORING_REGISTER_BUFFERS)");
+	if (rc == 0)
+		syscall(SYS_io_uring_register, ring, IORING_UNREGISTER_BUFFERS, NULL, 0);
+	errno = 0;
+	rc = syscall(SYS_io_uring_register, ring, IORING_REGISTER_BUFFERS, (void *)8, 1);
+	ok(rc == -1 && errno == EFAULT,
+	   "an unreadable iovec array: the kernel's EFAULT, no crash (rc %ld, %s)", rc,
+	   strerror(errno));
+	close(ring);
+	keep(b);
+}
+
+#ifdef HAVE_LIBURING
+static void case_liburing(void)
+{
+	struct io_uring ring;
+	struct io_uring_cqe *cqe;
+	struct iovec iov;
+	char *b = lent_block(5), *other = lent_block(6);
+	void *area = NULL;
+	int fd = pattern_file(BLOCK, 7), rc;
+	bool read_ok = false;
+
+	if (io_uring_queue_init(4, &ring, 0) != 0) {
+		skip(3, "io_uring_queue_init failed");
+		goto out;
+	}
+	iov.iov_base = b;
+	iov.iov_len = BLOCK;
+	rc = b ? io_uring_register_buffers(&ring, &iov, 1) : -1;
+	check_unlent(b, 5, rc, "liburing's io_uring_register_buffers()");
+	ok(other && on_frame(other), "a block not registered stays on its frame");
+
+	/* Take every frame back, then let the kernel write the buffer. */
+	area = whole_area();
+	if (rc == 0 && area && fd >= 0) {
+		struct io_uring_sqe *sqe = io_uring_get_sqe(&ring);
+
+		io_uring_prep_read_fixed(sqe, fd, b, BLOCK, 0, 0);
+		if (io_uring_submit(&ring) == 1 && io_uring_wait_cqe(&ring, &cqe) == 0) {
+			read_ok = cqe->res == (int)BLOCK;
+			if (!read_ok)
+				diag("READ_FIXED: res %d", cqe->res);
+			io_uring_cqe_seen(&ring, cqe);
+		}
+	}
+	ok(area && read_ok && tu_check(b, BLOCK, 7) && block_good(other, 6),
+	   "after ucma_alloc of the whole area, READ_FIXED lands at the registered buffer's "
+	   "address; the block that was lent was taken back intact");
+	if (rc == 0)
+		io_uring_unregister_buffers(&ring);
+	io_uring_queue_exit(&ring);
+out:
+	ucma_release(area);
+	if (fd >= 0)
+		close(fd);
+	keep(b);
+	keep(other);
+}
+#endif
+
+static void case_mlockall(void)
+{
+	char *b[2] = { lent_block(8), lent_block(9) }, *later;
+	int rc = b[0] && b[1] ? mlockall(MCL_CURRENT) : -1;
+
+	ok(rc == 0 && stat_of("lend_heap_pageblocks") == 0 && !any_on_frame(b[0], BLOCK) &&
+		   !any_on_frame(b[1], BLOCK) && block_good(b[0], 8) && block_good(b[1], 9),
+	   "mlockall(MCL_CURRENT): nothing is lent any more, data intact");
+	munlockall();
+	later = block_new(10);
+	ok(later && !on_frame(later) && stat_of("lend_heap_pageblocks") == 0,
+	   "after mlockall the heap lends no more");
+	keep(later);
+	keep(b[0]);
+	keep(b[1]);
+}
+
+int main(void)
+{
+	const char *cma = getenv("UCMA_CMA_SIZE");	/* "<n>M" */
+	char *probe;
+
+	cma_size = cma ? (size_t)strtoull(cma, NULL, 10) * MiB : 0;
+	if (!cma_size)
+		skip_all("UCMA_CMA_SIZE (in MiB) is not set");
+	probe = block_new(0);
+	if (!probe || !on_frame(probe) || stat_of("lend_heap_pageblocks") == 0)
+		skip_all("the heap borrows no CMA frames here (lending needs a userfaultfd "
+			 "with write-protection: root, or vm.unprivileged_userfaultfd=1)");
+	keep(probe);
+	plan_no_plan();
+	case_mlock();
+	case_io_uring_syscall();
+#ifdef HAVE_LIBURING
+	case_liburing();
+#else
+	skip(3, "liburing is not installed");
+#endif
+	case_mlockall();
+	while (nkept)
+		free(kept[--nkept]);
+	return done();
+}

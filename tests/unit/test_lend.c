@@ -1,0 +1,1028 @@
+/*
+ * test_lend.c - the CMA areas' frames lent to the malloc heap, and taken
+ * back (lend.c).
+ *
+ * Each case runs in a process of its own (a fork of this one, which never
+ * starts the library nor a thread), so that "single-threaded" means what
+ * it says for the fork cases.  Every case needs a userfaultfd with
+ * write-protection (root, or vm.unprivileged_userfaultfd=1, or
+ * /dev/userfaultfd); without one the whole test is skipped, and one case
+ * checks that lending is then off and says so.
+ *
+ *  - lending: large malloc blocks land on CMA frames (the heap's mapping is
+ *    the area's file, the counters agree); ucma_alloc() of the whole area
+ *    takes them back (same address, same data, private memory again);
+ *    freed and trimmed, the heap lends again, and calloc() on a frame that
+ *    held a device buffer's data returns zeros;
+ *  - a wholly free borrowed pageblock is given back without copying;
+ *  - writer threads keep writing lent memory while ucma_alloc() takes it
+ *    back, round after round: no write is lost, no byte changes;
+ *  - the kernel writing into a page being taken back (read(2) from a
+ *    pipe, recv() of a datagram, accept4(), getrandom()) and a signal
+ *    handler writing there: each waits, then completes with the right
+ *    data, never EFAULT; the case holds the take-back inside its
+ *    write-protected window (a hook on mremap) until the writer is seen
+ *    blocked, so it does not depend on timing;
+ *  - fork with live lent memory, single-threaded (the child copies, the
+ *    parent keeps lending) and with threads (the parent takes everything
+ *    back first): parent and child data stay separate; vfork and
+ *    posix_spawn with lent memory;
+ *  - after ucma_unlend(), the program's madvise(MADV_DONTNEED) and
+ *    mprotect() on its block keep their meaning across later take-backs;
+ *    a page the program unmapped does not stop a take-back;
+ *  - injected faults: no userfaultfd (lending off, said once, everything
+ *    else as before), registration refused (the frame stays lent, data
+ *    intact, a later take-back works), mremap failing half way through a
+ *    pageblock (resumed later, data intact), the frame not mappable at the
+ *    heap (private memory, counted as a fallback);
+ *  - as root with a hugetlb pool (2 MiB pages reserved here and given back
+ *    at exit): the same with hugetlb frames.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "internal.h"
+#include "frames.h"
+#include "lend.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/single_threaded.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "tap.h"
+#include "testutil.h"
+
+#define MiB ((size_t)1 << 20)
+#define PB UCMA_PAGEBLOCK_SIZE
+#define PAGE UCMA_PAGE_SIZE
+#define CMA_MB 16
+#define NFRAMES (CMA_MB / 2)
+
+extern char **environ;
+
+static struct ucma_arena *a;
+static struct ucma_os_ops real;		/* the table as the library set it up */
+static int cma_backing = UCMA_BACKING_NONE;
+
+static struct ucma_config cfg_of(size_t arena, size_t cma)
+{
+	struct ucma_config cfg = {
+		.arena_size = arena,
+		.cma_size = cma,
+		.hugepages = cma_backing,
+		.hugepages_normal = UCMA_BACKING_NONE,
+	};
+
+	return cfg;
+}
+
+static bool start(void)
+{
+	struct ucma_config cfg = cfg_of(64 * MiB, CMA_MB * MiB);
+
+	ucma_defer_drain();
+	ucma_test_reset();
+	a = NULL;
+	if (ucma_init(&cfg) != 0)
+		return false;
+	a = ucma_arena_get();
+	return a != NULL;
+}
+
+static uint64_t stat_of(const char *name)
+{
+	uint64_t v = 0;
+
+	if (ucma_stat(name, &v) != 0)
+		return UINT64_MAX;
+	return v;
+}
+
+/* Is @addr on a CMA frame? */
+static bool on_frame(const void *addr)
+{
+	return tu_on_frame(addr);
+}
+
+/* The permissions field of the mapping holding @addr ("rw-p"...). */
+static void perms_of(const void *addr, char out[5])
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512], perms[8];
+
+	strcpy(out, "????");
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+
+		if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 && (uintptr_t)addr >= lo &&
+		    (uintptr_t)addr < hi) {
+			memcpy(out, perms, 4);
+			out[4] = '\0';
+			break;
+		}
+	}
+	fclose(f);
+}
+
+static bool zones_ok(void)
+{
+	char why[256];
+
+	for (int z = 0; z < UCMA_ZONE_NR; z++)
+		if (ucma_zone_check(&a->zones[z], why, sizeof(why)) != 0) {
+			diag("zone %d: %s", z, why);
+			return false;
+		}
+	return true;
+}
+
+/* Stamped blocks: every page holds a pattern of its own. */
+static char *block_new(size_t size, uint64_t seed)
+{
+	char *b = ucma_malloc(size);
+
+	if (b)
+		for (size_t off = 0; off < size; off += PAGE)
+			tu_fill(b + off, PAGE, seed + off / PAGE);
+	return b;
+}
+
+static bool block_good(const char *b, size_t size, uint64_t seed)
+{
+	for (size_t off = 0; off < size; off += PAGE)
+		if (!tu_check(b + off, PAGE, seed + off / PAGE))
+			return false;
+	return true;
+}
+
+/* Free everything and let the heap lend again: freed pageblocks are
+ * purged (clean), so the next allocation breaks into fresh ones. */
+static void blocks_free(char **b, int n)
+{
+	for (int i = 0; i < n; i++)
+		ucma_free(b[i]);
+	ucma_trim();
+}
+
+/* ------------------------------------------------------------------------ */
+/* Lending and taking back                                                   */
+/* ------------------------------------------------------------------------ */
+
+static void case_basic(void)
+{
+	char *b[4], *buf, *z;
+	bool good = true, framed = true, zero = true;
+	uint64_t lent;
+	struct ucma_frames *f;
+
+	if (!start()) {
+		ok(0, "ucma_init: %s", strerror(errno));
+		return;
+	}
+	f = ucma_area_frames(&a->areas[0]);
+	ok(f->fd >= 0 && f->frame_size == PB, "the CMA area is a file of 2 MiB frames (%s)",
+	   ucma_frame_file_str(f->kind));
+	for (int i = 0; i < 4; i++) {
+		b[i] = block_new(3 * MiB, 100 + (uint64_t)i * 1000);
+		framed &= b[i] && on_frame(b[i]) && on_frame(b[i] + 3 * MiB - 1);
+	}
+	lent = stat_of("lend_heap_pageblocks");
+	ok(framed && lent == NFRAMES && stat_of("lend_heap_lent") == NFRAMES &&
+		   stat_of("cma_default_frames_lent") == NFRAMES &&
+		   stat_of("nr_free_pages_cma") == 0,
+	   "four 3 MiB blocks lie on CMA frames: %llu pageblocks borrowed, the area's %d frames "
+	   "counted lent", (unsigned long long)lent, NFRAMES);
+	ok(zones_ok(), "zone invariants hold while lent");
+	buf = ucma_alloc(CMA_MB * MiB, 0, 0);
+	for (int i = 0; i < 4; i++)
+		good &= block_good(b[i], 3 * MiB, 100 + (uint64_t)i * 1000) && !on_frame(b[i]);
+	ok(buf && good && stat_of("lend_heap_pageblocks") == 0 &&
+		   stat_of("lend_heap_migrated") == NFRAMES &&
+		   stat_of("lend_heap_bytes_copied") == (uint64_t)CMA_MB * MiB &&
+		   stat_of("cma_default_frames_lent") == 0,
+	   "ucma_alloc of the whole area takes every frame back: same addresses, same data, "
+	   "private memory (%llu migrated, %llu bytes copied)",
+	   (unsigned long long)stat_of("lend_heap_migrated"),
+	   (unsigned long long)stat_of("lend_heap_bytes_copied"));
+	ok(stat_of("lend_heap_stall_count") > 0 && stat_of("lend_heap_stall_p99_ns") > 0,
+	   "writer stalls are recorded (%llu windows, p99 %llu ns)",
+	   (unsigned long long)stat_of("lend_heap_stall_count"),
+	   (unsigned long long)stat_of("lend_heap_stall_p99_ns"));
+	if (buf)
+		memset(buf, 0x5a, CMA_MB * MiB);	/* the frames now hold data */
+	ucma_release(buf);
+	blocks_free(b, 4);
+	z = ucma_calloc(1, 3 * MiB);
+	for (size_t i = 0; z && i < 3 * MiB; i += 64)
+		zero &= z[i] == 0;
+	ok(z && on_frame(z) && zero && stat_of("lend_heap_lent") > NFRAMES,
+	   "freed and trimmed, the heap lends again; calloc on a frame that held other data "
+	   "returns zeros");
+	ucma_free(z);
+	ok(ucma_owns_fd(f->fd) == 1 && ucma_owns_fd(0) == 0 && ucma_owns_fd(-1) == 0,
+	   "ucma_owns_fd: the area's file yes, others no");
+	errno = 0;
+	ok(ucma_unlend(NULL, 0) == 0 && ucma_unlend(&a, sizeof(a)) == 0 &&
+		   ucma_unlend((void *)(UINTPTR_MAX - PAGE + 1), 2 * PAGE) == -1 && errno == EINVAL,
+	   "ucma_unlend: nothing lent there is no error; a range that wraps is EINVAL");
+	ok(zones_ok(), "zone invariants hold at the end");
+}
+
+static void case_return_free(void)
+{
+	char *b[2];
+	uint64_t returned, migrated;
+	void *buf;
+
+	if (!start()) {
+		ok(0, "ucma_init: %s", strerror(errno));
+		return;
+	}
+	b[0] = block_new(4 * MiB, 1);
+	b[1] = block_new(4 * MiB, 2);
+	ok(stat_of("lend_heap_pageblocks") == 4, "two 4 MiB blocks on 4 frames");
+	ucma_free(b[0]);
+	ucma_free(b[1]);
+	returned = stat_of("lend_heap_returned");
+	ucma_trim();
+	ok(stat_of("lend_heap_returned") == returned + 4 && stat_of("lend_heap_pageblocks") == 0,
+	   "wholly free borrowed pageblocks give their frames back when trimmed, no copy");
+	migrated = stat_of("lend_heap_migrated");
+	b[0] = block_new(2 * MiB, 3);
+	ucma_free(b[0]);
+	buf = ucma_alloc(CMA_MB * MiB, 0, 0);
+	ok(buf && stat_of("lend_heap_migrated") == migrated && stat_of("lend_heap_pageblocks") == 0,
+	   "ucma_alloc takes a wholly free borrowed pageblock back without copying it");
+	ucma_release(buf);
+	ok(zones_ok(), "zone invariants hold");
+}
+
+/* ------------------------------------------------------------------------ */
+/* Writers during take-backs                                                 */
+/* ------------------------------------------------------------------------ */
+
+struct writer {
+	pthread_t t;
+	char *buf;
+	size_t len;
+	uint64_t seed;
+	uint64_t *last;			/* per page: the last value written (test memory) */
+	_Atomic uint64_t passes;
+	_Atomic bool stop;
+};
+
+/* Word 0 of each page counts up; the rest keeps its stamp. */
+static void *writer_fn(void *arg)
+{
+	struct writer *w = arg;
+	size_t pages = w->len / PAGE;
+	uint64_t n = 0;
+
+	while (!atomic_load_explicit(&w->stop, memory_order_relaxed)) {
+		for (size_t i = 0; i < pages; i++) {
+			*(volatile uint64_t *)(w->buf + i * PAGE) = ++n;
+			w->last[i] = n;
+		}
+		atomic_fetch_add(&w->passes, 1);
+	}
+	return NULL;
+}
+
+static bool writer_good(const struct writer *w)
+{
+	for (size_t i = 0; i < w->len / PAGE; i++) {
+		const char *p = w->buf + i * PAGE;
+		uint64_t v;
+		char stamp[PAGE];
+
+		memcpy(&v, p, sizeof(v));
+		if (v != w->last[i])
+			return false;
+		tu_fill(stamp, PAGE, w->seed + i);
+		if (memcmp(p + 8, stamp + 8, PAGE - 8) != 0)
+			return false;
+	}
+	return true;
+}
+
+static void case_writers(void)
+{
+	enum { NW = 2, ROUNDS = 10 };
+	struct writer w[NW];
+	int rounds_ok = 0;
+	bool lost = false, lent_each = true;
+
+	if (!start()) {
+		ok(0, "ucma_init: %s", strerror(errno));
+		return;
+	}
+	for (int r = 0; r < ROUNDS; r++) {
+		void *buf;
+
+		for (int i = 0; i < NW; i++) {
+			w[i].len = 3 * MiB;
+			w[i].seed = (uint64_t)r * 100 + (uint64_t)i * 10000;
+			w[i].buf = block_new(w[i].len, w[i].seed);
+			w[i].last = calloc(w[i].len / PAGE, sizeof(uint64_t));
+			atomic_store(&w[i].passes, 0);
+			atomic_store(&w[i].stop, false);
+			lent_each &= w[i].buf && on_frame(w[i].buf);
+		}
+		for (int i = 0; i < NW; i++) {
+			if (pthread_create(&w[i].t, NULL, writer_fn, &w[i]) != 0)
+				bail_out("pthread_create");
+		}
+		/* Every page written once before the frames go. */
+		for (int i = 0; i < NW; i++)
+			while (atomic_load(&w[i].passes) == 0)
+				sched_yield();
+		buf = ucma_alloc(CMA_MB * MiB, 0, 0);
+		for (int i = 0; i < NW; i++) {
+			atomic_store(&w[i].stop, true);
+			pthread_join(w[i].t, NULL);
+			lost |= !writer_good(&w[i]);
+		}
+		rounds_ok += buf != NULL;
+		ucma_release(buf);
+		for (int i = 0; i < NW; i++) {
+			ucma_free(w[i].buf);
+			free(w[i].last);
+		}
+		ucma_trim();
+	}
+	ok(lent_each, "each round's blocks were lent");
+	ok(rounds_ok == ROUNDS && !lost,
+	   "%d rounds of ucma_alloc of the whole area while %d threads write the lent blocks: "
+	   "%d succeeded, %s", ROUNDS, NW, rounds_ok, lost ? "a write was lost" : "no write lost, "
+	   "every stamp intact");
+	ok(zones_ok(), "zone invariants hold");
+}
+
+/* ------------------------------------------------------------------------ */
+/* Writers held inside the write-protected window                            */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * The hook: ucma_os.mremap is called by a take-back once a piece is
+ * write-protected and copied.  When it is about to move the piece holding
+ * hook.page, it lets the writer go (hook.go) and waits until the writer
+ * is blocked on the page, then moves the piece (and the take-back wakes
+ * the writer).
+ */
+static struct {
+	char *page;			/* the page the writer writes */
+	_Atomic pid_t tid;		/* the writer thread */
+	_Atomic int go;			/* set by the hook: write now */
+	_Atomic bool entered;		/* the writer is about to write */
+	bool blocked;			/* the hook saw it blocked */
+	void (*kick)(void);		/* how the hook starts the writer (or NULL) */
+} hook;
+
+/* Is thread @tid asleep (in the page fault on the protected page)? */
+static bool thread_sleeping(pid_t tid)
+{
+	char path[64], buf[512], *rp;
+	FILE *f;
+	size_t n;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
+	f = fopen(path, "r");
+	if (!f)
+		return false;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	rp = strrchr(buf, ')');
+	return rp && rp[1] == ' ' && (rp[2] == 'S' || rp[2] == 'D');
+}
+
+static void *hook_mremap(void *old, size_t old_len, size_t new_len, int flags, void *new_addr)
+{
+	if (hook.page && hook.page >= (char *)new_addr && hook.page < (char *)new_addr + new_len) {
+		uint64_t t0 = tu_now_ns();
+
+		if (hook.kick)
+			hook.kick();
+		atomic_store(&hook.go, 1);
+		while (!atomic_load(&hook.entered) && tu_now_ns() - t0 < 10000000000ull)
+			sched_yield();
+		/* Entered, then asleep: on a loaded machine this takes what it
+		 * takes; 10 s means it is not coming. */
+		while (!thread_sleeping(hook.tid) && tu_now_ns() - t0 < 10000000000ull)
+			sched_yield();
+		hook.blocked = thread_sleeping(hook.tid);
+		hook.page = NULL;
+	}
+	return real.mremap(old, old_len, new_len, flags, new_addr);
+}
+
+enum kernel_write { KW_READ, KW_RECV, KW_ACCEPT, KW_GETRANDOM, KW_NR };
+static const char *const kw_names[KW_NR] = { "read(2) from a pipe", "recv() of a datagram",
+					     "accept4()", "getrandom()" };
+
+struct kw_ctx {
+	enum kernel_write kind;
+	int fd;				/* pipe read end, datagram socket, listener */
+	char *dst;			/* in the lent block */
+	ssize_t rc;
+	int err;
+};
+
+static void *kw_thread(void *arg)
+{
+	struct kw_ctx *c = arg;
+
+	hook.tid = (pid_t)syscall(SYS_gettid);
+	while (!atomic_load(&hook.go))
+		sched_yield();
+	atomic_store(&hook.entered, true);
+	switch (c->kind) {
+	case KW_READ:
+		c->rc = read(c->fd, c->dst, 3000);
+		break;
+	case KW_RECV:
+		c->rc = recv(c->fd, c->dst, 4000, 0);
+		break;
+	case KW_ACCEPT:
+		/* The address and its length both live in the lent page (the
+		 * length was set before the page was protected). */
+		c->rc = accept4(c->fd, (struct sockaddr *)(void *)c->dst,
+				(socklen_t *)(void *)(c->dst + 1024), SOCK_CLOEXEC);
+		break;
+	default:
+		c->rc = getrandom(c->dst + 100, 256, 0);
+		break;
+	}
+	c->err = errno;
+	return NULL;
+}
+
+/* One kernel write into a page of a lent block, held in the window. */
+static bool kernel_write_case(enum kernel_write kind)
+{
+	char msg[3000], *blk = block_new(3 * MiB, 77), *page;
+	struct kw_ctx c = { kind, -1, NULL, -1, 0 };
+	int fds[2] = { -1, -1 }, client = -1;
+	bool good = false;
+	pthread_t t;
+
+	if (!blk || !on_frame(blk))
+		return false;
+	/* The block starts a pageblock: a page in the second piece of the
+	 * second pageblock. */
+	page = blk + PB + 300 * 1024;
+	c.dst = page;
+	tu_fill(msg, sizeof(msg), 5 + kind);
+	switch (kind) {
+	case KW_READ:
+		if (pipe(fds) != 0 || write(fds[1], msg, sizeof(msg)) != (ssize_t)sizeof(msg))
+			return false;
+		c.fd = fds[0];
+		break;
+	case KW_RECV:
+		if (socketpair(AF_UNIX, SOCK_DGRAM, 0, fds) != 0 ||
+		    send(fds[1], msg, sizeof(msg), 0) != (ssize_t)sizeof(msg))
+			return false;
+		c.fd = fds[0];
+		break;
+	case KW_ACCEPT: {
+		struct sockaddr_un sa = { .sun_family = AF_UNIX };
+
+		snprintf(sa.sun_path, sizeof(sa.sun_path), "/tmp/ucma-test-lend.%d", (int)getpid());
+		unlink(sa.sun_path);
+		c.fd = socket(AF_UNIX, SOCK_STREAM, 0);
+		client = socket(AF_UNIX, SOCK_STREAM, 0);
+		if (c.fd < 0 || client < 0 || bind(c.fd, (struct sockaddr *)&sa, sizeof(sa)) != 0 ||
+		    listen(c.fd, 1) != 0 || connect(client, (struct sockaddr *)&sa, sizeof(sa)) != 0)
+			return false;
+		unlink(sa.sun_path);
+		*(socklen_t *)(void *)(page + 1024) = sizeof(struct sockaddr_un);
+		break;
+	}
+	default:
+		break;
+	}
+	memset(&hook, 0, sizeof(hook));
+	hook.page = page;
+	if (pthread_create(&t, NULL, kw_thread, &c) != 0)
+		return false;
+	while (!hook.tid)
+		sched_yield();
+	ucma_os.mremap = hook_mremap;
+	if (ucma_unlend(page, 1) != 0)
+		diag("%s: ucma_unlend: %s", kw_names[kind], strerror(errno));
+	ucma_os.mremap = real.mremap;
+	atomic_store(&hook.go, 1);
+	pthread_join(t, NULL);
+	switch (kind) {
+	case KW_READ:
+	case KW_RECV:
+		good = c.rc == (ssize_t)sizeof(msg) && memcmp(page, msg, sizeof(msg)) == 0;
+		break;
+	case KW_ACCEPT: {
+		char byte = 'x', got = 0;
+
+		good = c.rc >= 0 && ((struct sockaddr *)(void *)page)->sa_family == AF_UNIX &&
+		       write(client, &byte, 1) == 1 && read((int)c.rc, &got, 1) == 1 && got == 'x';
+		if (c.rc >= 0)
+			close((int)c.rc);
+		break;
+	}
+	default:
+		good = c.rc == 256;
+		break;
+	}
+	if (!good)
+		diag("%s: returned %zd (%s)", kw_names[kind], c.rc, strerror(c.err));
+	ok(good && hook.blocked && !on_frame(page) && block_good(blk, 300 * 1024, 77),
+	   "%s into a page being taken back: %s, completes with its data%s", kw_names[kind],
+	   hook.blocked ? "waits" : "did not wait", c.rc < 0 && c.err == EFAULT ? " (EFAULT!)" : "");
+	for (int i = 0; i < 2; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	if (kind == KW_ACCEPT) {
+		close(c.fd);
+		close(client);
+	}
+	ucma_free(blk);
+	ucma_trim();
+	return good;
+}
+
+static void case_kernel_writes(void)
+{
+	if (!start()) {
+		ok(0, "ucma_init: %s", strerror(errno));
+		return;
+	}
+	for (int k = 0; k < KW_NR; k++)
+		kernel_write_case((enum kernel_write)k);
+	ok(zones_ok(), "zone invariants hold");
+}
+
+static volatile uint64_t *sig_target;
+static pthread_t sig_thread;
+
+static void sig_handler(int sig)
+{
+	(void)sig;
+	atomic_store(&hook.entered, true);
+	*sig_target = 0x51605160;
+}
+
+static void *sig_thread_fn(void *arg)
+{
+	(void)arg;
+	hook.tid = (pid_t)syscall(SYS_gettid);
+	while (!atomic_load(&hook.go))
+		pause();
+	return NULL;
+}
+
+static void sig_kick(void)
+{
+	pthread_kill(sig_thread, SIGUSR1);
+}
+
+static void case_signal(void)
+{
+	struct sigaction sa = { .sa_handler = sig_handler };
+	char *blk;
+
+	if (!start()) {
+		ok(0, "ucma_init: %s", strerror(errno));
+		return;
+	}
+	blk = block_new(2 * MiB, 9);
+	sigaction(SIGUSR1, &sa, NULL);
+	memset(&hook, 0, sizeof(hook));
+	sig_target = (volatile uint64_t *)(void *)(blk + 8 * PAGE);
+	hook.page = (char *)(uintptr_t)sig_target;
+	hook.kick = sig_kick;
+	if (pthread_create(&sig_thread, NULL, sig_thread_fn, NULL) != 0)
+		bail_out("pthread_create");
+	while (!hook.tid)
+		sched_yield();
+	ucma_os.mremap = hook_mremap;
+	ucma_unlend(blk, 2 * MiB);
+	ucma_os.mremap = real.mremap;
+	atomic_store(&hook.go, 1);
+	pthread_kill(sig_thread, SIGUSR1);	/* out of pause() if still there */
+	pthread_join(sig_thread, NULL);
+	ok(hook.blocked && *sig_target == 0x51605160 && !on_frame(blk) && block_good(blk, 8 * PAGE, 9),
+	   "a signal handler writing a page being taken back waits, then its write is there");
+	ucma_free(blk);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Fork, vfork, posix_spawn                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* The child checks the parent's data, overwrites its copy, and reports. */
+static int fork_child_check(char **b, int n)
+{
+	for (int i = 0; i < n; i++) {
+		if (!block_good(b[i], 3 * MiB, 500 + (uint64_t)i) || on_frame(b[i]))
+			return 1;
+		memset(b[i], 0xee, 3 * MiB);
+	}
+	/* Its own heap works, and so do its own CMA areas. */
+	{
+		char *x = block_new(3 * MiB, 4242);
+		void *buf = ucma_alloc(CMA_MB * MiB, 0, 0);
+		int rc = x && block_good(x, 3 * MiB, 4242) && buf ? 0 : 2;
+
+		ucma_release(buf);
+		ucma_free(x);
+		return rc;
+	}
+}
+
+static void *idle_thread(void *arg)
+{
+	return arg;
+}
+
+static void fork_case(bool threads)
+{
+	char *b[3];
+	bool lent = true, parent_good = true;
+	pid_t pid;
+	int status = -1;
+	uint64_t copied, evacuated;
+
+	/* No compaction thread: "single-threaded" must stay true. */
+	setenv("UCMA_COMPACT", "0", 1);
+	if (!start()) {
+		ok(0, "ucma_init: %s", strerror(errno));
+		return;
+	}
+	if (threads) {
+		pthread_t t;
+
+		if (pthread_create(&t, NULL, idle_thread, NULL) != 0)
+			bail_out("pthread_create");
+		pthread_join(t, NULL);
+	}
+	for (int i = 0; i < 3; i++) {
+		b[i] = block_new(3 * MiB, 500 + (uint64_t)i);
+		lent &= b[i] && on_frame(b[i]);
+	}
+	copied = stat_of("lend_heap_fork_copied");
+	evacuated = stat_of("lend_heap_fork_evacuated");
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0)
+		_exit(fork_child_check(b, 3));
+	if (pid > 0)
+		waitpid(pid, &status, 0);
+	for (int i = 0; i < 3; i++)
+		parent_good &= block_good(b[i], 3 * MiB, 500 + (uint64_t)i);
+	ok(lent && pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	   "fork %s, 9 MiB of the heap on CMA frames: the child has the data, not on "
+	   "frames, and its own heap and CMA area work (status 0x%x)",
+	   threads ? "with threads" : "single-threaded", status);
+	ok(parent_good, "the parent's data is untouched by the child's writes");
+	if (threads)
+		ok(stat_of("lend_heap_fork_evacuated") > evacuated &&
+			   stat_of("lend_heap_pageblocks") == 0 && !on_frame(b[0]),
+		   "with threads, the parent took its heap back before the fork (%llu pageblocks)",
+		   (unsigned long long)(stat_of("lend_heap_fork_evacuated") - evacuated));
+	else if (!__libc_single_threaded)
+		skip(1, "this process had a thread before (ThreadSanitizer's?): the parent took "
+			"its heap back instead");
+	else
+		ok(stat_of("lend_heap_fork_copied") > copied && on_frame(b[0]) &&
+			   stat_of("lend_heap_pageblocks") > 0,
+		   "single-threaded, the child copied (%llu pageblocks) and the parent keeps "
+		   "lending", (unsigned long long)(stat_of("lend_heap_fork_copied") - copied));
+	{
+		void *buf = ucma_alloc(CMA_MB * MiB, 0, 0);
+
+		parent_good = buf != NULL;
+		for (int i = 0; i < 3; i++)
+			parent_good &= block_good(b[i], 3 * MiB, 500 + (uint64_t)i);
+		ok(parent_good, "after the fork the parent takes its frames back, data intact");
+		ucma_release(buf);
+	}
+	blocks_free(b, 3);
+	ok(zones_ok(), "zone invariants hold");
+	unsetenv("UCMA_COMPACT");
+}
+
+static void case_fork_single(void)
+{
+	fork_case(false);
+}
+
+static void case_fork_threads(void)
+{
+	fork_case(true);
+}
+
+static void case_vfork_spawn(void)
+{
+	char *blk, *argv[] = { "true", NULL };
+	pid_t pid;
+	int status = -1, rc;
+
+	if (!start()) {
+		ok(0, "ucma_init: %s", strerror(errno));
+		return;
+	}
+	blk = block_new(3 * MiB, 31);
+	rc = posix_spawn(&pid, "/bin/true", NULL, NULL, argv, environ);
+	if (rc == 0)
+		waitpid(pid, &status, 0);
+	ok(rc == 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0 && on_frame(blk) &&
+		   block_good(blk, 3 * MiB, 31),
+	   "posix_spawn with lent memory: the child runs, the parent's data stays (rc %d)", rc);
+	pid = vfork();
+	if (pid == 0)
+		_exit(tu_check(blk, PAGE, 31) && tu_check(blk + 2 * MiB, PAGE, 31 + 512) ? 0 : 1);
+	status = -1;
+	if (pid > 0)
+		waitpid(pid, &status, 0);
+	ok(pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0 && block_good(blk, 3 * MiB, 31),
+	   "vfork: the child reads the lent memory it shares, the parent's data stays");
+	ucma_free(blk);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The program's own calls on its blocks                                     */
+/* ------------------------------------------------------------------------ */
+
+static void case_program_calls(void)
+{
+	char *b[3], perms[5];
+	bool zero = true;
+	void *buf;
+
+	if (!start()) {
+		ok(0, "ucma_init: %s", strerror(errno));
+		return;
+	}
+	for (int i = 0; i < 3; i++)
+		b[i] = block_new(4 * MiB, 700 + (uint64_t)i);
+	ok(ucma_unlend(b[0], 4 * MiB) == 0 && !on_frame(b[0]) && on_frame(b[1]) &&
+		   block_good(b[0], 4 * MiB, 700),
+	   "ucma_unlend takes exactly the block's pageblocks back, data intact");
+	ok(madvise(b[0], 4 * MiB, MADV_DONTNEED) == 0, "madvise(MADV_DONTNEED) on the block");
+	for (size_t i = 0; i < 4 * MiB; i += 512)
+		zero &= b[0][i] == 0;
+	ok(zero, "it reads back zeros, as private memory does");
+	ucma_unlend(b[1], 4 * MiB);
+	ok(mprotect(b[1], 2 * MiB, PROT_READ) == 0, "mprotect(PROT_READ) on half of a block");
+	/* A page of the third block, still lent, unmapped behind ucma's back. */
+	ok(munmap(b[2] + 3 * MiB, PAGE) == 0, "munmap of a page of a lent block");
+	buf = ucma_alloc(CMA_MB * MiB, 0, 0);
+	perms_of(b[1], perms);
+	ok(buf && strcmp(perms, "r--p") == 0 && block_good(b[1], 4 * MiB, 701) &&
+		   block_good(b[2], 3 * MiB, 702),
+	   "later take-backs leave the protection alone (%s) and manage around the hole", perms);
+	ucma_release(buf);
+	mprotect(b[1], 2 * MiB, PROT_READ | PROT_WRITE);
+	/* The page is mapped again by the take-back: the block is whole. */
+	ok(!on_frame(b[2]), "the third block is on private memory");
+	blocks_free(b, 3);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Injected faults                                                           */
+/* ------------------------------------------------------------------------ */
+
+static int fake_userfaultfd(int flags)
+{
+	(void)flags;
+	errno = EPERM;
+	return -1;
+}
+
+static unsigned long fail_req;
+static int fail_after;		/* calls of @fail_req that succeed first */
+
+static int fake_uffd_ioctl(int fd, unsigned long req, void *arg)
+{
+	if (req == fail_req && fail_after-- <= 0) {
+		errno = EBUSY;
+		return -1;
+	}
+	return real.uffd_ioctl(fd, req, arg);
+}
+
+static int mremap_fail_at;	/* fail the n-th call (1-based), 0: never */
+
+static void *fake_mremap(void *old, size_t old_len, size_t new_len, int flags, void *new_addr)
+{
+	if (mremap_fail_at && --mremap_fail_at == 0) {
+		errno = ENOMEM;
+		return MAP_FAILED;
+	}
+	return real.mremap(old, old_len, new_len, flags, new_addr);
+}
+
+static bool fail_shared_fixed;
+
+static void *fake_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	if (fail_shared_fixed && fd >= 0 && (flags & MAP_SHARED) && (flags & MAP_FIXED) &&
+	    ucma_addr_in_arena(a, addr) && ucma_pfn_zone(a, ucma_addr_to_pfn(a, addr))->id ==
+							  UCMA_ZONE_NORMAL) {
+		errno = ENOMEM;
+		return MAP_FAILED;
+	}
+	return real.mmap(addr, len, prot, flags, fd, off);
+}
+
+static void case_no_uffd(void)
+{
+	FILE *cap = tmpfile();
+	char msg[4096] = "";
+	int saved = dup(2);
+	char *blk;
+	size_t n;
+
+	ucma_os.userfaultfd = fake_userfaultfd;
+	setenv("UCMA_VERBOSE", "1", 1);
+	fflush(stderr);
+	dup2(fileno(cap), 2);
+	cma_backing = UCMA_BACKING_AUTO;
+	start();
+	cma_backing = UCMA_BACKING_NONE;
+	dup2(saved, 2);
+	unsetenv("UCMA_VERBOSE");
+	rewind(cap);
+	n = fread(msg, 1, sizeof(msg) - 1, cap);
+	msg[n] = '\0';
+	fclose(cap);
+	ok(a && strstr(msg, "lending the CMA areas to the heap is off: no userfaultfd") &&
+		   strstr(strstr(msg, "is off") + 1, "is off") == NULL,
+	   "no userfaultfd: UCMA_VERBOSE says once that lending to the heap is off, and why");
+	if (!a)
+		return;
+	blk = block_new(3 * MiB, 3);
+	ok(blk && !on_frame(blk) && stat_of("lend_heap_pageblocks") == 0 &&
+		   stat_of("lend_heap_lent") == 0,
+	   "nothing is lent");
+	ok(ucma_os_shmem_thp_available() || ucma_area_frames(&a->areas[0])->fd < 0 ||
+		   a->zones[UCMA_ZONE_CMA].backing != UCMA_BACKING_NONE,
+	   "the automatic backing of the areas is what it was without lending (%s)",
+	   ucma_backing_name("cma"));
+	{
+		void *buf = ucma_alloc(CMA_MB * MiB, 0, 0);
+
+		ok(buf != NULL, "ucma_alloc works as before");
+		ucma_release(buf);
+	}
+	ucma_free(blk);
+	ucma_os_reset();
+}
+
+static void case_faults(void)
+{
+	char *blk;
+	uint64_t fails;
+
+	if (!start()) {
+		ok(0, "ucma_init: %s", strerror(errno));
+		return;
+	}
+	blk = block_new(4 * MiB, 61);
+	fails = stat_of("lend_heap_migrate_fail");
+	fail_req = UFFDIO_REGISTER;
+	fail_after = 0;
+	ucma_os.uffd_ioctl = fake_uffd_ioctl;
+	errno = 0;
+	ok(ucma_unlend(blk, 4 * MiB) == -1 && errno == EBUSY && on_frame(blk) &&
+		   block_good(blk, 4 * MiB, 61) && stat_of("lend_heap_migrate_fail") == fails + 1,
+	   "registration refused: ucma_unlend fails (EBUSY), the block stays on its frame, "
+	   "data intact, counted");
+	fail_req = UFFDIO_WRITEPROTECT;
+	fail_after = 2;
+	ok(ucma_unlend(blk, 4 * MiB) == -1 && block_good(blk, 4 * MiB, 61),
+	   "write-protection refused at the third piece: fails, data intact");
+	ucma_os.uffd_ioctl = real.uffd_ioctl;
+	ok(ucma_unlend(blk, 4 * MiB) == 0 && !on_frame(blk) && block_good(blk, 4 * MiB, 61),
+	   "then it works: resumed where it stopped, data intact");
+	ucma_free(blk);
+	ucma_trim();
+
+	blk = block_new(4 * MiB, 62);
+	mremap_fail_at = 4;
+	ucma_os.mremap = fake_mremap;
+	ok(ucma_unlend(blk, 4 * MiB) == -1 && block_good(blk, 4 * MiB, 62),
+	   "mremap fails half way through a pageblock: fails, data intact");
+	memset(blk + 3 * 256 * 1024, 0x77, 2 * 256 * 1024);	/* across the half */
+	mremap_fail_at = 0;
+	ucma_os.mremap = real.mremap;
+	{
+		void *buf = ucma_alloc(CMA_MB * MiB, 0, 0);
+		bool good = true;
+
+		for (size_t i = 0; i < 2 * 256 * 1024; i++)
+			good &= (unsigned char)blk[3 * 256 * 1024 + i] == 0x77;
+		ok(buf && good && block_good(blk, 3 * 256 * 1024, 62) &&
+			   block_good(blk + 5 * 256 * 1024, 4 * MiB - 5 * 256 * 1024, 62 + 5 * 64) &&
+			   !on_frame(blk),
+		   "ucma_alloc finishes the take-back: writes on both sides of the break kept");
+		ucma_release(buf);
+	}
+	ucma_free(blk);
+	ucma_trim();
+
+	fail_shared_fixed = true;
+	ucma_os.mmap = fake_mmap;
+	fails = stat_of("lend_heap_fallback");
+	blk = block_new(3 * MiB, 63);
+	ucma_os.mmap = real.mmap;
+	fail_shared_fixed = false;
+	ok(blk && !on_frame(blk) && block_good(blk, 3 * MiB, 63) &&
+		   stat_of("lend_heap_fallback") > fails && stat_of("lend_heap_pageblocks") == 0,
+	   "the frame cannot be mapped at the heap: private memory, counted as a fallback");
+	ucma_free(blk);
+	ok(zones_ok(), "zone invariants hold");
+}
+
+/* ------------------------------------------------------------------------ */
+
+static void run(const char *what, void (*fn)(void))
+{
+	tap_in_child(what, fn, NULL);
+}
+
+static void hugetlb_cases(void)
+{
+	char why[256];
+
+	if (tu_hugepages_reserve(2048, NFRAMES + 2, why, sizeof(why)) != 0) {
+		skip(1, "hugetlb frames: %s", why);
+		return;
+	}
+	cma_backing = UCMA_BACKING_HUGETLB_2M;
+	if (!start() || ucma_area_frames(&a->areas[0])->kind != UCMA_FILE_HUGETLB) {
+		skip(1, "hugetlb frames: the area did not get them");
+		return;
+	}
+	diag("with hugetlb frames:");
+	case_basic();
+	case_writers();
+	case_kernel_writes();
+}
+
+/* Can this process write-protect shmem with a userfaultfd?  Asked here,
+ * not through the library, which remembers its answer. */
+static bool uffd_wp_available(void)
+{
+	struct uffdio_api api = {
+		.api = UFFD_API,
+		.features = UFFD_FEATURE_WP_HUGETLBFS_SHMEM | (1 << 13),	/* WP_UNPOPULATED */
+	};
+	int fd = real.userfaultfd(O_CLOEXEC | O_NONBLOCK);
+	bool good;
+
+	if (fd < 0)
+		return false;
+	good = ioctl(fd, UFFDIO_API, &api) == 0;
+	close(fd);
+	return good;
+}
+
+int main(void)
+{
+	tu_clear_env();
+	real = ucma_os;
+	if (!uffd_wp_available())
+		skip_all("no userfaultfd with write-protection for shmem here (root, "
+			 "vm.unprivileged_userfaultfd=1 or /dev/userfaultfd, Linux 6.4)");
+	plan_no_plan();
+	run("basic", case_basic);
+	run("return free", case_return_free);
+	run("writers", case_writers);
+	run("kernel writes", case_kernel_writes);
+	run("signal handler", case_signal);
+	run("fork single-threaded", case_fork_single);
+	run("fork with threads", case_fork_threads);
+	run("vfork and posix_spawn", case_vfork_spawn);
+	run("program calls", case_program_calls);
+	run("no userfaultfd", case_no_uffd);
+	run("faults", case_faults);
+	run("hugetlb", hugetlb_cases);
+	return done();
+}
