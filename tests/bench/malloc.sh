@@ -21,7 +21,8 @@
 # direct calls with the NORMAL zone on plain 4 KiB pages instead of
 # transparent huge pages), JEMALLOC_SO, MIMALLOC_SO, TCMALLOC_SO, METRIC
 # (wall: elapsed time of the workload, the default; cpu: user + system
-# time of the process, which other jobs on a shared machine disturb less).
+# time of the process, which other jobs on a shared machine disturb less),
+# UCMA_BENCH_CMA_BACKING (UCMA_HUGEPAGES of the ucma runs, default thp).
 #
 # SPDX-License-Identifier: MIT
 set -eu
@@ -69,8 +70,15 @@ for impl in $impls; do
 	avail="$avail $impl"
 done
 
+# The CMA areas on shmem frames for every ucma run: with heap lending the
+# heap may live on their frames, and getrusage's peak RSS counts shmem
+# pages but not hugetlb ones (a hugetlb-backed area would hide the lent
+# heap from the figure: 4 MiB instead of 58 for `large`).
+cma_backing=${UCMA_BENCH_CMA_BACKING:-thp}
+
 # run IMPL CASE: one process; prints "ms rss_kib", or fails
 run() {
+	case $1 in ucma*) export UCMA_HUGEPAGES=$cma_backing ;; *) unset UCMA_HUGEPAGES ;; esac
 	case $1 in
 	glibc) out=$("$bench" "$2") ;;
 	jemalloc) out=$(LD_PRELOAD=$jemalloc "$bench" "$2") ;;
