@@ -87,6 +87,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
+#include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -483,6 +484,24 @@ void ucma_lend_return_free_locked(struct ucma_zone *z, uint32_t pb)
 }
 
 /*
+ * Does [@lo, @hi) hold this thread's own stack or thread control block?
+ * A thread running on a stack it allocated with malloc (coroutines,
+ * pthread_attr_setstack) that write-protected its own stack would fault
+ * on its next push with nobody left to wake it; glibc keeps the TCB, the
+ * static TLS (errno) and ucma's own TLS at the top of such a stack.  The
+ * margins cover the calls a take-back makes below the current frame and
+ * the TLS block below the TCB.
+ */
+static bool own_stack_in(const char *lo, const char *hi)
+{
+	const char *sp = (const char *)__builtin_frame_address(0);
+	const char *tcb = (const char *)pthread_self();
+	const size_t below = 256 * 1024, above = 64 * 1024;
+
+	return (sp + above > lo && sp - below < hi) || (tcb + above > lo && tcb - below < hi);
+}
+
+/*
  * Copy borrowed pageblock @pb to private memory of its own while writers
  * wait, piece by piece from piece *@moved on (pieces before it were moved
  * by an earlier attempt).  lend.lock held, state taking.  Returns 0, or -1
@@ -496,6 +515,10 @@ static int migrate(struct ucma_arena *a, uint32_t pb, const char *frame, size_t 
 	size_t from = (size_t)*moved * piece;
 	int fd, err;
 
+	if (own_stack_in(at + from, at + UCMA_PAGEBLOCK_SIZE)) {
+		errno = EBUSY;	/* another thread may take it back */
+		return -1;
+	}
 	staging = private_map(NULL, advice);
 	if (staging == MAP_FAILED)
 		return -1;
@@ -619,14 +642,23 @@ static int take_back_locked(struct ucma_arena *a, uint32_t pb)
 	return 0;
 }
 
+/*
+ * Signals stay blocked on this thread while it holds lend.lock and write-
+ * protects the heap: a handler that wrote the piece being moved would wait
+ * for this very thread, and one that allocated would wait for the lock.
+ */
 static int take_back(struct ucma_arena *a, uint32_t pb)
 {
+	sigset_t all, saved;
 	int rc, err;
 
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &saved);
 	pthread_mutex_lock(&lend.lock);
 	rc = take_back_locked(a, pb);
 	err = errno;
 	pthread_mutex_unlock(&lend.lock);
+	pthread_sigmask(SIG_SETMASK, &saved, NULL);
 	ucma_mem_event_deliver();
 	errno = err;
 	return rc;

@@ -51,6 +51,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <stdatomic.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -591,14 +592,77 @@ static void *sig_thread_fn(void *arg)
 {
 	(void)arg;
 	hook.tid = (pid_t)syscall(SYS_gettid);
+	/* Not pause(): a signal between the test and the pause would leave
+	 * it waiting for ever. */
 	while (!atomic_load(&hook.go))
-		pause();
+		nanosleep(&(struct timespec){ 0, 1000000 }, NULL);
 	return NULL;
 }
 
 static void sig_kick(void)
 {
 	pthread_kill(sig_thread, SIGUSR1);
+}
+
+/* A thread whose stack is heap memory (coroutines, pthread_attr_setstack
+ * with malloc) asks for its own stack to be taken back. */
+struct own_stack {
+	char *lo;
+	size_t len;
+	int rc, err;
+};
+
+static void *own_stack_fn(void *arg)
+{
+	struct own_stack *s = arg;
+
+	errno = 0;
+	s->rc = ucma_unlend(s->lo, s->len);
+	s->err = errno;
+	return NULL;
+}
+
+static void case_own_stack(void)
+{
+	struct own_stack s = { NULL, MiB, 1, 0 };
+	pthread_attr_t attr;
+	pthread_t t;
+	struct timespec until;
+	char *b;
+	int joined;
+
+	if (!start()) {
+		ok(0, "ucma_init: %s", strerror(errno));
+		return;
+	}
+	b = block_new(3 * MiB, 77);
+	if (!b || !on_frame(b + MiB)) {
+		ok(0, "a 3 MiB block on CMA frames to run a thread on");
+		return;
+	}
+	s.lo = b + MiB;
+	pthread_attr_init(&attr);
+	pthread_attr_setstack(&attr, s.lo, s.len);
+	if (pthread_create(&t, &attr, own_stack_fn, &s) != 0) {
+		ok(0, "pthread_create on a heap stack: %s", strerror(errno));
+		return;
+	}
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 20;
+	joined = pthread_timedjoin_np(t, NULL, &until);
+	ok(joined == 0 && s.rc == -1 && s.err == EBUSY,
+	   "a thread running on a lent stack cannot take it back itself: EBUSY, no hang "
+	   "(joined %d, rc %d, %s)", joined, s.rc, strerror(s.err));
+	if (joined != 0) {
+		/* The thread is stuck holding the lending lock: leave at once,
+		 * without the exit handlers that would wait for it. */
+		fflush(NULL);
+		_exit(1);
+	}
+	ok(ucma_unlend(b, 3 * MiB) == 0 && !on_frame(b + MiB) && block_good(b, MiB, 77),
+	   "another thread takes it back, the data before the stack intact");
+	ucma_free(b);
+	ok(zones_ok(), "zone invariants hold");
 }
 
 static void case_signal(void)
@@ -1007,6 +1071,8 @@ static bool uffd_wp_available(void)
 int main(void)
 {
 	tu_clear_env();
+	/* Heap lending is off by default. */
+	setenv("UCMA_CMA_POLICY", "lend", 1);
 	real = ucma_os;
 	if (!uffd_wp_available())
 		skip_all("no userfaultfd with write-protection for shmem here (root, "
@@ -1017,6 +1083,7 @@ int main(void)
 	run("writers", case_writers);
 	run("kernel writes", case_kernel_writes);
 	run("signal handler", case_signal);
+	run("own stack", case_own_stack);
 	run("fork single-threaded", case_fork_single);
 	run("fork with threads", case_fork_threads);
 	run("vfork and posix_spawn", case_vfork_spawn);
