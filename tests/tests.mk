@@ -3,6 +3,10 @@
 LOG_DRIVER = env AM_TAP_AWK='$(AWK)' $(SHELL) $(top_srcdir)/build-aux/tap-driver.sh
 TEST_EXTENSIONS = .sh
 SH_LOG_DRIVER = $(LOG_DRIVER)
+## Every test runs under a time limit (TEST_TIMEOUT seconds, 600 by
+## default): a hang fails that test by name, with its threads' stacks.
+LOG_COMPILER = $(SHELL) $(top_srcdir)/tests/time-limit.sh
+SH_LOG_COMPILER = $(SHELL) $(top_srcdir)/tests/time-limit.sh
 AM_TESTS_ENVIRONMENT = \
 	top_srcdir='$(top_srcdir)'; export top_srcdir; \
 	top_builddir='$(top_builddir)'; export top_builddir; \
@@ -10,7 +14,7 @@ AM_TESTS_ENVIRONMENT = \
 	LSAN_OPTIONS="suppressions=$(abs_top_srcdir)/tests/lsan.supp:print_suppressions=0"; export LSAN_OPTIONS; \
 	TSAN_OPTIONS="suppressions=$(abs_top_srcdir)/tests/tsan.supp:halt_on_error=1:second_deadlock_stack=1"; export TSAN_OPTIONS; \
 	UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"; export UBSAN_OPTIONS;
-EXTRA_DIST += tests/tap.h tests/testutil.h tests/lsan.supp tests/tsan.supp
+EXTRA_DIST += tests/tap.h tests/testutil.h tests/lsan.supp tests/tsan.supp tests/time-limit.sh
 
 include tests/unit/unit.mk
 include tests/unit/compact.mk
