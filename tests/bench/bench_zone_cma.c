@@ -173,7 +173,7 @@ static void workload(int policy, int populate, size_t arena_mb, uint64_t ops, st
 /* Rounds of the throughput measurement: the first pays the kernel's
  * first touch of destination pages that were purged or never used; the
  * later ones show what migration itself costs. */
-#define TP_ROUNDS 5
+#define TP_ROUNDS 7
 
 /* Fill the CMA area of the arena with 64 KiB objects, each stamped. */
 static unsigned fill_cma(ucma_handle_t *h, unsigned max)
@@ -220,7 +220,7 @@ static int cmp_double(const void *x, const void *y)
  * the CMA area with 64 KiB objects, take half of it with one ucma_alloc()
  * (every object there is migrated to the NORMAL zone), then memcpy() as
  * many bytes between two warmed buffers, right after, so both see the same
- * machine; release and free everything.  Printed: every round's ratio, the
+ * machine (the fastest of three copies); release and free everything.  Printed: every round's ratio, the
  * first and the median of the others.
  */
 static void throughput(size_t arena_mb)
@@ -251,7 +251,7 @@ static void throughput(size_t arena_mb)
 	memset(src, 1, cma / 2);
 	memset(dst, 2, cma / 2);
 	printf("\nmigration: %u rounds of ucma_alloc(%zu MiB) over a CMA area full of 64 KiB "
-	       "objects, each followed by memcpy() of as many bytes\n",
+	       "objects, each followed by the fastest of three memcpy() of as many bytes\n",
 	       TP_ROUNDS, (cma / 2) >> 20);
 	for (int r = 0; r < TP_ROUNDS; r++) {
 		n = fill_cma(h, max);
@@ -270,10 +270,19 @@ static void throughput(size_t arena_mb)
 		}
 		moved = (size_t)(m1 - m0) * 65536;
 		mig_gbs = (double)moved / (double)(t1 - t0);
-		t0 = tu_now_ns();
-		memcpy(dst, src, cma / 2);
-		t1 = tu_now_ns();
-		memcpy_gbs = (double)(cma / 2) / (double)(t1 - t0);
+		/* The best of three: a copy that lost the CPU for a moment
+		 * must not make migration look faster than it is. */
+		memcpy_gbs = 0;
+		for (int k = 0; k < 3; k++) {
+			double gbs;
+
+			t0 = tu_now_ns();
+			memcpy(dst, src, cma / 2);
+			t1 = tu_now_ns();
+			gbs = (double)(cma / 2) / (double)(t1 - t0);
+			if (gbs > memcpy_gbs)
+				memcpy_gbs = gbs;
+		}
 		ratio[r] = mig_gbs / memcpy_gbs;
 		printf("round %d: %zu MiB moved: %.2f GB/s; memcpy %.2f GB/s; ratio %.2f; data %s\n",
 		       r + 1, moved >> 20, mig_gbs, memcpy_gbs, ratio[r],
