@@ -33,6 +33,8 @@ descendants() {
 "$@" &
 pid=$!
 (
+	# Whatever happens to the output, the test must still be killed.
+	trap '' PIPE
 	waited=0
 	while [ "$waited" -lt "$limit" ]; do
 		# Not on the test's output: the harness reads it to its end.
@@ -57,6 +59,6 @@ wait "$pid"
 rc=$?
 # KILL: the watchdog holds the test's output open, and must not make the
 # harness wait for the rest of its second of sleep.
-kill -KILL "$watchdog" 2>/dev/null
-wait "$watchdog" 2>/dev/null
+# The braces: the shell reports the killed job on its own standard error.
+{ kill -KILL "$watchdog"; wait "$watchdog"; } 2>/dev/null
 exit "$rc"

@@ -34,10 +34,13 @@ TESTS += \
 	tests/integration/preload_contig.sh \
 	tests/integration/preload_python.sh \
 	tests/integration/preload_tools.sh \
+	tests/integration/preload_lend.sh \
 	tests/integration/preload_compilers.sh
 EXTRA_DIST += \
 	tests/integration/common.sh \
 	tests/integration/py_workload.py \
+	tests/integration/lend_workload.py \
+	tests/integration/preload_lend.sh \
 	tests/integration/preload_api.sh \
 	tests/integration/preload_longterm.sh \
 	tests/integration/preload_contig.sh \
