@@ -1026,15 +1026,21 @@ static void fork_copy(struct ucma_arena *a, uint32_t pb, uint32_t s)
 	if (s & LEND_RESERVED) {
 		ucma_undo_isolate_locked(z, pb);
 	} else {
-		/* Pieces an interrupted take-back moved are private already. */
+		/* Pieces an interrupted take-back moved are private already.
+		 * The copy is made as a take-back's (one huge page where the
+		 * zone uses them, read from the parent's file, still this
+		 * area's: frames.c's child handler runs after this one). */
 		size_t from = (size_t)LEND_MOVED_OF(s) * piece_of(a, cma_pb);
 		size_t len = UCMA_PAGEBLOCK_SIZE - from;
-		char *copy = private_map(NULL, normal_advice(z));
+		uint64_t file_off = 0;
+		int src_fd = copy_source(a, cma_pb, &file_off);
+		bool populated, huge;
+		char *copy = staging_map(from, normal_advice(z), &populated, &huge);
 
 		if (copy == MAP_FAILED)
 			ucma_fatal("fork: no memory to copy the heap at %p into the child: %s", at,
 				   strerror(errno));
-		memcpy(copy + from, (char *)ucma_pfn_to_addr(a, pb_pfn(cma_pb)) + from, len);
+		copy_piece(copy, ucma_pfn_to_addr(a, pb_pfn(cma_pb)), src_fd, file_off, from, len);
 		if (ucma_os.mremap(copy + from, len, len, MREMAP_MAYMOVE | MREMAP_FIXED,
 				   at + from) == MAP_FAILED)
 			ucma_fatal("fork: cannot move the copy of the heap at %p into place: %s",
