@@ -128,6 +128,16 @@ static bool fd_ours(const struct ucma_frames *f)
 	       (uint64_t)st.st_ino == f->file_ino;
 }
 
+int ucma_frames_file_of(const struct ucma_cma_area *area, uint32_t slot, uint64_t *off)
+{
+	const struct ucma_frames *f = ucma_area_frames(area);
+
+	if (!f || !fd_ours(f) || slot >= f->nr_frames)
+		return -1;
+	*off = f->table[slot].file_off;
+	return f->fd;
+}
+
 /* Give [addr, addr + len) back to the reservation: PROT_NONE, nothing behind it. */
 static void restore_reservation(void *addr, size_t len)
 {

@@ -166,4 +166,13 @@ UCMA_INTERNAL int ucma_frames_restore(struct ucma_cma_area *area, uint32_t slot,
 UCMA_INTERNAL int ucma_frames_set_lent(struct ucma_cma_area *area, uint32_t slot, uint32_t n,
 				       bool lent);
 
+/*
+ * The descriptor and byte offset of frame @slot in the area's file, for
+ * reading it with pread() (the kernel copies from the page cache, touching
+ * no mapping of the frame); -1 when the area has no file or the program
+ * closed its descriptor or put another file under that number.
+ */
+UCMA_INTERNAL int ucma_frames_file_of(const struct ucma_cma_area *area, uint32_t slot,
+				      uint64_t *off);
+
 #endif /* UCMA_FRAMES_H */

@@ -417,6 +417,8 @@ struct ucma_os_ops {
 	int (*ftruncate)(int fd, off_t len);
 	int (*fallocate)(int fd, int mode, off_t off, off_t len);
 	ssize_t (*pwrite)(int fd, const void *buf, size_t len, off_t off);
+	/* heap lending reads a frame through its file when taking it back */
+	ssize_t (*pread)(int fd, void *buf, size_t len, off_t off);
 	/* heap lending (lend.c): a new userfaultfd, and its ioctls */
 	int (*userfaultfd)(int flags);
 	int (*uffd_ioctl)(int fd, unsigned long request, void *arg);

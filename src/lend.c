@@ -38,8 +38,10 @@
  * inherits none and a program closing every descriptor can only hit one
  * during a take-back (preload/lend_guard.c keeps close(), close_range()
  * and closefrom() off it, ucma_owns_fd()).  Pieces are 256 KiB for shmem
- * frames (4 KiB pages: each writer waits for one piece only) and the whole
- * frame for hugetlb frames (one page).  Only full userfaultfd will do:
+ * frames on a staging of 4 KiB pages (each writer waits for one piece
+ * only), and the whole pageblock for a staging on a huge page (moving a
+ * part would split it before the rest is copied) and for hugetlb frames
+ * (one page).  Only full userfaultfd will do:
  * mprotect() with a SIGSEGV handler, or UFFD_USER_MODE_ONLY, make system
  * calls writing there fail with EFAULT, and a datagram or a connection is
  * lost; without it lending is off.
@@ -502,31 +504,133 @@ static bool own_stack_in(const char *lo, const char *hi)
 }
 
 /*
+ * A 2 MiB mapping aligned to 2 MiB, private and anonymous, or MAP_FAILED.
+ * The kernel aligns anonymous mappings of that size by itself (Linux 6.7
+ * and later); elsewhere twice the size is mapped and trimmed.
+ */
+static char *aligned_map(void)
+{
+	const int prot = PROT_READ | PROT_WRITE, flags = MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE;
+	char *p = ucma_os.mmap(NULL, UCMA_PAGEBLOCK_SIZE, prot, flags, -1, 0), *q;
+	size_t head;
+
+	if (p == MAP_FAILED || !((uintptr_t)p & (UCMA_PAGEBLOCK_SIZE - 1)))
+		return p;
+	ucma_os.munmap(p, UCMA_PAGEBLOCK_SIZE);
+	p = ucma_os.mmap(NULL, 2 * UCMA_PAGEBLOCK_SIZE, prot, flags, -1, 0);
+	if (p == MAP_FAILED)
+		return p;
+	q = (char *)UCMA_ALIGN_UP((uintptr_t)p, UCMA_PAGEBLOCK_SIZE);
+	head = (size_t)(q - p);
+	if (head)
+		ucma_os.munmap(p, head);
+	ucma_os.munmap(q + UCMA_PAGEBLOCK_SIZE, UCMA_PAGEBLOCK_SIZE - head);
+	return q;
+}
+
+/*
+ * The destination of a take-back's copy: a whole pageblock of private
+ * memory, populated from byte @from on, so that no fault lengthens the
+ * window (*@populated false: it could not be).  Where the NORMAL zone uses
+ * transparent huge pages at all (@advice not -1) and the whole pageblock
+ * is wanted (*@huge), it is aligned and faulted in as one huge page: one
+ * fault and one 2 MiB clear instead of 512 of each, which was most of a
+ * take-back's time.  Its memory is used in full either way, so a huge
+ * page costs nothing more, even where the zone defers them for a small
+ * heap.  Then it takes the zone's advice (the huge page stays), so what
+ * is moved onto the heap carries the flags of the heap's own memory.
+ */
+static char *staging_map(size_t from, int advice, bool *populated, bool *huge)
+{
+	char *p;
+
+	*huge = !from && advice >= 0;
+	if (!*huge)
+		p = private_map(NULL, advice);
+	else if ((p = aligned_map()) != MAP_FAILED)
+		ucma_os.madvise(p, UCMA_PAGEBLOCK_SIZE, MADV_HUGEPAGE);
+	if (p == MAP_FAILED)
+		return p;
+	*populated = ucma_os.madvise(p + from, UCMA_PAGEBLOCK_SIZE - from, MADV_POPULATE_WRITE) == 0;
+	if (*huge && advice != MADV_HUGEPAGE)
+		ucma_os.madvise(p, UCMA_PAGEBLOCK_SIZE, advice);
+	return p;
+}
+
+/*
+ * Where a take-back copies from: the area's file, read with pread() at
+ * *@off, when its descriptor is still the area's file (returned), or -1:
+ * the frame's own mapping in the area.  The kernel then copies from the
+ * page cache, through no mapping of the frame: the area's mapping is one
+ * the program never touched, and reading it page by page costs a fault
+ * per page where page tables are shadowed (some virtual machines), the
+ * heap's own mapping may be anything the program made of it.
+ */
+static int copy_source(struct ucma_arena *a, uint32_t cma_pb, uint64_t *off)
+{
+	struct ucma_cma_area *area = area_of(a, cma_pb);
+
+	return ucma_frames_file_of(area, slot_of(area, cma_pb), off);
+}
+
+/* Copy @len bytes at @off of the frame into @dst: from the file @src_fd
+ * at @file_off + @off, and what a read does not bring from @frame + @off. */
+static void copy_piece(char *dst, const char *frame, int src_fd, uint64_t file_off, size_t off,
+		       size_t len)
+{
+	size_t done = 0;
+
+	while (src_fd >= 0 && done < len) {
+		ssize_t n = ucma_os.pread(src_fd, dst + off + done, len - done,
+					  (off_t)(file_off + off + done));
+
+		if (n > 0)
+			done += (size_t)n;
+		else if (n == 0 || errno != EINTR)
+			break;
+	}
+	if (done < len)
+		memcpy(dst + off + done, frame + off + done, len - done);
+}
+
+/*
  * Copy borrowed pageblock @pb to private memory of its own while writers
  * wait, piece by piece from piece *@moved on (pieces before it were moved
- * by an earlier attempt).  lend.lock held, state taking.  Returns 0, or -1
- * with errno; *@moved then says how many pieces are on private memory
+ * by an earlier attempt).  A staging on one huge page moves in one step,
+ * the whole pageblock: moving a part of it splits the huge page into 512
+ * page table entries before the rest is copied, and where page tables are
+ * shadowed (some virtual machines) each of those costs a fault on its
+ * first touch, the copy taking eight times as long; moved whole, it stays
+ * one huge page on the heap.  Its writers wait for the whole pageblock,
+ * as with hugetlb frames.  lend.lock held, state taking.  Returns 0, or
+ * -1 with errno; *@moved then says how many pieces are on private memory
  * already (the rest is still on the frame, writable).
  */
-static int migrate(struct ucma_arena *a, uint32_t pb, const char *frame, size_t piece,
+static int migrate(struct ucma_arena *a, uint32_t pb, uint32_t cma_pb, size_t piece,
 		   int advice, unsigned *moved)
 {
 	char *at = ucma_pfn_to_addr(a, pb_pfn(pb)), *staging;
+	const char *frame = ucma_pfn_to_addr(a, pb_pfn(cma_pb));
 	size_t from = (size_t)*moved * piece;
-	int fd, err;
+	uint64_t file_off = 0;
+	bool populated = false, huge;
+	int fd, err, src_fd;
+	size_t step;
 
 	if (own_stack_in(at + from, at + UCMA_PAGEBLOCK_SIZE)) {
 		errno = EBUSY;	/* another thread may take it back */
 		return -1;
 	}
-	staging = private_map(NULL, advice);
+	staging = staging_map(from, advice, &populated, &huge);
 	if (staging == MAP_FAILED)
 		return -1;
-	/* Faults of the copy's destination, or of its source in the area's
-	 * mapping (touched there maybe never), would lengthen the window. */
-	if (ucma_os.madvise(staging + from, UCMA_PAGEBLOCK_SIZE - from, MADV_POPULATE_WRITE) != 0 ||
-	    ucma_os.madvise((void *)(frame + from), UCMA_PAGEBLOCK_SIZE - from,
-			    MADV_POPULATE_READ) != 0)
+	step = huge ? UCMA_PAGEBLOCK_SIZE : piece;
+	/* Faults of the copy's source in the area's mapping (touched there
+	 * maybe never) would lengthen the window too, if it is read there. */
+	src_fd = copy_source(a, cma_pb, &file_off);
+	if (!populated || (src_fd < 0 && ucma_os.madvise((void *)(frame + from),
+							 UCMA_PAGEBLOCK_SIZE - from,
+							 MADV_POPULATE_READ) != 0))
 		ucma_count(UCMA_STAT_LEND_HEAP_UNPREFAULTED, 1);
 	fd = uffd_open();
 	if (fd < 0)
@@ -534,22 +638,22 @@ static int migrate(struct ucma_arena *a, uint32_t pb, const char *frame, size_t 
 	atomic_store(&lend.uffd, fd);
 	if (uffd_register(fd, at + from, UCMA_PAGEBLOCK_SIZE - from) != 0)
 		goto fail_close;
-	for (size_t off = from; off < UCMA_PAGEBLOCK_SIZE; off += piece) {
+	for (size_t off = from; off < UCMA_PAGEBLOCK_SIZE; off += step) {
 		uint64_t t0 = ucma_os_now_ns();
 
-		if (uffd_protect(fd, at + off, piece, true) != 0)
+		if (uffd_protect(fd, at + off, step, true) != 0)
 			goto fail_close;
-		memcpy(staging + off, frame + off, piece);
-		if (ucma_os.mremap(staging + off, piece, piece, MREMAP_MAYMOVE | MREMAP_FIXED,
+		copy_piece(staging, frame, src_fd, file_off, off, step);
+		if (ucma_os.mremap(staging + off, step, step, MREMAP_MAYMOVE | MREMAP_FIXED,
 				   at + off) == MAP_FAILED) {
 			err = errno;
-			uffd_protect(fd, at + off, piece, false);	/* and wake them */
+			uffd_protect(fd, at + off, step, false);	/* and wake them */
 			errno = err;
 			goto fail_close;
 		}
-		uffd_wake(fd, at + off, piece);
+		uffd_wake(fd, at + off, step);
 		ucma_stats_lend_stall(ucma_os_now_ns() - t0);
-		(*moved)++;
+		*moved += (unsigned)(step / piece);
 	}
 	atomic_store(&lend.uffd, -1);
 	ucma_os_close(fd);
@@ -621,8 +725,7 @@ static int take_back_locked(struct ucma_arena *a, uint32_t pb)
 	of_set(pb, s | LEND_TAKING);
 	pthread_mutex_unlock(&z->lock);
 
-	rc = migrate(a, pb, ucma_pfn_to_addr(a, pb_pfn(cma_pb)), piece_of(a, cma_pb), advice,
-		     &moved);
+	rc = migrate(a, pb, cma_pb, piece_of(a, cma_pb), advice, &moved);
 	err = errno;
 
 	pthread_mutex_lock(&z->lock);
@@ -923,15 +1026,21 @@ static void fork_copy(struct ucma_arena *a, uint32_t pb, uint32_t s)
 	if (s & LEND_RESERVED) {
 		ucma_undo_isolate_locked(z, pb);
 	} else {
-		/* Pieces an interrupted take-back moved are private already. */
+		/* Pieces an interrupted take-back moved are private already.
+		 * The copy is made as a take-back's (one huge page where the
+		 * zone uses them, read from the parent's file, still this
+		 * area's: frames.c's child handler runs after this one). */
 		size_t from = (size_t)LEND_MOVED_OF(s) * piece_of(a, cma_pb);
 		size_t len = UCMA_PAGEBLOCK_SIZE - from;
-		char *copy = private_map(NULL, normal_advice(z));
+		uint64_t file_off = 0;
+		int src_fd = copy_source(a, cma_pb, &file_off);
+		bool populated, huge;
+		char *copy = staging_map(from, normal_advice(z), &populated, &huge);
 
 		if (copy == MAP_FAILED)
 			ucma_fatal("fork: no memory to copy the heap at %p into the child: %s", at,
 				   strerror(errno));
-		memcpy(copy + from, (char *)ucma_pfn_to_addr(a, pb_pfn(cma_pb)) + from, len);
+		copy_piece(copy, ucma_pfn_to_addr(a, pb_pfn(cma_pb)), src_fd, file_off, from, len);
 		if (ucma_os.mremap(copy + from, len, len, MREMAP_MAYMOVE | MREMAP_FIXED,
 				   at + from) == MAP_FAILED)
 			ucma_fatal("fork: cannot move the copy of the heap at %p into place: %s",

@@ -126,6 +126,11 @@ static ssize_t os_pwrite(int fd, const void *buf, size_t len, off_t off)
 	return pwrite(fd, buf, len, off);
 }
 
+static ssize_t os_pread(int fd, void *buf, size_t len, off_t off)
+{
+	return pread(fd, buf, len, off);
+}
+
 /*
  * A new userfaultfd (heap lending, lend.c): the system call first, then
  * /dev/userfaultfd, which an administrator can open to users that the
@@ -189,6 +194,7 @@ struct ucma_os_ops ucma_os = {
 	.ftruncate = os_ftruncate,
 	.fallocate = os_fallocate,
 	.pwrite = os_pwrite,
+	.pread = os_pread,
 	.userfaultfd = os_userfaultfd,
 	.uffd_ioctl = os_uffd_ioctl,
 };
@@ -208,6 +214,7 @@ void ucma_os_reset(void)
 	ucma_os.ftruncate = os_ftruncate;
 	ucma_os.fallocate = os_fallocate;
 	ucma_os.pwrite = os_pwrite;
+	ucma_os.pread = os_pread;
 	ucma_os.userfaultfd = os_userfaultfd;
 	ucma_os.uffd_ioctl = os_uffd_ioctl;
 }

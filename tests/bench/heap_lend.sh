@@ -27,8 +27,8 @@ field() {	# field KEY LINE
 echo "heap_lend: heap ${HL_HEAP_MB} MiB, arena ${ARENA} MiB, CMA area ${HL_CMA_MB} MiB" \
 	"(shmem), $HL_ROUNDS rounds of malloc(${HL_CMA_MB} MiB) = ucma_alloc of the whole area"
 echo
-echo "| run | run time s | heap MiB | lent to heap, peak MiB | reserve + anon MiB | contiguous ok | p50 / p99 ms | take-back ms (MiB copied) | take-back / memcpy | stall p50 / p99 us | data intact |"
-echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+echo "| run | run time s | heap MiB | lent to heap, peak MiB | reserve + anon MiB | contiguous ok | p50 / p99 ms | take-back ms (MiB copied) | memcpy ms (dst prefaulted / written) | take-back / memcpy (prefaulted / written) | stall p50 / p99 us | data intact |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 for run in glibc none reserved lend-handles lend; do
 	case $run in
 	glibc) line=$(nice -n 10 "$W"); reserve=0 ;;
@@ -48,7 +48,8 @@ for run in glibc none reserved lend-handles lend; do
 		"$(field contig_ok "$line") |" \
 		"$(field contig_p50_ms "$line") / $(field contig_p99_ms "$line") |" \
 		"$(field take_back_ms "$line") ($(field copied_mib "$line")) |" \
-		"$(field take_back_vs_memcpy "$line") |" \
+		"$(field memcpy_ms "$line") / $(field memcpy_written_ms "$line") |" \
+		"$(field take_back_vs_memcpy "$line") / $(field take_back_vs_memcpy_written "$line") |" \
 		"$(field stall_p50_us "$line") / $(field stall_p99_us "$line") |" \
 		"$(field intact "$line") |"
 done

@@ -13,7 +13,8 @@
  * back every frame lent to the heap.  The same run times memcpy() of as
  * many bytes as were taken back, between two prefaulted mappings, for
  * the ratio (rounds that copied at least 8 MiB: the heap borrows again
- * only when it breaks into fresh pageblocks, so usually the first).  At the end every stamp is checked.
+ * only when it breaks into fresh pageblocks, so usually the first), and
+ * again into a destination written once before the timed copy.  At the end every stamp is checked.
  *
  * What the allocator did is read through ucma_stat() when the preloaded
  * library provides it (dlsym: the program still links nothing of ucma).
@@ -135,8 +136,11 @@ static int cmp_double(const void *x, const void *y)
 	return a < b ? -1 : a > b;
 }
 
-/* Seconds to memcpy @bytes between two prefaulted private mappings. */
-static double memcpy_time(size_t bytes)
+/* Seconds to memcpy @bytes between two prefaulted private mappings;
+ * @written: the destination written once before (a virtual machine that
+ * shadows page tables makes the first touch of a prefaulted page cost a
+ * fault of its own). */
+static double memcpy_time(size_t bytes, bool written)
 {
 	char *src, *dst;
 	double t;
@@ -150,6 +154,8 @@ static double memcpy_time(size_t bytes)
 	if (src == MAP_FAILED || dst == MAP_FAILED)
 		return -1;
 	memset(src, 1, bytes);
+	if (written)
+		memset(dst, 2, bytes);
 	t = now();
 	memcpy(dst, src, bytes);
 	t = now() - t;
@@ -166,7 +172,8 @@ int main(void)
 		     MiB;
 	int rounds = atoi(getenv("HL_ROUNDS") ? getenv("HL_ROUNDS") : "20");
 	int passes = atoi(getenv("HL_PASSES") ? getenv("HL_PASSES") : "40");
-	double lat[MAXROUNDS], t_run, t_copy, copy_ratio_sum = 0, take_back_sum = 0;
+	double lat[MAXROUNDS], t_run, t_copy, t_warm, copy_ratio_sum = 0, warm_ratio_sum = 0;
+	double take_back_sum = 0, copy_sum = 0, warm_sum = 0;
 	size_t live = 0, (*alloc_size)(const void *);
 	uint64_t lent_peak = 0, copied0, copied;
 	int ok_rounds = 0, ratio_rounds = 0;
@@ -208,10 +215,14 @@ int main(void)
 			uint64_t bytes = stat_of("lend_heap_bytes_copied") - before;
 
 			if (bytes >= 8 * MiB) {
-				t_copy = memcpy_time(bytes);
-				if (t_copy > 0) {
+				t_copy = memcpy_time(bytes, false);
+				t_warm = memcpy_time(bytes, true);
+				if (t_copy > 0 && t_warm > 0) {
 					copy_ratio_sum += lat[r] / t_copy;
+					warm_ratio_sum += lat[r] / t_warm;
 					take_back_sum += lat[r];
+					copy_sum += t_copy;
+					warm_sum += t_warm;
 					ratio_rounds++;
 				}
 			}
@@ -225,14 +236,18 @@ int main(void)
 
 	printf("run_s=%.3f heap_mib=%zu lent_peak_mib=%llu rss_anon_mib=%ld rss_shmem_mib=%ld "
 	       "contig_ok=%d/%d contig_p50_ms=%.2f contig_p99_ms=%.2f copied_mib=%llu "
-	       "take_backs=%d take_back_ms=%.1f take_back_vs_memcpy=%.2f migrated=%llu "
+	       "take_backs=%d take_back_ms=%.1f memcpy_ms=%.1f memcpy_written_ms=%.1f "
+	       "take_back_vs_memcpy=%.2f take_back_vs_memcpy_written=%.2f migrated=%llu "
 	       "migrate_fail=%llu unprefaulted=%llu returned=%llu stall_p50_us=%.0f stall_p99_us=%.0f intact=%s\n",
 	       t_run, live / MiB, (unsigned long long)(lent_peak * 2), anon / 1024, shmem / 1024,
 	       ok_rounds, rounds, rounds ? lat[rounds / 2] * 1e3 : 0,
 	       rounds ? lat[(rounds * 99) / 100] * 1e3 : 0,
 	       (unsigned long long)(copied / MiB), ratio_rounds,
 	       ratio_rounds ? take_back_sum / ratio_rounds * 1e3 : 0,
+	       ratio_rounds ? copy_sum / ratio_rounds * 1e3 : 0,
+	       ratio_rounds ? warm_sum / ratio_rounds * 1e3 : 0,
 	       ratio_rounds ? copy_ratio_sum / ratio_rounds : 0,
+	       ratio_rounds ? warm_ratio_sum / ratio_rounds : 0,
 	       (unsigned long long)stat_of("lend_heap_migrated"),
 	       (unsigned long long)stat_of("lend_heap_migrate_fail"),
 	       (unsigned long long)stat_of("lend_heap_unprefaulted"),

@@ -19,3 +19,15 @@ tests_bench_bench_pages_LDADD = $(TEST_LDADD)
 bench: bench-pages
 bench-pages: tests/bench/bench_pages$(EXEEXT)
 	./tests/bench/bench_pages$(EXEEXT)
+
+## fork() of a process with its heap on lent CMA frames, single- and
+## multi-threaded, against the same heap not lent.  `make bench-fork-lend`
+## (as root: heap lending needs userfaultfd).
+check_PROGRAMS += tests/bench/bench_fork_lend
+tests_bench_bench_fork_lend_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_bench_bench_fork_lend_LDADD = $(TEST_LDADD)
+
+.PHONY: bench-fork-lend
+bench: bench-fork-lend
+bench-fork-lend: tests/bench/bench_fork_lend$(EXEEXT)
+	./tests/bench/bench_fork_lend$(EXEEXT)

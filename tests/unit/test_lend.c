@@ -79,6 +79,7 @@ extern char **environ;
 static struct ucma_arena *a;
 static struct ucma_os_ops real;		/* the table as the library set it up */
 static int cma_backing = UCMA_BACKING_NONE;
+static int normal_backing = UCMA_BACKING_NONE;
 
 static struct ucma_config cfg_of(size_t arena, size_t cma)
 {
@@ -86,7 +87,7 @@ static struct ucma_config cfg_of(size_t arena, size_t cma)
 		.arena_size = arena,
 		.cma_size = cma,
 		.hugepages = cma_backing,
-		.hugepages_normal = UCMA_BACKING_NONE,
+		.hugepages_normal = normal_backing,
 	};
 
 	return cfg;
@@ -1024,6 +1025,104 @@ static void case_faults(void)
 	ok(zones_ok(), "zone invariants hold");
 }
 
+/*
+ * Where a take-back copies from: the area's file (pread), or the frame's
+ * mapping when the descriptor is not the area's file any more or a read
+ * fails.  A take-back that read the other file would bring its bytes.
+ */
+static int pread_fails;
+
+static ssize_t fake_pread(int fd, void *buf, size_t len, off_t off)
+{
+	(void)fd, (void)buf, (void)len, (void)off;
+	pread_fails++;
+	errno = EIO;
+	return -1;
+}
+
+static void case_copy_source(void)
+{
+	struct ucma_frames *f;
+	char *blk, *other_map;
+	int saved, other;
+	bool good;
+
+	if (!start()) {
+		ok(0, "ucma_init: %s", strerror(errno));
+		return;
+	}
+	f = ucma_area_frames(&a->areas[0]);
+	/* Another file of the same size, full of something else, under the
+	 * area's descriptor number. */
+	other = memfd_create("not-the-area", MFD_CLOEXEC);
+	saved = dup(f->fd);
+	other_map = other >= 0 && ftruncate(other, (off_t)(CMA_MB * MiB)) == 0 ?
+			    mmap(NULL, CMA_MB * MiB, PROT_READ | PROT_WRITE, MAP_SHARED, other, 0) :
+			    MAP_FAILED;
+	if (saved < 0 || other_map == MAP_FAILED) {
+		ok(0, "a second file: %s", strerror(errno));
+		return;
+	}
+	memset(other_map, 0xee, CMA_MB * MiB);
+	blk = block_new(4 * MiB, 71);
+	dup2(other, f->fd);
+	good = blk && on_frame(blk) && ucma_unlend(blk, 4 * MiB) == 0 && !on_frame(blk) &&
+	       block_good(blk, 4 * MiB, 71);
+	dup2(saved, f->fd);
+	ok(good, "another file under the area's descriptor: the take-back reads the frame's "
+		 "mapping, data intact");
+	ucma_free(blk);
+	ucma_trim();
+
+	blk = block_new(4 * MiB, 72);
+	pread_fails = 0;
+	ucma_os.pread = fake_pread;
+	good = blk && on_frame(blk) && ucma_unlend(blk, 4 * MiB) == 0 && !on_frame(blk) &&
+	       block_good(blk, 4 * MiB, 72);
+	ucma_os.pread = real.pread;
+	ok(good && pread_fails > 0, "reading the file fails (%d reads): the take-back copies "
+				    "from the frame's mapping, data intact", pread_fails);
+	ucma_free(blk);
+	munmap(other_map, CMA_MB * MiB);
+	close(other);
+	close(saved);
+	ok(zones_ok(), "zone invariants hold");
+}
+
+/* The heap on transparent huge pages: a take-back moves each pageblock
+ * in one step (one window per pageblock), writers lose nothing. */
+static void case_writers_thp(void)
+{
+	uint64_t windows, migrated;
+	bool good;
+	char *b[2];
+
+	normal_backing = UCMA_BACKING_THP;
+	if (!start()) {
+		ok(0, "ucma_init: %s", strerror(errno));
+		return;
+	}
+	if (a->zones[UCMA_ZONE_NORMAL].backing != UCMA_BACKING_THP) {
+		skip(1, "no transparent huge pages for the NORMAL zone here");
+		return;
+	}
+	b[0] = block_new(3 * MiB, 81);
+	b[1] = block_new(3 * MiB, 82);
+	windows = stat_of("lend_heap_stall_count");
+	migrated = stat_of("lend_heap_migrated");
+	good = b[0] && b[1] && on_frame(b[0]) && on_frame(b[1]) &&
+	       ucma_unlend(b[0], 3 * MiB) == 0 && ucma_unlend(b[1], 3 * MiB) == 0 &&
+	       !on_frame(b[0]) && !on_frame(b[1]) && block_good(b[0], 3 * MiB, 81) &&
+	       block_good(b[1], 3 * MiB, 82);
+	windows = stat_of("lend_heap_stall_count") - windows;
+	migrated = stat_of("lend_heap_migrated") - migrated;
+	ok(good && migrated > 0 && windows == migrated,
+	   "heap on huge pages: each pageblock moves in one step (%llu windows, %llu "
+	   "migrated), data intact", (unsigned long long)windows, (unsigned long long)migrated);
+	blocks_free(b, 2);
+	case_writers();
+}
+
 /* ------------------------------------------------------------------------ */
 
 static void run(const char *what, void (*fn)(void))
@@ -1090,6 +1189,8 @@ int main(void)
 	run("program calls", case_program_calls);
 	run("no userfaultfd", case_no_uffd);
 	run("faults", case_faults);
+	run("copy source", case_copy_source);
+	run("writers, heap on huge pages", case_writers_thp);
 	run("hugetlb", hugetlb_cases);
 	return done();
 }
