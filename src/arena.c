@@ -20,7 +20,7 @@
  * in effect is reported.
  *
  * Metadata lives in separate anonymous mappings (MAP_NORESERVE, touched
- * lazily): 16 bytes per page and 8 per pageblock, so a buffer overflow in
+ * lazily): 16 bytes per page and 10 per pageblock, so a buffer overflow in
  * the arena cannot corrupt the allocator.
  *
  * SPDX-License-Identifier: MIT
@@ -271,6 +271,10 @@ int ucma_arena_create(const struct ucma_options *o, struct ucma_arena **out)
 					   UCMA_PAGE_SIZE));
 	if (!a->pages || !a->blocks)
 		goto nomem;
+	/* The page metadata is touched 4 KiB at a time as the heap grows
+	 * (buddy.c: deferred pageblocks); where THP is "always", a touch
+	 * would fault in 2 MiB of it.  A refusal costs only that memory. */
+	ucma_os.madvise(a->pages, (size_t)a->npages * sizeof(struct ucma_page), MADV_NOHUGEPAGE);
 
 	normal_backing = map_zone_chain((void *)a->base, normal_size,
 					o->hugepages_normal == UCMA_BACKING_AUTO ?

@@ -18,7 +18,44 @@
  *    aligned candidates p & ~(2^o - 1), as the kernel's PageBuddy does;
  *  - two free buddies of the same order never coexist: they are merged;
  *  - pb->nr_free counts the free pages of a pageblock, z->free_pages those
- *    of the zone (ISOLATE lists included).
+ *    of the zone (ISOLATE lists included), deferred pageblocks included.
+ *
+ * Deferred initialisation (the kernel's DEFERRED_STRUCT_PAGE_INIT).
+ * Linking every pageblock at start-up wrote the head page of each: one
+ * 4 KiB page of metadata per 2 MiB, 2 MiB of resident memory per GiB of
+ * arena however little of it a program used.  So at start-up no pageblock
+ * is linked: each is "deferred" (pb->deferred), wholly free, clean (never
+ * touched: zero-filled), of the migratetype pb->mt says, with its page
+ * metadata untouched zeros.  The rules:
+ *  - counters count a deferred pageblock as one free order-9 block of its
+ *    migratetype: free_area[9].nr_free[mt], z->free_pages, pb->nr_free
+ *    (512), z->isolated_free_pages never (a deferred pageblock is never
+ *    ISOLATE); z->nr_deferred[mt] counts them apart.  So watermarks,
+ *    buddyinfo, the fragmentation index and suitability see the free
+ *    memory, and "nr_free[mt] > 0" no longer implies "head[mt] is a
+ *    block": list walks see linked blocks only;
+ *  - nothing reads or writes the page metadata of a deferred pageblock:
+ *    who needs one links it first (materialise(): the head becomes a FREE
+ *    order-9 block, the counters do not change), or knows from
+ *    pb->deferred that it is wholly free.  Linked here: buddy_take() when
+ *    the lists have no block for the request (the lowest deferred
+ *    pageblock of the type, so the lowest pageblocks are used first, as
+ *    before), ucma_buddy_first() (the fallbacks' look at an empty order-9
+ *    list), ucma_buddy_take_range() (claims, ucma_alloc()), and
+ *    ucma_buddy_move_block_mt() (isolation, stealing, runs of
+ *    pageblocks), so a deferred pageblock never changes migratetype and
+ *    is never isolated.  zone.c links before reading a pageblock's head
+ *    (ucma_zone_set_free_dirty_locked(), runs of pageblocks, heap lending's
+ *    pick) and asks ucma_buddy_deferred_in() where its own walks of page
+ *    metadata pass deferred pageblocks by (find_free_extent());
+ *  - every other walk over page metadata passes a deferred pageblock by
+ *    or never reaches one: compaction scans only pageblocks with pages in
+ *    use (nr_free < 512) and isolates what it empties, the purge walks the
+ *    lists (a deferred pageblock is clean: nothing to give back), the
+ *    fork child's copy of the CMA zone (frames.c) skips it, statistics
+ *    and ucmastat's map read counters and pb fields only;
+ *  - linking is one-way: a pageblock freed whole stays linked.
+ * A forked child inherits the state as it is (it is under the zone lock).
  *
  * Dirty tracking for decay: a free block whose pages may hold data (and
  * so cost the kernel memory) carries UCMA_PF_DIRTY and, in aux, the purge
@@ -40,9 +77,22 @@ static inline int block_mt(const struct ucma_zone *z, uint32_t pfn)
 	return z->arena->blocks[pfn >> UCMA_PAGEBLOCK_ORDER].mt;
 }
 
-/* Put a block at the front of its list and mark its head FREE. */
-static void free_list_add(struct ucma_zone *z, uint32_t pfn, unsigned order, int mt,
-			  uint8_t flags, uint32_t epoch)
+/* Count a free block in (@n = 1) or out (@n = -1) of the counters. */
+static void free_count(struct ucma_zone *z, uint32_t pfn, unsigned order, int mt, int n)
+{
+	uint32_t pages = 1u << order;
+
+	z->free_area[order].nr_free[mt] += (uint64_t)(int64_t)n;
+	z->free_pages += (uint64_t)(int64_t)n * pages;
+	if (mt == UCMA_MT_ISOLATE)
+		z->isolated_free_pages += (uint64_t)(int64_t)n * pages;
+	z->arena->blocks[pfn >> UCMA_PAGEBLOCK_ORDER].nr_free += (uint16_t)(n * (int)pages);
+}
+
+/* Put a block at the front of its list and mark its head FREE; the
+ * counters are the caller's. */
+static void free_list_link(struct ucma_zone *z, uint32_t pfn, unsigned order, int mt,
+			   uint8_t flags, uint32_t epoch)
 {
 	struct ucma_free_area *fa = &z->free_area[order];
 	struct ucma_page *p = pg(z, pfn);
@@ -58,11 +108,14 @@ static void free_list_add(struct ucma_zone *z, uint32_t pfn, unsigned order, int
 	if (first != UCMA_PFN_NONE)
 		UCMA_PG_SET(pg(z, first), link.prev, pfn);
 	fa->head[mt] = pfn;
-	fa->nr_free[mt]++;
-	z->free_pages += 1u << order;
-	if (mt == UCMA_MT_ISOLATE)
-		z->isolated_free_pages += 1u << order;
-	z->arena->blocks[pfn >> UCMA_PAGEBLOCK_ORDER].nr_free += (uint16_t)(1u << order);
+}
+
+/* Put a block at the front of its list, mark its head FREE, count it. */
+static void free_list_add(struct ucma_zone *z, uint32_t pfn, unsigned order, int mt,
+			  uint8_t flags, uint32_t epoch)
+{
+	free_list_link(z, pfn, order, mt, flags, epoch);
+	free_count(z, pfn, order, mt, 1);
 }
 
 /* Take a block off its list; its head stops being FREE. */
@@ -78,32 +131,149 @@ static void free_list_del(struct ucma_zone *z, uint32_t pfn, unsigned order, int
 	if (p->link.next != UCMA_PFN_NONE)
 		UCMA_PG_SET(pg(z, p->link.next), link.prev, p->link.prev);
 	UCMA_PG_SET(p, kind, UCMA_PK_UNUSED);
-	fa->nr_free[mt]--;
-	z->free_pages -= 1u << order;
-	if (mt == UCMA_MT_ISOLATE)
-		z->isolated_free_pages -= 1u << order;
-	z->arena->blocks[pfn >> UCMA_PAGEBLOCK_ORDER].nr_free -= (uint16_t)(1u << order);
+	free_count(z, pfn, order, mt, -1);
 }
 
+/*
+ * Every pageblock of the zone starts deferred: counted as a free order-9
+ * block of its migratetype, on no list, its page metadata not written.
+ */
 void ucma_buddy_init_zone(struct ucma_zone *z)
 {
+	struct ucma_pageblock *blocks = z->arena->blocks;
+
 	for (unsigned o = 0; o < UCMA_NR_ORDERS; o++) {
 		for (int mt = 0; mt < UCMA_MT_NR; mt++) {
 			z->free_area[o].head[mt] = UCMA_PFN_NONE;
 			z->free_area[o].nr_free[mt] = 0;
 		}
 	}
+	for (int mt = 0; mt < UCMA_MT_NR; mt++)
+		z->nr_deferred[mt] = 0;
 	z->free_pages = 0;
 	z->isolated_free_pages = 0;
-	/* Add in descending address order so the lowest blocks are used first. */
-	for (uint32_t pfn = z->end_pfn; pfn > z->start_pfn;) {
-		pfn -= UCMA_PAGEBLOCK_PAGES;
-		free_list_add(z, pfn, UCMA_MAX_ORDER, block_mt(z, pfn), 0, 0);
+	z->deferred_first = z->start_pfn >> UCMA_PAGEBLOCK_ORDER;
+	for (uint32_t pfn = z->start_pfn; pfn < z->end_pfn; pfn += UCMA_PAGEBLOCK_PAGES) {
+		struct ucma_pageblock *pb = &blocks[pfn >> UCMA_PAGEBLOCK_ORDER];
+
+		if (pb->mt == UCMA_MT_ISOLATE)
+			ucma_fatal("internal error: pageblock %u starts isolated",
+				   pfn >> UCMA_PAGEBLOCK_ORDER);
+		pb->deferred = 1;
+		pb->nr_free = 0;
+		z->nr_deferred[pb->mt]++;
+		free_count(z, pfn, UCMA_MAX_ORDER, pb->mt, 1);
 	}
+}
+
+/* Link deferred pageblock @b: its first page becomes a clean free block of
+ * order 9 on its list.  Already counted, so the counters stay. */
+static void materialise(struct ucma_zone *z, uint32_t b)
+{
+	struct ucma_pageblock *pb = &z->arena->blocks[b];
+
+	pb->deferred = 0;
+	z->nr_deferred[pb->mt]--;
+	free_list_link(z, b << UCMA_PAGEBLOCK_ORDER, UCMA_MAX_ORDER, pb->mt, 0, 0);
+	while (z->deferred_first < (z->end_pfn >> UCMA_PAGEBLOCK_ORDER) &&
+	       !z->arena->blocks[z->deferred_first].deferred)
+		z->deferred_first++;
+}
+
+void ucma_buddy_materialise(struct ucma_zone *z, uint32_t start, uint32_t end)
+{
+	uint32_t first, last;
+
+	if (start < z->start_pfn)
+		start = z->start_pfn;
+	if (end > z->end_pfn)
+		end = z->end_pfn;
+	if (start >= end)
+		return;
+	first = start >> UCMA_PAGEBLOCK_ORDER;
+	last = (end - 1) >> UCMA_PAGEBLOCK_ORDER;
+	if (first < z->deferred_first)
+		first = z->deferred_first;
+	for (uint32_t b = first; b <= last; b++)
+		if (z->arena->blocks[b].deferred)
+			materialise(z, b);
+}
+
+/* Link the lowest deferred pageblock of migratetype @mt; false if none. */
+static bool materialise_lowest(struct ucma_zone *z, int mt)
+{
+	const struct ucma_pageblock *blocks = z->arena->blocks;
+	uint32_t last = z->end_pfn >> UCMA_PAGEBLOCK_ORDER;
+
+	if (z->nr_deferred[mt] == 0)
+		return false;
+	for (uint32_t b = z->deferred_first; b < last; b++) {
+		if (blocks[b].deferred && blocks[b].mt == mt) {
+			materialise(z, b);
+			return true;
+		}
+	}
+	ucma_fatal("internal error: zone %s counts %u deferred pageblocks of type %d, finds none",
+		   z->name, z->nr_deferred[mt], mt);
+}
+
+uint32_t ucma_buddy_first(struct ucma_zone *z, unsigned order, int mt)
+{
+	if (z->free_area[order].head[mt] == UCMA_PFN_NONE && order == UCMA_MAX_ORDER)
+		materialise_lowest(z, mt);
+	return z->free_area[order].head[mt];
+}
+
+uint32_t ucma_buddy_deferred_in(const struct ucma_zone *z, uint32_t npages, int mt, uint32_t lo,
+				uint32_t hi)
+{
+	const struct ucma_pageblock *blocks = z->arena->blocks;
+	uint32_t first = z->deferred_first;
+
+	if (z->nr_deferred[mt] == 0 || npages == 0)
+		return UCMA_PFN_NONE;
+	if (hi > z->end_pfn)
+		hi = z->end_pfn;
+	if (lo >> UCMA_PAGEBLOCK_ORDER > first)
+		first = lo >> UCMA_PAGEBLOCK_ORDER;
+	for (uint32_t b = (hi + UCMA_PAGEBLOCK_PAGES - 1) >> UCMA_PAGEBLOCK_ORDER; b > first;) {
+		uint32_t s, e;
+
+		b--;
+		if (!blocks[b].deferred || blocks[b].mt != mt)
+			continue;
+		s = b << UCMA_PAGEBLOCK_ORDER;
+		e = s + UCMA_PAGEBLOCK_PAGES;
+		if (s < lo)
+			s = lo;
+		if (e > hi)
+			e = hi;
+		if (e > s && e - s >= npages)
+			return s;
+	}
+	return UCMA_PFN_NONE;
+}
+
+uint32_t ucma_buddy_deferred_highest(const struct ucma_zone *z, int mt,
+				     bool (*usable)(const struct ucma_arena *a, uint32_t pfn))
+{
+	const struct ucma_pageblock *blocks = z->arena->blocks;
+
+	if (z->nr_deferred[mt] == 0)
+		return UCMA_PFN_NONE;
+	for (uint32_t b = z->end_pfn >> UCMA_PAGEBLOCK_ORDER; b > z->deferred_first;) {
+		b--;
+		if (blocks[b].deferred && blocks[b].mt == mt &&
+		    usable(z->arena, b << UCMA_PAGEBLOCK_ORDER))
+			return b << UCMA_PAGEBLOCK_ORDER;
+	}
+	return UCMA_PFN_NONE;
 }
 
 bool ucma_page_is_free_head(const struct ucma_arena *a, uint32_t pfn)
 {
+	if (ucma_pageblock_deferred(a, pfn))
+		return (pfn & (UCMA_PAGEBLOCK_PAGES - 1)) == 0;
 	return a->pages[pfn].kind == UCMA_PK_FREE;
 }
 
@@ -143,21 +313,24 @@ static void expand(struct ucma_zone *z, uint32_t pfn, unsigned low, unsigned hig
  */
 static uint32_t buddy_take(struct ucma_zone *z, unsigned order, int mt, bool *was_dirty)
 {
-	for (unsigned o = order; o < UCMA_NR_ORDERS; o++) {
-		uint32_t pfn = z->free_area[o].head[mt];
-		uint8_t flags;
-		uint32_t epoch;
+	do {
+		for (unsigned o = order; o < UCMA_NR_ORDERS; o++) {
+			uint32_t pfn = z->free_area[o].head[mt];
+			uint8_t flags;
+			uint32_t epoch;
 
-		if (pfn == UCMA_PFN_NONE)
-			continue;
-		flags = pg(z, pfn)->flags;
-		epoch = pg(z, pfn)->aux;
-		free_list_del(z, pfn, o, mt);
-		expand(z, pfn, order, o, mt, flags, epoch);
-		if (was_dirty)
-			*was_dirty = flags & UCMA_PF_DIRTY;
-		return pfn;
-	}
+			if (pfn == UCMA_PFN_NONE)
+				continue;
+			flags = pg(z, pfn)->flags;
+			epoch = pg(z, pfn)->aux;
+			free_list_del(z, pfn, o, mt);
+			expand(z, pfn, order, o, mt, flags, epoch);
+			if (was_dirty)
+				*was_dirty = flags & UCMA_PF_DIRTY;
+			return pfn;
+		}
+		/* Nothing linked fits: a deferred pageblock does. */
+	} while (materialise_lowest(z, mt));
 	return UCMA_PFN_NONE;
 }
 
@@ -235,17 +408,30 @@ void ucma_buddy_free_clean_range(struct ucma_zone *z, uint32_t pfn, uint32_t npa
  * free lists, splitting the blocks at both ends.  All-or-nothing: returns
  * false, changing nothing, when any page of the range is not free.
  */
-bool ucma_buddy_take_range(struct ucma_zone *z, uint32_t start, uint32_t end)
+bool ucma_buddy_range_free(const struct ucma_zone *z, uint32_t start, uint32_t end)
 {
-	uint32_t pfn;
+	for (uint32_t pfn = start; pfn < end;) {
+		uint32_t h;
 
-	for (pfn = start; pfn < end;) {
-		uint32_t h = find_free_head(z, pfn);
-
+		if (ucma_pageblock_deferred(z->arena, pfn)) {
+			pfn = UCMA_ALIGN_DOWN(pfn, UCMA_PAGEBLOCK_PAGES) + UCMA_PAGEBLOCK_PAGES;
+			continue;
+		}
+		h = find_free_head(z, pfn);
 		if (h == UCMA_PFN_NONE)
 			return false;
 		pfn = h + (1u << pg(z, h)->order);
 	}
+	return true;
+}
+
+bool ucma_buddy_take_range(struct ucma_zone *z, uint32_t start, uint32_t end)
+{
+	uint32_t pfn;
+
+	if (!ucma_buddy_range_free(z, start, end))
+		return false;
+	ucma_buddy_materialise(z, start, end);
 	for (pfn = start; pfn < end;) {
 		uint32_t h = find_free_head(z, pfn);
 		unsigned order = pg(z, h)->order;
@@ -277,6 +463,9 @@ void ucma_buddy_move_block_mt(struct ucma_zone *z, uint32_t pb_index, int new_mt
 
 	if (old_mt == new_mt)
 		return;
+	/* A deferred pageblock keeps its migratetype: link it first. */
+	if (pb->deferred)
+		materialise(z, pb_index);
 	for (uint32_t pfn = start; pfn < end;) {
 		struct ucma_page *p = pg(z, pfn);
 

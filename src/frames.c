@@ -1060,6 +1060,11 @@ static int child_copy_runs(struct ucma_arena *a, struct child_area *c)
 		const struct ucma_page *p = &a->pages[pfn];
 		uint32_t n;
 
+		/* Never used: nothing to copy, metadata not to be read (buddy.c). */
+		if (ucma_pageblock_deferred(a, pfn)) {
+			pfn = UCMA_ALIGN_DOWN(pfn, UCMA_PAGEBLOCK_PAGES) + UCMA_PAGEBLOCK_PAGES;
+			continue;
+		}
 		if (p->kind == UCMA_PK_FREE) {
 			pfn += 1u << p->order;
 			continue;

@@ -180,6 +180,7 @@ struct ucma_pageblock {
 	uint8_t flags;		/* UCMA_PB_* */
 	uint16_t isolate_count;	/* nested isolations */
 	uint16_t nr_free;	/* free pages in this pageblock (zone lock) */
+	uint8_t deferred;	/* wholly free, on no list yet (buddy.c; zone lock) */
 };
 
 enum ucma_zone_id { UCMA_ZONE_NORMAL = 0, UCMA_ZONE_CMA, UCMA_ZONE_NR };
@@ -193,9 +194,20 @@ struct ucma_free_area {
  * struct ucma_zone - one zone of an arena: a pfn range, its buddy free
  * lists per order and migratetype, and its counters.
  *
- * Locking: @lock protects free_area, free_pages, the metadata of every free
- * page in the zone, and the migratetype of its pageblocks.  Never take two
- * zone locks at once except in ascending zone id order.
+ * Deferred initialisation (buddy.c, the kernel's DEFERRED_STRUCT_PAGE_INIT):
+ * a pageblock that has never been used is on no free list and its page
+ * metadata is untouched zeros (blocks[].deferred); it is linked as one
+ * order-9 block only when something needs it.  The counters include
+ * deferred pageblocks as free order-9 blocks of their migratetype:
+ * free_pages, free_area[9].nr_free[mt] and blocks[].nr_free are what they
+ * would be had every pageblock been linked at start-up, so nr_free[mt] > 0
+ * no longer means that head[mt] is a block.  Code that follows the lists
+ * or reads page metadata by address asks buddy.c first (see there).
+ *
+ * Locking: @lock protects free_area, free_pages, the deferred state, the
+ * metadata of every free page in the zone, and the migratetype of its
+ * pageblocks.  Never take two zone locks at once except in ascending zone
+ * id order.
  */
 struct ucma_zone {
 	pthread_mutex_t lock;
@@ -209,6 +221,8 @@ struct ucma_zone {
 	uint64_t free_pages;		/* on any free list, ISOLATE included */
 	uint64_t isolated_free_pages;	/* on ISOLATE lists */
 	uint64_t managed_pages;		/* end_pfn - start_pfn */
+	uint32_t deferred_first;	/* no deferred pageblock has a lower index */
+	uint32_t nr_deferred[UCMA_MT_NR];	/* deferred pageblocks per migratetype */
 	uint32_t purge_epoch;		/* decay: epoch of the last purge */
 	bool thp_deferred;		/* THP backing, not yet asked for (zone.c) */
 	bool file_backed;		/* CMA areas on files (frames.c): never purged */
@@ -302,6 +316,13 @@ static inline struct ucma_pageblock *ucma_pfn_block(const struct ucma_arena *a, 
 	return &a->blocks[pfn >> UCMA_PAGEBLOCK_ORDER];
 }
 
+/* Is the pageblock of @pfn deferred: wholly free, clean, its page metadata
+ * never written (buddy.c)?  Under the zone lock. */
+static inline bool ucma_pageblock_deferred(const struct ucma_arena *a, uint32_t pfn)
+{
+	return a->blocks[pfn >> UCMA_PAGEBLOCK_ORDER].deferred;
+}
+
 static inline struct ucma_zone *ucma_pfn_zone(struct ucma_arena *a, uint32_t pfn)
 {
 	return pfn >= a->zones[UCMA_ZONE_CMA].start_pfn &&
@@ -339,6 +360,22 @@ UCMA_INTERNAL void ucma_buddy_free_block(struct ucma_zone *z, uint32_t pfn, unsi
 UCMA_INTERNAL void ucma_buddy_free_range(struct ucma_zone *z, uint32_t pfn, uint32_t npages);
 UCMA_INTERNAL bool ucma_buddy_take_range(struct ucma_zone *z, uint32_t start, uint32_t end);
 UCMA_INTERNAL void ucma_buddy_move_block_mt(struct ucma_zone *z, uint32_t pb_index, int new_mt);
+/* Deferred pageblocks (see struct ucma_zone): link those of [start, end). */
+UCMA_INTERNAL void ucma_buddy_materialise(struct ucma_zone *z, uint32_t start, uint32_t end);
+/* The first block of list (@order, @mt), linking a deferred pageblock of
+ * @mt first when the order-9 list is empty; UCMA_PFN_NONE if none. */
+UCMA_INTERNAL uint32_t ucma_buddy_first(struct ucma_zone *z, unsigned order, int mt);
+/* Where a run of @npages fits inside [lo, hi) in a deferred pageblock of
+ * @mt (the highest such pageblock), or UCMA_PFN_NONE.  Links nothing. */
+UCMA_INTERNAL uint32_t ucma_buddy_deferred_in(const struct ucma_zone *z, uint32_t npages, int mt,
+					      uint32_t lo, uint32_t hi);
+/* The first pfn of the highest deferred pageblock of @mt that @usable
+ * accepts, or UCMA_PFN_NONE.  Links nothing. */
+UCMA_INTERNAL uint32_t ucma_buddy_deferred_highest(const struct ucma_zone *z, int mt,
+						   bool (*usable)(const struct ucma_arena *a,
+								  uint32_t pfn));
+/* Is every page of [start, end) free?  Links nothing. */
+UCMA_INTERNAL bool ucma_buddy_range_free(const struct ucma_zone *z, uint32_t start, uint32_t end);
 UCMA_INTERNAL bool ucma_page_is_free_head(const struct ucma_arena *a, uint32_t pfn);
 
 /* zone.c: runs of pages with the zone rules; takes the zone locks itself. */

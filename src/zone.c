@@ -143,7 +143,7 @@ static void set_run(struct ucma_arena *a, uint32_t pfn, uint32_t npages, bool mo
 static bool steal_fallback(struct ucma_zone *z, unsigned order, int from, int to, bool always)
 {
 	for (int o = UCMA_MAX_ORDER; o >= (int)order; o--) {
-		uint32_t pfn = z->free_area[o].head[from];
+		uint32_t pfn = ucma_buddy_first(z, (unsigned)o, from);
 		struct ucma_pageblock *pb;
 		uint32_t pb_index;
 
@@ -263,6 +263,7 @@ void ucma_zone_set_free_dirty_locked(struct ucma_zone *z, uint32_t b, bool dirty
 {
 	struct ucma_page *p = &z->arena->pages[b << UCMA_PAGEBLOCK_ORDER];
 
+	ucma_buddy_materialise(z, b << UCMA_PAGEBLOCK_ORDER, (b + 1) << UCMA_PAGEBLOCK_ORDER);
 	if (p->kind != UCMA_PK_FREE || p->order != UCMA_MAX_ORDER)
 		ucma_fatal("internal error: pageblock %u of zone %s is not wholly free", b, z->name);
 	if (dirty) {
@@ -302,6 +303,8 @@ static uint32_t alloc_pageblocks(struct ucma_zone *z, uint32_t npages, unsigned 
 
 		uint32_t start = (b + 1 - need) << UCMA_PAGEBLOCK_ORDER;
 
+		/* Their heads are read below (buddy.c: deferred pageblocks). */
+		ucma_buddy_materialise(z, start, start + need * UCMA_PAGEBLOCK_PAGES);
 		if (lend_pb && lend_one_of(z, start >> UCMA_PAGEBLOCK_ORDER, need, lend_pb))
 			return UCMA_PFN_NONE;
 		to = z->id == UCMA_ZONE_CMA ? UCMA_MT_CMA :
@@ -493,7 +496,8 @@ static uint32_t find_free_extent(struct ucma_zone *z, uint32_t npages, int mt, u
 
 		pb -= UCMA_PAGEBLOCK_PAGES;
 		b = ucma_pfn_block(a, pb);
-		if (b->mt != mt || b->nr_free < npages)
+		/* A deferred pageblock's metadata is not read: see zone_alloc_in(). */
+		if (b->mt != mt || b->nr_free < npages || b->deferred)
 			continue;
 		if (best != UCMA_PFN_NONE && ++looked > EXTENT_BESTFIT_PAGEBLOCKS)
 			break;
@@ -565,6 +569,11 @@ static uint32_t zone_alloc_in(struct ucma_zone *z, uint32_t npages, unsigned gfp
 				break;
 			}
 		}
+	}
+	if (pfn == UCMA_PFN_NONE) {
+		/* Last, a pageblock never used (clean); linked by take_range. */
+		pfn = ucma_buddy_deferred_in(z, npages, mt, lo, hi);
+		dirty = false;
 	}
 	if (pfn != UCMA_PFN_NONE) {
 		/* Takes [pfn, pfn + npages) and frees the rest of the block. */
@@ -794,27 +803,10 @@ void ucma_undo_isolate_range(struct ucma_arena *a, uint32_t start, uint32_t end)
 bool ucma_range_free(struct ucma_arena *a, uint32_t start, uint32_t end)
 {
 	struct ucma_zone *z = ucma_pfn_zone(a, start);
-	bool is_free = true;
+	bool is_free;
 
 	pthread_mutex_lock(&z->lock);
-	for (uint32_t pfn = start; pfn < end && is_free;) {
-		uint32_t h = UCMA_PFN_NONE;
-
-		for (unsigned o = 0; o < UCMA_NR_ORDERS; o++) {
-			uint32_t c = pfn & ~((1u << o) - 1);
-
-			if (c < z->start_pfn)
-				break;
-			if (a->pages[c].kind == UCMA_PK_FREE && a->pages[c].order >= o) {
-				h = c;
-				break;
-			}
-		}
-		if (h == UCMA_PFN_NONE)
-			is_free = false;
-		else
-			pfn = h + (1u << a->pages[h].order);
-	}
+	is_free = ucma_buddy_range_free(z, start, end);
 	pthread_mutex_unlock(&z->lock);
 	return is_free;
 }
@@ -859,14 +851,18 @@ uint32_t ucma_zone_take_free_pageblock(struct ucma_zone *z,
 				       int owner_type, uint64_t owner, bool *dirty)
 {
 	struct ucma_arena *a = z->arena;
-	uint32_t best = UCMA_PFN_NONE;
+	uint32_t best = UCMA_PFN_NONE, d;
 
 	pthread_mutex_lock(&z->lock);
 	for (uint32_t pfn = z->free_area[UCMA_MAX_ORDER].head[UCMA_MT_CMA]; pfn != UCMA_PFN_NONE;
 	     pfn = a->pages[pfn].link.next)
 		if ((best == UCMA_PFN_NONE || pfn > best) && usable(a, pfn))
 			best = pfn;
+	d = ucma_buddy_deferred_highest(z, UCMA_MT_CMA, usable);
+	if (d != UCMA_PFN_NONE && (best == UCMA_PFN_NONE || d > best))
+		best = d;
 	if (best != UCMA_PFN_NONE) {
+		ucma_buddy_materialise(z, best, best + UCMA_PAGEBLOCK_PAGES);
 		*dirty = a->pages[best].flags & UCMA_PF_DIRTY;
 		if (!ucma_buddy_take_range(z, best, best + UCMA_PAGEBLOCK_PAGES))
 			ucma_fatal("internal error: free pageblock %u is not free", best);
@@ -924,6 +920,7 @@ int ucma_zone_check(struct ucma_zone *z, char *why, size_t whylen)
 {
 	struct ucma_arena *a = z->arena;
 	uint64_t listed = 0, walked = 0;
+	uint32_t deferred[UCMA_MT_NR] = { 0 }, run_end = 0;
 
 	pthread_mutex_lock(&z->lock);
 	for (unsigned o = 0; o < UCMA_NR_ORDERS; o++) {
@@ -942,6 +939,8 @@ int ucma_zone_check(struct ucma_zone *z, char *why, size_t whylen)
 				      p->kind, p->order);
 				CHECK((pfn & ((1u << o) - 1)) == 0, "pfn %u misaligned for order %u",
 				      pfn, o);
+				CHECK(!ucma_pageblock_deferred(a, pfn),
+				      "pfn %u on list %d in a deferred pageblock", pfn, mt);
 				CHECK(a->blocks[pfn >> UCMA_PAGEBLOCK_ORDER].mt == mt,
 				      "pfn %u on list %d but pageblock is %d", pfn, mt,
 				      a->blocks[pfn >> UCMA_PAGEBLOCK_ORDER].mt);
@@ -957,6 +956,11 @@ int ucma_zone_check(struct ucma_zone *z, char *why, size_t whylen)
 				n++;
 				listed += 1u << o;
 				CHECK(n <= z->managed_pages, "order %u mt %d: list loops", o, mt);
+			}
+			/* Deferred pageblocks count as order-9 blocks (buddy.c). */
+			if (o == UCMA_MAX_ORDER) {
+				n += z->nr_deferred[mt];
+				listed += (uint64_t)z->nr_deferred[mt] << UCMA_MAX_ORDER;
 			}
 			CHECK(n == z->free_area[o].nr_free[mt], "order %u mt %d: count %llu != %llu",
 			      o, mt, (unsigned long long)n,
@@ -975,6 +979,19 @@ int ucma_zone_check(struct ucma_zone *z, char *why, size_t whylen)
 		      "CMA pageblock %u has migratetype %d", b, a->blocks[b].mt);
 		CHECK(z->id == UCMA_ZONE_CMA || a->blocks[b].mt != UCMA_MT_CMA,
 		      "NORMAL pageblock %u has migratetype CMA", b);
+		if (a->blocks[b].deferred) {
+			/* Wholly free, never isolated, its metadata not read. */
+			CHECK(b >= z->deferred_first, "deferred pageblock %u below the first, %u", b,
+			      z->deferred_first);
+			CHECK(a->blocks[b].mt != UCMA_MT_ISOLATE && !a->blocks[b].isolate_count,
+			      "deferred pageblock %u is isolated", b);
+			CHECK(a->blocks[b].nr_free == UCMA_PAGEBLOCK_PAGES,
+			      "deferred pageblock %u counts %u free pages", b, a->blocks[b].nr_free);
+			CHECK(run_end <= start, "a run reaches into deferred pageblock %u", b);
+			deferred[a->blocks[b].mt]++;
+			walked += UCMA_PAGEBLOCK_PAGES;
+			continue;
+		}
 		for (uint32_t pfn = start; pfn < end;) {
 			struct ucma_page *p = &a->pages[pfn];
 
@@ -990,6 +1007,7 @@ int ucma_zone_check(struct ucma_zone *z, char *why, size_t whylen)
 					CHECK(pfn == start || UCMA_PG_GET(p, owner_type) ==
 								      UCMA_OWN_CONTIG,
 					      "run at %u crosses a pageblock", pfn);
+				run_end = pfn + p->aux;
 				pfn += p->aux;
 			} else if (p->kind == UCMA_PK_TAIL) {
 				CHECK(pfn == start && a->pages[p->aux].kind == UCMA_PK_RUN &&
@@ -1006,6 +1024,9 @@ int ucma_zone_check(struct ucma_zone *z, char *why, size_t whylen)
 	}
 	CHECK(walked == z->free_pages, "walked free pages %llu != %llu",
 	      (unsigned long long)walked, (unsigned long long)z->free_pages);
+	for (int mt = 0; mt < UCMA_MT_NR; mt++)
+		CHECK(deferred[mt] == z->nr_deferred[mt], "mt %d: %u deferred pageblocks, counted %u",
+		      mt, deferred[mt], z->nr_deferred[mt]);
 	pthread_mutex_unlock(&z->lock);
 	return 0;
 bad:

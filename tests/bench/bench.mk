@@ -16,6 +16,27 @@ bench: bench-malloc
 bench-malloc: tests/bench/bench_malloc$(EXEEXT) libucma-preload.la
 	top_builddir=$(top_builddir) $(SHELL) $(top_srcdir)/tests/bench/malloc.sh
 
+## The resident memory of a tiny program (1000 blocks of 64 B) under glibc,
+## mimalloc and libucma-preload.so: the allocators' fixed cost.  The program
+## links nothing of ucma.  `make bench-small-rss`.
+check_PROGRAMS += tests/bench/small_heap_rss
+tests_bench_small_heap_rss_SOURCES = tests/bench/small_heap_rss.c
+tests_bench_small_heap_rss_CPPFLAGS =
+tests_bench_small_heap_rss_LDFLAGS = -no-install
+
+.PHONY: bench-small-rss
+bench: bench-small-rss
+bench-small-rss: tests/bench/small_heap_rss$(EXEEXT) libucma-preload.la
+	@mi=/usr/lib/x86_64-linux-gnu/libmimalloc.so.2; \
+	for run in 1 2 3; do \
+		echo "glibc        $$(./tests/bench/small_heap_rss$(EXEEXT))"; \
+		if [ -f "$$mi" ]; then \
+			echo "mimalloc     $$(LD_PRELOAD=$$mi ./tests/bench/small_heap_rss$(EXEEXT))"; \
+		fi; \
+		echo "ucma-preload $$(LD_PRELOAD=$(abs_top_builddir)/.libs/libucma-preload.so \
+			./tests/bench/small_heap_rss$(EXEEXT))"; \
+	done
+
 ## Reaching a movable object: pin + unpin and the read side against two
 ## compare-and-swap and a plain load.  `make bench-handles`.
 check_PROGRAMS += tests/bench/bench_handles

@@ -5,6 +5,13 @@ TESTS += tests/unit/test_buddy
 tests_unit_test_buddy_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_buddy_LDADD = $(TEST_LDADD)
 
+## Deferred initialisation of pageblocks: the metadata of pageblocks never
+## used stays untouched (mincore), and every walk still sees them free.
+check_PROGRAMS += tests/unit/test_deferred
+TESTS += tests/unit/test_deferred
+tests_unit_test_deferred_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_deferred_LDADD = $(TEST_LDADD)
+
 check_PROGRAMS += tests/unit/test_config
 TESTS += tests/unit/test_config
 tests_unit_test_config_CPPFLAGS = $(TEST_CPPFLAGS)
