@@ -164,6 +164,7 @@ static void tcache_setup(struct ucma_tcache *tc)
 
 		/* the stacks need no clearing: only stack[0..n) is read */
 		memset(b, 0, offsetof(struct ucma_tbin, stack));
+		b->nflush = 0;
 		bin_set_none(b);
 		b->size = ucma_classes[c].size;
 		b->cap = cap_for(b->size);
@@ -539,7 +540,7 @@ void ucma_tcache_free_slow(struct ucma_tcache *tc, struct ucma_slab *s, unsigned
 		ucma_tbin_push(b, b->n, p);
 		return;
 	}
-	__atomic_store_n(&b->nfree_direct, b->nfree_direct + 1, __ATOMIC_RELAXED);
+	ucma_owner_inc(&b->nfree_direct);
 	release_object(tc, s, idx, p, who);
 }
 

@@ -51,6 +51,29 @@ static inline void ucma_obj_mark_free(void *p, size_t size)
 #endif
 }
 
+/* The same two, with the marker already loaded (the fast paths load it
+ * once: the compiler may not keep it across their atomic accesses). */
+static inline bool ucma_obj_marked_free_k(const void *p, uint64_t key)
+{
+#ifdef UCMA_ASAN
+	(void)key;
+	return __asan_address_is_poisoned(p);
+#else
+	return ((const uint64_t *)p)[1] == key;
+#endif
+}
+
+static inline void ucma_obj_mark_free_k(void *p, size_t size, uint64_t key)
+{
+#ifdef UCMA_ASAN
+	(void)key;
+	UCMA_POISON(p, size);
+#else
+	(void)size;
+	((uint64_t *)p)[1] = key;
+#endif
+}
+
 static inline void ucma_obj_mark_live(void *p, size_t size)
 {
 #ifdef UCMA_ASAN
@@ -83,9 +106,10 @@ static inline void ucma_obj_mark_live(void *p, size_t size)
  *  - @n: stored atomically, release when it grows (ucma_tbin_push()), so
  *    a reader that loads it with acquire sees the slots below it as
  *    pushed; relaxed on pop, which writes no slot;
- *  - @npop, @ncur, @nfree_direct, @nflush: relaxed atomic stores by the
- *    owner, read relaxed by the counters walk under the registry lock: a
- *    statistic may be a moment old, never torn.  Parking a block counts
+ *  - @npop, @ncur, @nfree_direct, @nflush: written by the owner alone
+ *    (ucma_owner_inc(), relaxed atomic stores), read relaxed by the
+ *    counters walk under the registry lock: a statistic may be a moment
+ *    old, never torn.  Parking a block counts
  *    nothing: the frees are the pops plus the flushed plus the parked
  *    plus the direct ones, so the push needs no counter of its own.
  * @usedw, @wbase, @full, @slab (the cursor) are the owner's alone (other
@@ -102,14 +126,30 @@ struct ucma_tbin {
 	uint64_t npop;			/* objects handed out from @stack */
 	uint64_t ncur;			/* objects handed out by the cursor */
 	struct ucma_slab *slab;		/* the cursor's slab (owned, PARTIAL), or &ucma_slab_none */
-	uint64_t pad;
-	void *stack[UCMA_TBIN_SLOTS];	/* stack[0..n): parked objects, top at n-1 */
 	uint64_t nfree_direct;		/* frees of this class not parked (see tcache.c) */
+	void *stack[UCMA_TBIN_SLOTS];	/* stack[0..n): parked objects, top at n-1 */
 	uint64_t nflush;		/* parked objects given back to their slabs */
+	uint64_t pad;
 };
 _Static_assert(offsetof(struct ucma_tbin, stack) == 64 && sizeof(struct ucma_tbin) == 1024,
 	       "a bin: a line for the fast paths, then its stack; a power of two, so that "
 	       "indexing the bins is a shift");
+
+/*
+ * Count one more in a counter of the calling thread's own cache, which
+ * other threads only read (relaxed).  Nobody else writes it, so no locked
+ * instruction is needed: on x86-64 one add to memory, whose aligned
+ * 8-byte store no reader sees torn; elsewhere, and under ThreadSanitizer
+ * (which must see the store as atomic), a relaxed load and store.
+ */
+static inline void ucma_owner_inc(uint64_t *p)
+{
+#if defined(__x86_64__) && !defined(UCMA_TSAN)
+	__asm__ volatile("addq $1, %0" : "+m"(*p));
+#else
+	__atomic_store_n(p, __atomic_load_n(p, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+#endif
+}
 
 /*
  * Push @p on bin @b holding @n objects (n < cap).  Other threads look for
@@ -146,7 +186,7 @@ static inline void *ucma_tbin_alloc(struct ucma_tbin *b)
 	if (UCMA_UNLIKELY(u == b->full))
 		return NULL;
 	__atomic_store_n(wp, u | (u + 1), __ATOMIC_RELAXED);
-	__atomic_store_n(&b->ncur, b->ncur + 1, __ATOMIC_RELAXED);
+	ucma_owner_inc(&b->ncur);
 	p = (void *)(b->wbase + (uintptr_t)(unsigned)__builtin_ctzll(~u) * b->size);
 	ucma_obj_mark_live(p, b->size);
 	return p;
@@ -223,6 +263,20 @@ struct ucma_tcache {
 UCMA_INTERNAL extern __thread struct ucma_tcache *ucma_tcache_tls
 	__attribute__((tls_model("initial-exec")));
 UCMA_INTERNAL extern struct ucma_tcache ucma_tcache_dummy;
+
+/*
+ * Bin @cls of @tc.  The empty asm hides how the address was made, so
+ * that the compiler addresses the bin's fields and stack from it instead
+ * of recomputing them from @tc and @cls at each use (which it does
+ * otherwise, at the cost of a few instructions on every fast path).
+ */
+static inline struct ucma_tbin *ucma_tbin_of(struct ucma_tcache *tc, size_t cls)
+{
+	struct ucma_tbin *b = &tc->bins[cls];
+
+	__asm__("" : "+r"(b));
+	return b;
+}
 
 UCMA_INTERNAL void ucma_tcache_init(void);
 /* A cache for the calling thread (or the dummy when none can be made). */
