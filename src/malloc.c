@@ -497,7 +497,7 @@ static uint32_t run_alloc(struct ucma_arena *a, uint32_t npages, size_t align, b
 static void *large_alloc(size_t size, size_t align, bool zero)
 {
 	struct ucma_arena *a = ucma_arena_peek();
-	int saved = errno;
+	int saved;
 	size_t npages, usable;
 	void *p;
 
@@ -525,10 +525,10 @@ static void *large_alloc(size_t size, size_t align, bool zero)
 				if (zero)
 					memset(ucma_pfn_to_addr(a, pfn), 0, usable);
 				ucma_shm_check_request(true);	/* as below */
-				errno = saved;
 				return ucma_pfn_to_addr(a, pfn);
 			}
 		}
+		saved = errno;	/* a kept run touches nothing that sets it */
 		pfn = run_alloc(a, (uint32_t)npages, align, zero);
 		if (pfn != UCMA_PFN_NONE) {
 			uint32_t run = a->pages[pfn].aux;
@@ -543,6 +543,7 @@ static void *large_alloc(size_t size, size_t align, bool zero)
 			return ucma_pfn_to_addr(a, pfn);
 		}
 	}
+	saved = errno;
 	p = ucma_overflow_large_alloc(size, align, &usable);
 	if (!p) {
 		errno = ENOMEM;
@@ -684,6 +685,29 @@ static __attribute__((noipa)) void free_interior(void *p)
 }
 
 /*
+ * A large block of the arena, from the fast path (the head page's owner
+ * said UCMA_OWN_LARGE): classify()'s checks for it, without its walk.
+ * Anything but the address handed out goes to free_slow(), which reports it.
+ */
+static __attribute__((noinline)) void free_large(void *p, uint32_t pfn)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+	struct ptr_info pi;
+	int saved;
+
+	if (UCMA_PG_GET(&a->pages[pfn], owner) != pfn || ((uintptr_t)p & (UCMA_PAGE_SIZE - 1))) {
+		free_slow(p);
+		return;
+	}
+	saved = errno;	/* free() leaves errno alone */
+	pi.a = a;
+	pi.head = ucma_run_head(a, pfn);
+	pi.usable = (size_t)(pi.head + UCMA_PG_GET(&a->pages[pi.head], aux) - pfn) << UCMA_PAGE_SHIFT;
+	free_classified(p, PK_LARGE, &pi, "free()");
+	errno = saved;
+}
+
+/*
  * The fast path: a small block of the arena.  Returns false for
  * everything else, leaving it to the caller's slow path; the rest leaves
  * through tail calls, so this path needs no stack frame.  Its loads are
@@ -696,7 +720,9 @@ static inline __attribute__((always_inline)) bool free_fast(void *p)
 	if (UCMA_LIKELY(off < __atomic_load_n(&mg.size, __ATOMIC_ACQUIRE))) {
 		const struct ucma_page *pg = &mg.pages[off >> UCMA_PAGE_SHIFT];
 
-		if (UCMA_LIKELY(__atomic_load_n(&pg->owner_type, __ATOMIC_ACQUIRE) == UCMA_OWN_SLAB)) {
+		unsigned type = __atomic_load_n(&pg->owner_type, __ATOMIC_ACQUIRE);
+
+		if (UCMA_LIKELY(type == UCMA_OWN_SLAB)) {
 			struct ucma_slab *s = (struct ucma_slab *)(uintptr_t)UCMA_PG_GET(pg, owner);
 			/* ucma_slab_index(), kept in 64 bits */
 			unsigned __int128 prod = (unsigned __int128)((uintptr_t)p - s->base) * s->divisor;
@@ -706,6 +732,10 @@ static inline __attribute__((always_inline)) bool free_fast(void *p)
 				free_interior(p);
 			else
 				small_free(s, idx, p, "free()");
+			return true;
+		}
+		if (type == UCMA_OWN_LARGE) {
+			free_large(p, (uint32_t)(off >> UCMA_PAGE_SHIFT));
 			return true;
 		}
 	}

@@ -602,36 +602,40 @@ bool ucma_tcache_any_holds(unsigned cls, const void *p)
 
 uint32_t ucma_tcache_large_get(struct ucma_tcache *tc, struct ucma_arena *a, uint32_t npages)
 {
-	if (tc == &ucma_tcache_dummy || npages > UCMA_TLARGE_MAX_PAGES)
-		return UCMA_PFN_NONE;
-	for (unsigned i = tc->nlarge_kept; i-- > 0;) {
-		uint32_t pfn = tc->large_kept[i].pfn;
+	uint32_t pfn;
 
-		if (tc->large_kept[i].npages != npages)
-			continue;
-		memmove(&tc->large_kept[i], &tc->large_kept[i + 1],
-			(tc->nlarge_kept - i - 1) * sizeof(tc->large_kept[0]));
-		tc->nlarge_kept--;
-		__atomic_store_n(&tc->large_kept_pages, tc->large_kept_pages - npages,
-				 __ATOMIC_RELAXED);
-		UCMA_UNPOISON(ucma_pfn_to_addr(a, pfn), (size_t)npages << UCMA_PAGE_SHIFT);
-		return pfn;
-	}
-	return UCMA_PFN_NONE;
+	if (tc == &ucma_tcache_dummy || npages > UCMA_TLARGE_MAX_PAGES || !tc->large_have[npages])
+		return UCMA_PFN_NONE;
+	pfn = tc->large_kept[npages][--tc->large_have[npages]];
+	tc->nlarge_kept--;
+	__atomic_store_n(&tc->large_kept_pages, tc->large_kept_pages - npages, __ATOMIC_RELAXED);
+	UCMA_UNPOISON(ucma_pfn_to_addr(a, pfn), (size_t)npages << UCMA_PAGE_SHIFT);
+	return pfn;
 }
 
-/* Give back the oldest kept run of @tc. */
-static void large_evict(struct ucma_tcache *tc, struct ucma_arena *a)
+/* Give back the oldest kept run of @npages pages of @tc (it has one). */
+static void large_evict(struct ucma_tcache *tc, struct ucma_arena *a, uint32_t npages)
 {
-	uint32_t pfn = tc->large_kept[0].pfn, npages = tc->large_kept[0].npages;
+	uint32_t *k = tc->large_kept[npages], pfn = k[0];
 
-	memmove(&tc->large_kept[0], &tc->large_kept[1],
-		(tc->nlarge_kept - 1) * sizeof(tc->large_kept[0]));
+	memmove(&k[0], &k[1], (tc->large_have[npages] - 1u) * sizeof(k[0]));
+	tc->large_have[npages]--;
 	tc->nlarge_kept--;
 	__atomic_store_n(&tc->large_kept_pages, tc->large_kept_pages - npages, __ATOMIC_RELAXED);
 	ucma_relaxed_add(&tc->large_pages, -(uint64_t)npages);
 	UCMA_UNPOISON(ucma_pfn_to_addr(a, pfn), (size_t)npages << UCMA_PAGE_SHIFT);
 	ucma_pages_free(a, pfn);
+}
+
+/* The size with the most kept runs (the largest such on a tie). */
+static uint32_t large_most(const struct ucma_tcache *tc)
+{
+	uint32_t best = 0;
+
+	for (uint32_t n = 1; n <= UCMA_TLARGE_MAX_PAGES; n++)
+		if (tc->large_have[n] >= tc->large_have[best])
+			best = n;
+	return best;
 }
 
 bool ucma_tcache_large_put(struct ucma_tcache *tc, struct ucma_arena *a, uint32_t pfn)
@@ -640,15 +644,16 @@ bool ucma_tcache_large_put(struct ucma_tcache *tc, struct ucma_arena *a, uint32_
 
 	if (!tc || tc == &ucma_tcache_dummy || npages > UCMA_TLARGE_MAX_PAGES)
 		return false;
+	if (tc->large_have[npages] == UCMA_TLARGE_DEPTH)
+		large_evict(tc, a, npages);
 	while (tc->nlarge_kept == UCMA_TLARGE_SLOTS ||
 	       (tc->nlarge_kept && tc->large_kept_pages + npages > UCMA_TLARGE_KEEP_PAGES))
-		large_evict(tc, a);
+		large_evict(tc, a, large_most(tc));
 	/* Only the head: a pointer to a block is a pointer to its head
 	 * page, and the tails already refuse any other. */
 	__atomic_store_n(&a->pages[pfn].owner_type, UCMA_OWN_NONE, __ATOMIC_RELEASE);
 	UCMA_POISON(ucma_pfn_to_addr(a, pfn), (size_t)npages << UCMA_PAGE_SHIFT);
-	tc->large_kept[tc->nlarge_kept].pfn = pfn;
-	tc->large_kept[tc->nlarge_kept].npages = npages;
+	tc->large_kept[npages][tc->large_have[npages]++] = pfn;
 	tc->nlarge_kept++;
 	__atomic_store_n(&tc->large_kept_pages, tc->large_kept_pages + npages, __ATOMIC_RELAXED);
 	return true;
@@ -658,8 +663,9 @@ static void large_flush(struct ucma_tcache *tc)
 {
 	struct ucma_arena *a = ucma_arena_peek();
 
-	while (tc->nlarge_kept)
-		large_evict(tc, a);
+	for (uint32_t n = 1; n <= UCMA_TLARGE_MAX_PAGES; n++)
+		while (tc->large_have[n])
+			large_evict(tc, a, n);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -773,9 +779,10 @@ void ucma_tcache_count_large(int dir, size_t usable, size_t arena_pages)
 	uint64_t pages = dir > 0 ? (uint64_t)arena_pages : -(uint64_t)arena_pages;
 
 	if (tc && tc != &ucma_tcache_dummy) {
-		ucma_relaxed_add(dir > 0 ? &tc->large_nmalloc : &tc->large_nfree, 1);
-		ucma_relaxed_add(&tc->large_bytes, bytes);
-		ucma_relaxed_add(&tc->large_pages, pages);
+		ucma_owner_inc(dir > 0 ? &tc->large_nmalloc : &tc->large_nfree);
+		ucma_owner_add(&tc->large_bytes, bytes);
+		if (pages)
+			ucma_owner_add(&tc->large_pages, pages);
 		return;
 	}
 	__atomic_fetch_add(dir > 0 ? &totals.large_nmalloc : &totals.large_nfree, 1,

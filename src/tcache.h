@@ -151,6 +151,16 @@ static inline void ucma_owner_inc(uint64_t *p)
 #endif
 }
 
+/* Add @v to such a counter (the same, for any amount). */
+static inline void ucma_owner_add(uint64_t *p, uint64_t v)
+{
+#if defined(__x86_64__) && !defined(UCMA_TSAN)
+	__asm__ volatile("addq %1, %0" : "+m"(*p) : "er"(v));
+#else
+	__atomic_store_n(p, __atomic_load_n(p, __ATOMIC_RELAXED) + v, __ATOMIC_RELAXED);
+#endif
+}
+
 /*
  * Push @p on bin @b holding @n objects (n < cap).  Other threads look for
  * blocks in the stack (ucma_tcache_any_holds()), so the entry is stored
@@ -203,14 +213,19 @@ struct ucma_tlists {
 
 /*
  * A thread keeps a few freed large runs (up to UCMA_TLARGE_MAX_PAGES pages
- * each, UCMA_TLARGE_KEEP_PAGES pages in all), and a large malloc of the
- * same number of pages takes one back without the zone lock and the buddy
- * allocator's splitting and merging: a program that frees and allocates
- * blocks of a few tens of KiB does so at the speed of the small ones.
+ * each, UCMA_TLARGE_KEEP_PAGES pages and UCMA_TLARGE_SLOTS runs in all),
+ * and a large malloc of the same number of pages takes one back without
+ * the zone lock and the buddy allocator's splitting and merging: a program
+ * that frees and allocates blocks of a few tens of KiB does so at the
+ * speed of the small ones.  They are kept in a stack per size (the newest
+ * taken first), so that taking one is an index, not a search; when the
+ * cache is full, the oldest run of the size with the most runs goes back
+ * to the zone, which keeps as many sizes at hand as it can.
  */
-#define UCMA_TLARGE_SLOTS       16u
+#define UCMA_TLARGE_SLOTS       32u
+#define UCMA_TLARGE_DEPTH       16u	/* runs of one size */
 #define UCMA_TLARGE_MAX_PAGES   64u	/* 256 KiB */
-#define UCMA_TLARGE_KEEP_PAGES  256u	/* 1 MiB */
+#define UCMA_TLARGE_KEEP_PAGES  512u	/* 2 MiB */
 
 /*
  * struct ucma_tcache - one thread's cache.
@@ -231,7 +246,8 @@ struct ucma_tlists {
  *  - @large_nmalloc, @large_nfree, @large_bytes, @large_pages,
  *    @large_kept_pages: relaxed atomic stores by the owner, read relaxed
  *    by the counters walk under the registry lock.
- *  - @large_kept, @nlarge_kept, @large_gc_mark: the owner's alone.  A kept
+ *  - @large_kept, @large_have, @nlarge_kept, @large_gc_mark: the owner's
+ *    alone.  A kept
  *    run is allocated in its zone, its head page owned by nobody
  *    (UCMA_OWN_NONE), so a free of it is refused as the free of a block
  *    that is not live.
@@ -250,10 +266,9 @@ struct ucma_tcache {
 	uint64_t large_nfree;
 	uint64_t large_bytes;		/* usable bytes allocated minus freed */
 	uint64_t large_pages;		/* arena pages held: allocated and kept */
-	struct {
-		uint32_t pfn;		/* head of a kept run */
-		uint32_t npages;
-	} large_kept[UCMA_TLARGE_SLOTS];	/* newest last */
+	/* large_kept[n][0..large_have[n]): heads of kept runs of n pages, newest last */
+	uint32_t large_kept[UCMA_TLARGE_MAX_PAGES + 1][UCMA_TLARGE_DEPTH];
+	uint8_t large_have[UCMA_TLARGE_MAX_PAGES + 1];
 	uint32_t nlarge_kept;
 	uint32_t large_kept_pages;	/* atomic: the statistics read it */
 	uint32_t large_gc_mark;		/* large activity at the GC's last look */
