@@ -371,7 +371,7 @@ static __attribute__((noinline)) void *small_alloc_slow(struct ucma_tcache *tc, 
 }
 
 /* Pop the newest parked object of bin @b, clearing its marker. */
-static inline void *stack_pop(struct ucma_tbin *b, unsigned n)
+static inline void *stack_pop(struct ucma_tbin *b, size_t n)
 {
 	void *p = b->stack[n - 1];
 
@@ -429,7 +429,7 @@ static inline __attribute__((always_inline)) void small_free(struct ucma_slab *s
 
 		if (UCMA_LIKELY((__atomic_load_n(wp, __ATOMIC_RELAXED) >> sh) & 1)) {
 			struct ucma_tbin *b = ucma_tbin_of(tc, s->cls);
-			unsigned n = b->n;
+			size_t n = b->n;
 
 			if (UCMA_LIKELY(n < b->cap)) {
 				ucma_obj_mark_free_k(p, b->size, key);
@@ -440,7 +440,7 @@ static inline __attribute__((always_inline)) void small_free(struct ucma_slab *s
 			if (UCMA_LIKELY(__atomic_load_n(&s->owner, __ATOMIC_RELAXED) == tc &&
 					!((__atomic_load_n(wp + UCMA_SLAB_REMOTE_OFF, __ATOMIC_RELAXED) >>
 					   sh) & 1))) {
-				uint64_t u = *wp & ~(1ull << sh);
+				uint64_t u = __atomic_load_n(wp, __ATOMIC_RELAXED) & ~(1ull << sh);
 
 				ucma_obj_mark_free_k(p, b->size, key);
 				__atomic_store_n(wp, u, __ATOMIC_RELAXED);
@@ -622,9 +622,9 @@ void *ucma_malloc(size_t size)
 	struct ucma_tcache *tc = ucma_tcache_tls;
 
 	if (UCMA_LIKELY(tc != NULL && size <= UCMA_SMALL_MAX)) {
-		size_t cls = ucma_class_of_size[(size + 15) >> 4];
-		struct ucma_tbin *b = ucma_tbin_of(tc, cls);
-		unsigned n = b->n;
+		struct ucma_tbin *b = (struct ucma_tbin *)((char *)tc +
+							  ucma_tbin_off_of_size[(size + 15) >> 4]);
+		size_t n = b->n;
 		uint64_t *wp, u;
 		void *p;
 
@@ -633,7 +633,7 @@ void *ucma_malloc(size_t size)
 		wp = b->usedw;
 		u = *wp;
 		if (UCMA_UNLIKELY(u == b->full))
-			return small_alloc_slow(tc, (unsigned)cls);
+			return small_alloc_slow(tc, (unsigned)(b - tc->bins));
 		__atomic_store_n(wp, u | (u + 1), __ATOMIC_RELAXED);
 		ucma_owner_inc(&b->ncur);
 		p = (void *)(b->wbase + (uintptr_t)__builtin_ctzll(~u) * b->size);

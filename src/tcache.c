@@ -125,8 +125,15 @@ static void bin_set_none(struct ucma_tbin *b)
 	b->full = ~0ull;
 }
 
+uint16_t ucma_tbin_off_of_size[UCMA_SMALL_MAX / 16 + 1];
+_Static_assert(offsetof(struct ucma_tcache, bins[UCMA_NR_CLASSES - 1]) <= UINT16_MAX,
+	       "a bin's offset fits ucma_tbin_off_of_size");
+
 void ucma_tcache_init(void)
 {
+	for (unsigned i = 0; i <= UCMA_SMALL_MAX / 16; i++)
+		ucma_tbin_off_of_size[i] = (uint16_t)offsetof(struct ucma_tcache,
+							      bins[ucma_class_of_size[i]]);
 	for (unsigned c = 0; c < UCMA_NR_CLASSES; c++)
 		bin_set_none(&ucma_tcache_dummy.bins[c]);
 	tc_key_ok = pthread_key_create(&tc_key, tcache_destroy) == 0;

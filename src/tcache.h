@@ -168,7 +168,7 @@ static inline void ucma_owner_add(uint64_t *p, uint64_t v)
  * reader that sees the count sees the entries below it.  Both are plain
  * moves on x86.
  */
-static inline void ucma_tbin_push(struct ucma_tbin *b, unsigned n, void *p)
+static inline void ucma_tbin_push(struct ucma_tbin *b, size_t n, void *p)
 {
 	__atomic_store_n(&b->stack[n], p, __ATOMIC_RELAXED);
 	__atomic_store_n(&b->n, (uint16_t)(n + 1), __ATOMIC_RELEASE);
@@ -292,6 +292,11 @@ static inline struct ucma_tbin *ucma_tbin_of(struct ucma_tcache *tc, size_t cls)
 	__asm__("" : "+r"(b));
 	return b;
 }
+
+/* The offset of the bin of each request size's class in struct
+ * ucma_tcache, indexed like ucma_class_of_size: malloc's fast path finds
+ * its bin with one load (ucma_tcache_init()). */
+UCMA_INTERNAL extern uint16_t ucma_tbin_off_of_size[UCMA_SMALL_MAX / 16 + 1];
 
 UCMA_INTERNAL void ucma_tcache_init(void);
 /* A cache for the calling thread (or the dummy when none can be made). */
