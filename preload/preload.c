@@ -19,8 +19,10 @@
  *    request at least that large is a contiguous buffer from a CMA area
  *    (ucma_alloc(), falling back to the malloc family when that fails);
  *    such buffers start on a page, ucma_alloc_size() knows them, and they
- *    go back through ucma_release().  They are asked about first because
- *    they lie in the arena, and ucma_owns() is true for any address there;
+ *    go back through ucma_release().  realloc() asks about them first
+ *    because they lie in the arena, and ucma_owns() is true for any address
+ *    there; free() asks only once ucma_free_or() found no slab or large
+ *    block there (the common case needs no look-up);
  *  - ucma_owns() is true: ucma's malloc family, back through ucma_free(),
  *    which stops the program with a message for a double free or for any
  *    other arena address that is no block (ucma's policy for bad input);
@@ -354,27 +356,34 @@ PRELOAD_EXPORT void *calloc(size_t nmemb, size_t size)
 	return ucma_calloc(nmemb, size);
 }
 
-/* A free once contiguous buffers exist: they go back to their area. */
-static __attribute__((noinline)) void free_contig(void *ptr)
+/*
+ * A pointer that is no block of the malloc family: a contiguous buffer
+ * goes back to its area, anything else to glibc.  A contiguous buffer's
+ * pages belong to no slab and no large block, so the malloc family's fast
+ * path never takes one for its own, and its slow path hands it here.
+ */
+static void free_not_family(void *ptr)
 {
-	if (contig_size(ptr))
-		ucma_release(ptr);
-	else
-		ucma_free_or(ptr, __libc_free);
+	int saved;
+
+	if (!contig_size(ptr)) {
+		__libc_free(ptr);
+		return;
+	}
+	saved = errno;
+	ucma_release(ptr);
+	errno = saved;
 }
 
 /*
  * free() leaves errno alone, as glibc's does since 2.33 (and POSIX asks):
- * ucma_free_or() and __libc_free() both promise it, so nothing is saved
- * here.  One look-up decides between ucma's block and glibc's.
+ * ucma_free_or() and __libc_free() promise it, free_not_family() saves it
+ * around ucma_release().  The malloc family's blocks, the common case, are
+ * freed before anything else is asked.
  */
 PRELOAD_EXPORT void free(void *ptr)
 {
-	if (PRELOAD_UNLIKELY(atomic_load_explicit(&contig_used, memory_order_relaxed))) {
-		free_contig(ptr);
-		return;
-	}
-	ucma_free_or(ptr, __libc_free);
+	ucma_free_or(ptr, free_not_family);
 }
 
 PRELOAD_EXPORT void cfree(void *ptr)

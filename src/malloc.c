@@ -371,12 +371,12 @@ static __attribute__((noinline)) void *small_alloc_slow(struct ucma_tcache *tc, 
 }
 
 /* Pop the newest parked object of bin @b, clearing its marker. */
-static inline void *stack_pop(struct ucma_tbin *b, unsigned n)
+static inline void *stack_pop(struct ucma_tbin *b, size_t n)
 {
 	void *p = b->stack[n - 1];
 
 	__atomic_store_n(&b->n, (uint16_t)(n - 1), __ATOMIC_RELAXED);
-	__atomic_store_n(&b->npop, b->npop + 1, __ATOMIC_RELAXED);
+	ucma_owner_inc(&b->npop);
 	ucma_obj_mark_live(p, b->size);
 	return p;
 }
@@ -395,60 +395,63 @@ static inline void *small_alloc(struct ucma_tcache *tc, unsigned cls)
 	return p;
 }
 
-/* The stack of bin @b is full: a block of a slab @tc owns (and that was
- * not full: a full slab's owner carries a flag) goes back to the slab's
- * bitmap at once; the rest is ucma_tcache_free_slow()'s. */
-static __attribute__((noinline)) void small_free_bitmap(struct ucma_tcache *tc, struct ucma_tbin *b,
-							 struct ucma_slab *s, unsigned idx, void *p,
-							 const char *who)
-{
-	uint64_t *wp = &s->used[idx >> 6], bit = 1ull << (idx & 63);
-	uint64_t u = __atomic_load_n(wp, __ATOMIC_RELAXED);
-
-	if (__atomic_load_n(&s->owner, __ATOMIC_RELAXED) != tc ||
-	    (__atomic_load_n(wp + UCMA_SLAB_REMOTE_OFF, __ATOMIC_RELAXED) & bit)) {
-		ucma_tcache_free_slow(tc, s, idx, p, who);
-		return;
-	}
-	ucma_obj_mark_free(p, b->size);
-	__atomic_store_n(wp, u & ~bit, __ATOMIC_RELAXED);
-	__atomic_store_n(&b->nfree_direct, b->nfree_direct + 1, __ATOMIC_RELAXED);
-	if (UCMA_UNLIKELY(!(u & ~bit)))
-		ucma_tcache_word_emptied(tc, s);
-}
-
 /*
  * Free object @idx (at @p) of slab @s.  The fast path: the block carries
  * no free marker and its bit says it is allocated; then it gets the
  * marker and is parked on the calling thread's stack for the class, for
  * its next malloc, whoever owns the slab.  When the stack is full, a
  * block of a slab the thread owns (and that was not full: a full slab's
- * owner carries a flag) goes back to the slab's bitmap at once.  The rest
- * is ucma_tcache_free_slow()'s.  Its loads are the slab's first line and
- * the block's bitmap word, the block's second word and the thread's bin.
+ * owner carries a flag), which no other thread freed meanwhile, goes back
+ * to the slab's bitmap at once, written out here as well: a program that
+ * frees more blocks than a stack holds pays no call for it.  The rest is
+ * ucma_tcache_free_slow()'s.  Its loads are the slab's first line and the
+ * block's bitmap word, the block's second word and the thread's bin (and
+ * the remote bitmap's word when the stack is full).  The marker is loaded
+ * once: the compiler may not reuse it across the atomic load otherwise.
  */
-static inline __attribute__((always_inline)) void small_free(struct ucma_slab *s, unsigned idx,
+static __attribute__((noinline)) void small_free_slow(struct ucma_tcache *tc, struct ucma_slab *s,
+							void *p, const char *who)
+{
+	ucma_tcache_free_slow(tc, s, (unsigned)ucma_slab_index(s, p), p, who);
+}
+
+static inline __attribute__((always_inline)) void small_free(struct ucma_slab *s, uint64_t idx,
 							      void *p, const char *who)
 {
 	struct ucma_tcache *tc = ucma_tcache_tls;
+	uint64_t key = ucma_free_key;
 
-	/* The bitmap word is loaded atomically: its owner may be another
-	 * thread, writing it meanwhile. */
-	if (UCMA_LIKELY(tc != NULL && !ucma_obj_marked_free(p) &&
-			(__atomic_load_n(&s->used[idx >> 6], __ATOMIC_RELAXED) &
-			 (1ull << (idx & 63))))) {
-		struct ucma_tbin *b = &tc->bins[s->cls];
-		unsigned n = b->n;
+	if (UCMA_LIKELY(tc != NULL && !ucma_obj_marked_free_k(p, key))) {
+		/* The bitmap word is loaded atomically: its owner may be
+		 * another thread, writing it meanwhile. */
+		uint64_t *wp = &s->used[idx >> 6];
+		uint64_t sh = idx & 63;
 
-		if (UCMA_LIKELY(n < b->cap)) {
-			ucma_obj_mark_free(p, b->size);
-			ucma_tbin_push(b, n, p);
-			return;
+		if (UCMA_LIKELY((__atomic_load_n(wp, __ATOMIC_RELAXED) >> sh) & 1)) {
+			struct ucma_tbin *b = ucma_tbin_of(tc, s->cls);
+			size_t n = b->n;
+
+			if (UCMA_LIKELY(n < b->cap)) {
+				ucma_obj_mark_free_k(p, b->size, key);
+				ucma_tbin_push(b, n, p);
+				return;
+			}
+			/* Owned, so the word is this thread's to write. */
+			if (UCMA_LIKELY(__atomic_load_n(&s->owner, __ATOMIC_RELAXED) == tc &&
+					!((__atomic_load_n(wp + UCMA_SLAB_REMOTE_OFF, __ATOMIC_RELAXED) >>
+					   sh) & 1))) {
+				uint64_t u = __atomic_load_n(wp, __ATOMIC_RELAXED) & ~(1ull << sh);
+
+				ucma_obj_mark_free_k(p, b->size, key);
+				__atomic_store_n(wp, u, __ATOMIC_RELAXED);
+				ucma_owner_inc(&b->nfree_direct);
+				if (UCMA_UNLIKELY(!u))
+					ucma_tcache_word_emptied(tc, s);
+				return;
+			}
 		}
-		small_free_bitmap(tc, b, s, idx, p, who);
-		return;
 	}
-	ucma_tcache_free_slow(tc, s, idx, p, who);
+	small_free_slow(tc, s, p, who);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -494,7 +497,7 @@ static uint32_t run_alloc(struct ucma_arena *a, uint32_t npages, size_t align, b
 static void *large_alloc(size_t size, size_t align, bool zero)
 {
 	struct ucma_arena *a = ucma_arena_peek();
-	int saved = errno;
+	int saved;
 	size_t npages, usable;
 	void *p;
 
@@ -522,10 +525,10 @@ static void *large_alloc(size_t size, size_t align, bool zero)
 				if (zero)
 					memset(ucma_pfn_to_addr(a, pfn), 0, usable);
 				ucma_shm_check_request(true);	/* as below */
-				errno = saved;
 				return ucma_pfn_to_addr(a, pfn);
 			}
 		}
+		saved = errno;	/* a kept run touches nothing that sets it */
 		pfn = run_alloc(a, (uint32_t)npages, align, zero);
 		if (pfn != UCMA_PFN_NONE) {
 			uint32_t run = a->pages[pfn].aux;
@@ -540,6 +543,7 @@ static void *large_alloc(size_t size, size_t align, bool zero)
 			return ucma_pfn_to_addr(a, pfn);
 		}
 	}
+	saved = errno;
 	p = ucma_overflow_large_alloc(size, align, &usable);
 	if (!p) {
 		errno = ENOMEM;
@@ -618,9 +622,9 @@ void *ucma_malloc(size_t size)
 	struct ucma_tcache *tc = ucma_tcache_tls;
 
 	if (UCMA_LIKELY(tc != NULL && size <= UCMA_SMALL_MAX)) {
-		size_t cls = ucma_class_of_size[(size + 15) >> 4];
-		struct ucma_tbin *b = &tc->bins[cls];
-		unsigned n = b->n;
+		struct ucma_tbin *b = (struct ucma_tbin *)((char *)tc +
+							  ucma_tbin_off_of_size[(size + 15) >> 4]);
+		size_t n = b->n;
 		uint64_t *wp, u;
 		void *p;
 
@@ -629,9 +633,9 @@ void *ucma_malloc(size_t size)
 		wp = b->usedw;
 		u = *wp;
 		if (UCMA_UNLIKELY(u == b->full))
-			return small_alloc_slow(tc, (unsigned)cls);
+			return small_alloc_slow(tc, (unsigned)(b - tc->bins));
 		__atomic_store_n(wp, u | (u + 1), __ATOMIC_RELAXED);
-		__atomic_store_n(&b->ncur, b->ncur + 1, __ATOMIC_RELAXED);
+		ucma_owner_inc(&b->ncur);
 		p = (void *)(b->wbase + (uintptr_t)__builtin_ctzll(~u) * b->size);
 		ucma_obj_mark_live(p, b->size);
 		return p;
@@ -673,9 +677,34 @@ static __attribute__((noinline)) void free_slow(void *p)
 	errno = saved;
 }
 
-static __attribute__((noinline, noreturn)) void free_interior(void *p)
+/* Not declared noreturn, so that the fast path reaches it by a jump and
+ * needs no stack frame for a call. */
+static __attribute__((noipa)) void free_interior(void *p)
 {
 	ucma_fatal("free(): invalid pointer %p (inside a small object)", p);
+}
+
+/*
+ * A large block of the arena, from the fast path (the head page's owner
+ * said UCMA_OWN_LARGE): classify()'s checks for it, without its walk.
+ * Anything but the address handed out goes to free_slow(), which reports it.
+ */
+static __attribute__((noinline)) void free_large(void *p, uint32_t pfn)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+	struct ptr_info pi;
+	int saved;
+
+	if (UCMA_PG_GET(&a->pages[pfn], owner) != pfn || ((uintptr_t)p & (UCMA_PAGE_SIZE - 1))) {
+		free_slow(p);
+		return;
+	}
+	saved = errno;	/* free() leaves errno alone */
+	pi.a = a;
+	pi.head = ucma_run_head(a, pfn);
+	pi.usable = (size_t)(pi.head + UCMA_PG_GET(&a->pages[pi.head], aux) - pfn) << UCMA_PAGE_SHIFT;
+	free_classified(p, PK_LARGE, &pi, "free()");
+	errno = saved;
 }
 
 /*
@@ -691,13 +720,22 @@ static inline __attribute__((always_inline)) bool free_fast(void *p)
 	if (UCMA_LIKELY(off < __atomic_load_n(&mg.size, __ATOMIC_ACQUIRE))) {
 		const struct ucma_page *pg = &mg.pages[off >> UCMA_PAGE_SHIFT];
 
-		if (UCMA_LIKELY(__atomic_load_n(&pg->owner_type, __ATOMIC_ACQUIRE) == UCMA_OWN_SLAB)) {
-			struct ucma_slab *s = (struct ucma_slab *)(uintptr_t)UCMA_PG_GET(pg, owner);
-			int idx = ucma_slab_index(s, p);
+		unsigned type = __atomic_load_n(&pg->owner_type, __ATOMIC_ACQUIRE);
 
-			if (UCMA_UNLIKELY(idx < 0))
+		if (UCMA_LIKELY(type == UCMA_OWN_SLAB)) {
+			struct ucma_slab *s = (struct ucma_slab *)(uintptr_t)UCMA_PG_GET(pg, owner);
+			/* ucma_slab_index(), kept in 64 bits */
+			unsigned __int128 prod = (unsigned __int128)((uintptr_t)p - s->base) * s->divisor;
+			uint64_t idx = (uint64_t)(prod >> 64);
+
+			if (UCMA_UNLIKELY((uint64_t)prod >= s->divisor || idx >= s->nobjs))
 				free_interior(p);
-			small_free(s, (unsigned)idx, p, "free()");
+			else
+				small_free(s, idx, p, "free()");
+			return true;
+		}
+		if (type == UCMA_OWN_LARGE) {
+			free_large(p, (uint32_t)(off >> UCMA_PAGE_SHIFT));
 			return true;
 		}
 	}

@@ -125,8 +125,15 @@ static void bin_set_none(struct ucma_tbin *b)
 	b->full = ~0ull;
 }
 
+uint16_t ucma_tbin_off_of_size[UCMA_SMALL_MAX / 16 + 1];
+_Static_assert(offsetof(struct ucma_tcache, bins[UCMA_NR_CLASSES - 1]) <= UINT16_MAX,
+	       "a bin's offset fits ucma_tbin_off_of_size");
+
 void ucma_tcache_init(void)
 {
+	for (unsigned i = 0; i <= UCMA_SMALL_MAX / 16; i++)
+		ucma_tbin_off_of_size[i] = (uint16_t)offsetof(struct ucma_tcache,
+							      bins[ucma_class_of_size[i]]);
 	for (unsigned c = 0; c < UCMA_NR_CLASSES; c++)
 		bin_set_none(&ucma_tcache_dummy.bins[c]);
 	tc_key_ok = pthread_key_create(&tc_key, tcache_destroy) == 0;
@@ -164,6 +171,7 @@ static void tcache_setup(struct ucma_tcache *tc)
 
 		/* the stacks need no clearing: only stack[0..n) is read */
 		memset(b, 0, offsetof(struct ucma_tbin, stack));
+		b->nflush = 0;
 		bin_set_none(b);
 		b->size = ucma_classes[c].size;
 		b->cap = cap_for(b->size);
@@ -539,7 +547,7 @@ void ucma_tcache_free_slow(struct ucma_tcache *tc, struct ucma_slab *s, unsigned
 		ucma_tbin_push(b, b->n, p);
 		return;
 	}
-	__atomic_store_n(&b->nfree_direct, b->nfree_direct + 1, __ATOMIC_RELAXED);
+	ucma_owner_inc(&b->nfree_direct);
 	release_object(tc, s, idx, p, who);
 }
 
@@ -601,36 +609,40 @@ bool ucma_tcache_any_holds(unsigned cls, const void *p)
 
 uint32_t ucma_tcache_large_get(struct ucma_tcache *tc, struct ucma_arena *a, uint32_t npages)
 {
-	if (tc == &ucma_tcache_dummy || npages > UCMA_TLARGE_MAX_PAGES)
-		return UCMA_PFN_NONE;
-	for (unsigned i = tc->nlarge_kept; i-- > 0;) {
-		uint32_t pfn = tc->large_kept[i].pfn;
+	uint32_t pfn;
 
-		if (tc->large_kept[i].npages != npages)
-			continue;
-		memmove(&tc->large_kept[i], &tc->large_kept[i + 1],
-			(tc->nlarge_kept - i - 1) * sizeof(tc->large_kept[0]));
-		tc->nlarge_kept--;
-		__atomic_store_n(&tc->large_kept_pages, tc->large_kept_pages - npages,
-				 __ATOMIC_RELAXED);
-		UCMA_UNPOISON(ucma_pfn_to_addr(a, pfn), (size_t)npages << UCMA_PAGE_SHIFT);
-		return pfn;
-	}
-	return UCMA_PFN_NONE;
+	if (tc == &ucma_tcache_dummy || npages > UCMA_TLARGE_MAX_PAGES || !tc->large_have[npages])
+		return UCMA_PFN_NONE;
+	pfn = tc->large_kept[npages][--tc->large_have[npages]];
+	tc->nlarge_kept--;
+	__atomic_store_n(&tc->large_kept_pages, tc->large_kept_pages - npages, __ATOMIC_RELAXED);
+	UCMA_UNPOISON(ucma_pfn_to_addr(a, pfn), (size_t)npages << UCMA_PAGE_SHIFT);
+	return pfn;
 }
 
-/* Give back the oldest kept run of @tc. */
-static void large_evict(struct ucma_tcache *tc, struct ucma_arena *a)
+/* Give back the oldest kept run of @npages pages of @tc (it has one). */
+static void large_evict(struct ucma_tcache *tc, struct ucma_arena *a, uint32_t npages)
 {
-	uint32_t pfn = tc->large_kept[0].pfn, npages = tc->large_kept[0].npages;
+	uint32_t *k = tc->large_kept[npages], pfn = k[0];
 
-	memmove(&tc->large_kept[0], &tc->large_kept[1],
-		(tc->nlarge_kept - 1) * sizeof(tc->large_kept[0]));
+	memmove(&k[0], &k[1], (tc->large_have[npages] - 1u) * sizeof(k[0]));
+	tc->large_have[npages]--;
 	tc->nlarge_kept--;
 	__atomic_store_n(&tc->large_kept_pages, tc->large_kept_pages - npages, __ATOMIC_RELAXED);
 	ucma_relaxed_add(&tc->large_pages, -(uint64_t)npages);
 	UCMA_UNPOISON(ucma_pfn_to_addr(a, pfn), (size_t)npages << UCMA_PAGE_SHIFT);
 	ucma_pages_free(a, pfn);
+}
+
+/* The size with the most kept runs (the largest such on a tie). */
+static uint32_t large_most(const struct ucma_tcache *tc)
+{
+	uint32_t best = 0;
+
+	for (uint32_t n = 1; n <= UCMA_TLARGE_MAX_PAGES; n++)
+		if (tc->large_have[n] >= tc->large_have[best])
+			best = n;
+	return best;
 }
 
 bool ucma_tcache_large_put(struct ucma_tcache *tc, struct ucma_arena *a, uint32_t pfn)
@@ -639,15 +651,16 @@ bool ucma_tcache_large_put(struct ucma_tcache *tc, struct ucma_arena *a, uint32_
 
 	if (!tc || tc == &ucma_tcache_dummy || npages > UCMA_TLARGE_MAX_PAGES)
 		return false;
+	if (tc->large_have[npages] == UCMA_TLARGE_DEPTH)
+		large_evict(tc, a, npages);
 	while (tc->nlarge_kept == UCMA_TLARGE_SLOTS ||
 	       (tc->nlarge_kept && tc->large_kept_pages + npages > UCMA_TLARGE_KEEP_PAGES))
-		large_evict(tc, a);
+		large_evict(tc, a, large_most(tc));
 	/* Only the head: a pointer to a block is a pointer to its head
 	 * page, and the tails already refuse any other. */
 	__atomic_store_n(&a->pages[pfn].owner_type, UCMA_OWN_NONE, __ATOMIC_RELEASE);
 	UCMA_POISON(ucma_pfn_to_addr(a, pfn), (size_t)npages << UCMA_PAGE_SHIFT);
-	tc->large_kept[tc->nlarge_kept].pfn = pfn;
-	tc->large_kept[tc->nlarge_kept].npages = npages;
+	tc->large_kept[npages][tc->large_have[npages]++] = pfn;
 	tc->nlarge_kept++;
 	__atomic_store_n(&tc->large_kept_pages, tc->large_kept_pages + npages, __ATOMIC_RELAXED);
 	return true;
@@ -657,8 +670,9 @@ static void large_flush(struct ucma_tcache *tc)
 {
 	struct ucma_arena *a = ucma_arena_peek();
 
-	while (tc->nlarge_kept)
-		large_evict(tc, a);
+	for (uint32_t n = 1; n <= UCMA_TLARGE_MAX_PAGES; n++)
+		while (tc->large_have[n])
+			large_evict(tc, a, n);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -772,9 +786,10 @@ void ucma_tcache_count_large(int dir, size_t usable, size_t arena_pages)
 	uint64_t pages = dir > 0 ? (uint64_t)arena_pages : -(uint64_t)arena_pages;
 
 	if (tc && tc != &ucma_tcache_dummy) {
-		ucma_relaxed_add(dir > 0 ? &tc->large_nmalloc : &tc->large_nfree, 1);
-		ucma_relaxed_add(&tc->large_bytes, bytes);
-		ucma_relaxed_add(&tc->large_pages, pages);
+		ucma_owner_inc(dir > 0 ? &tc->large_nmalloc : &tc->large_nfree);
+		ucma_owner_add(&tc->large_bytes, bytes);
+		if (pages)
+			ucma_owner_add(&tc->large_pages, pages);
 		return;
 	}
 	__atomic_fetch_add(dir > 0 ? &totals.large_nmalloc : &totals.large_nfree, 1,

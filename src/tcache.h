@@ -51,6 +51,29 @@ static inline void ucma_obj_mark_free(void *p, size_t size)
 #endif
 }
 
+/* The same two, with the marker already loaded (the fast paths load it
+ * once: the compiler may not keep it across their atomic accesses). */
+static inline bool ucma_obj_marked_free_k(const void *p, uint64_t key)
+{
+#ifdef UCMA_ASAN
+	(void)key;
+	return __asan_address_is_poisoned(p);
+#else
+	return ((const uint64_t *)p)[1] == key;
+#endif
+}
+
+static inline void ucma_obj_mark_free_k(void *p, size_t size, uint64_t key)
+{
+#ifdef UCMA_ASAN
+	(void)key;
+	UCMA_POISON(p, size);
+#else
+	(void)size;
+	((uint64_t *)p)[1] = key;
+#endif
+}
+
 static inline void ucma_obj_mark_live(void *p, size_t size)
 {
 #ifdef UCMA_ASAN
@@ -83,9 +106,10 @@ static inline void ucma_obj_mark_live(void *p, size_t size)
  *  - @n: stored atomically, release when it grows (ucma_tbin_push()), so
  *    a reader that loads it with acquire sees the slots below it as
  *    pushed; relaxed on pop, which writes no slot;
- *  - @npop, @ncur, @nfree_direct, @nflush: relaxed atomic stores by the
- *    owner, read relaxed by the counters walk under the registry lock: a
- *    statistic may be a moment old, never torn.  Parking a block counts
+ *  - @npop, @ncur, @nfree_direct, @nflush: written by the owner alone
+ *    (ucma_owner_inc(), relaxed atomic stores), read relaxed by the
+ *    counters walk under the registry lock: a statistic may be a moment
+ *    old, never torn.  Parking a block counts
  *    nothing: the frees are the pops plus the flushed plus the parked
  *    plus the direct ones, so the push needs no counter of its own.
  * @usedw, @wbase, @full, @slab (the cursor) are the owner's alone (other
@@ -102,14 +126,40 @@ struct ucma_tbin {
 	uint64_t npop;			/* objects handed out from @stack */
 	uint64_t ncur;			/* objects handed out by the cursor */
 	struct ucma_slab *slab;		/* the cursor's slab (owned, PARTIAL), or &ucma_slab_none */
-	uint64_t pad;
-	void *stack[UCMA_TBIN_SLOTS];	/* stack[0..n): parked objects, top at n-1 */
 	uint64_t nfree_direct;		/* frees of this class not parked (see tcache.c) */
+	void *stack[UCMA_TBIN_SLOTS];	/* stack[0..n): parked objects, top at n-1 */
 	uint64_t nflush;		/* parked objects given back to their slabs */
+	uint64_t pad;
 };
 _Static_assert(offsetof(struct ucma_tbin, stack) == 64 && sizeof(struct ucma_tbin) == 1024,
 	       "a bin: a line for the fast paths, then its stack; a power of two, so that "
 	       "indexing the bins is a shift");
+
+/*
+ * Count one more in a counter of the calling thread's own cache, which
+ * other threads only read (relaxed).  Nobody else writes it, so no locked
+ * instruction is needed: on x86-64 one add to memory, whose aligned
+ * 8-byte store no reader sees torn; elsewhere, and under ThreadSanitizer
+ * (which must see the store as atomic), a relaxed load and store.
+ */
+static inline void ucma_owner_inc(uint64_t *p)
+{
+#if defined(__x86_64__) && !defined(UCMA_TSAN)
+	__asm__ volatile("addq $1, %0" : "+m"(*p));
+#else
+	__atomic_store_n(p, __atomic_load_n(p, __ATOMIC_RELAXED) + 1, __ATOMIC_RELAXED);
+#endif
+}
+
+/* Add @v to such a counter (the same, for any amount). */
+static inline void ucma_owner_add(uint64_t *p, uint64_t v)
+{
+#if defined(__x86_64__) && !defined(UCMA_TSAN)
+	__asm__ volatile("addq %1, %0" : "+m"(*p) : "er"(v));
+#else
+	__atomic_store_n(p, __atomic_load_n(p, __ATOMIC_RELAXED) + v, __ATOMIC_RELAXED);
+#endif
+}
 
 /*
  * Push @p on bin @b holding @n objects (n < cap).  Other threads look for
@@ -118,7 +168,7 @@ _Static_assert(offsetof(struct ucma_tbin, stack) == 64 && sizeof(struct ucma_tbi
  * reader that sees the count sees the entries below it.  Both are plain
  * moves on x86.
  */
-static inline void ucma_tbin_push(struct ucma_tbin *b, unsigned n, void *p)
+static inline void ucma_tbin_push(struct ucma_tbin *b, size_t n, void *p)
 {
 	__atomic_store_n(&b->stack[n], p, __ATOMIC_RELAXED);
 	__atomic_store_n(&b->n, (uint16_t)(n + 1), __ATOMIC_RELEASE);
@@ -146,7 +196,7 @@ static inline void *ucma_tbin_alloc(struct ucma_tbin *b)
 	if (UCMA_UNLIKELY(u == b->full))
 		return NULL;
 	__atomic_store_n(wp, u | (u + 1), __ATOMIC_RELAXED);
-	__atomic_store_n(&b->ncur, b->ncur + 1, __ATOMIC_RELAXED);
+	ucma_owner_inc(&b->ncur);
 	p = (void *)(b->wbase + (uintptr_t)(unsigned)__builtin_ctzll(~u) * b->size);
 	ucma_obj_mark_live(p, b->size);
 	return p;
@@ -163,14 +213,19 @@ struct ucma_tlists {
 
 /*
  * A thread keeps a few freed large runs (up to UCMA_TLARGE_MAX_PAGES pages
- * each, UCMA_TLARGE_KEEP_PAGES pages in all), and a large malloc of the
- * same number of pages takes one back without the zone lock and the buddy
- * allocator's splitting and merging: a program that frees and allocates
- * blocks of a few tens of KiB does so at the speed of the small ones.
+ * each, UCMA_TLARGE_KEEP_PAGES pages and UCMA_TLARGE_SLOTS runs in all),
+ * and a large malloc of the same number of pages takes one back without
+ * the zone lock and the buddy allocator's splitting and merging: a program
+ * that frees and allocates blocks of a few tens of KiB does so at the
+ * speed of the small ones.  They are kept in a stack per size (the newest
+ * taken first), so that taking one is an index, not a search; when the
+ * cache is full, the oldest run of the size with the most runs goes back
+ * to the zone, which keeps as many sizes at hand as it can.
  */
-#define UCMA_TLARGE_SLOTS       16u
+#define UCMA_TLARGE_SLOTS       32u
+#define UCMA_TLARGE_DEPTH       16u	/* runs of one size */
 #define UCMA_TLARGE_MAX_PAGES   64u	/* 256 KiB */
-#define UCMA_TLARGE_KEEP_PAGES  256u	/* 1 MiB */
+#define UCMA_TLARGE_KEEP_PAGES  512u	/* 2 MiB */
 
 /*
  * struct ucma_tcache - one thread's cache.
@@ -191,7 +246,8 @@ struct ucma_tlists {
  *  - @large_nmalloc, @large_nfree, @large_bytes, @large_pages,
  *    @large_kept_pages: relaxed atomic stores by the owner, read relaxed
  *    by the counters walk under the registry lock.
- *  - @large_kept, @nlarge_kept, @large_gc_mark: the owner's alone.  A kept
+ *  - @large_kept, @large_have, @nlarge_kept, @large_gc_mark: the owner's
+ *    alone.  A kept
  *    run is allocated in its zone, its head page owned by nobody
  *    (UCMA_OWN_NONE), so a free of it is refused as the free of a block
  *    that is not live.
@@ -210,10 +266,9 @@ struct ucma_tcache {
 	uint64_t large_nfree;
 	uint64_t large_bytes;		/* usable bytes allocated minus freed */
 	uint64_t large_pages;		/* arena pages held: allocated and kept */
-	struct {
-		uint32_t pfn;		/* head of a kept run */
-		uint32_t npages;
-	} large_kept[UCMA_TLARGE_SLOTS];	/* newest last */
+	/* large_kept[n][0..large_have[n]): heads of kept runs of n pages, newest last */
+	uint32_t large_kept[UCMA_TLARGE_MAX_PAGES + 1][UCMA_TLARGE_DEPTH];
+	uint8_t large_have[UCMA_TLARGE_MAX_PAGES + 1];
 	uint32_t nlarge_kept;
 	uint32_t large_kept_pages;	/* atomic: the statistics read it */
 	uint32_t large_gc_mark;		/* large activity at the GC's last look */
@@ -223,6 +278,25 @@ struct ucma_tcache {
 UCMA_INTERNAL extern __thread struct ucma_tcache *ucma_tcache_tls
 	__attribute__((tls_model("initial-exec")));
 UCMA_INTERNAL extern struct ucma_tcache ucma_tcache_dummy;
+
+/*
+ * Bin @cls of @tc.  The empty asm hides how the address was made, so
+ * that the compiler addresses the bin's fields and stack from it instead
+ * of recomputing them from @tc and @cls at each use (which it does
+ * otherwise, at the cost of a few instructions on every fast path).
+ */
+static inline struct ucma_tbin *ucma_tbin_of(struct ucma_tcache *tc, size_t cls)
+{
+	struct ucma_tbin *b = &tc->bins[cls];
+
+	__asm__("" : "+r"(b));
+	return b;
+}
+
+/* The offset of the bin of each request size's class in struct
+ * ucma_tcache, indexed like ucma_class_of_size: malloc's fast path finds
+ * its bin with one load (ucma_tcache_init()). */
+UCMA_INTERNAL extern uint16_t ucma_tbin_off_of_size[UCMA_SMALL_MAX / 16 + 1];
 
 UCMA_INTERNAL void ucma_tcache_init(void);
 /* A cache for the calling thread (or the dummy when none can be made). */

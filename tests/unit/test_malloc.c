@@ -486,6 +486,69 @@ static void test_large_kept(void)
 	ok(stat_of("malloc_active") < active1, "trim gives the kept run back");
 }
 
+/*
+ * Many kept runs of many sizes: the cache keeps at most its budget (32
+ * runs, 2 MiB), each malloc of a kept size takes the newest run of that
+ * size, blocks of sizes it gave back come from the zone again, every
+ * block stays intact, and trim gives everything back.
+ */
+static void test_large_kept_sizes(void)
+{
+	enum { N = 96 };
+	static void *p[N];
+	uint64_t active0, cached;
+	int bad = 0, same = 0;
+
+	ucma_trim();
+	active0 = stat_of("malloc_active");
+	/* 9 to 16 pages, twelve of each, freed in one go */
+	for (int i = 0; i < N; i++) {
+		size_t sz = (size_t)(9 + i % 8) * UCMA_PAGE_SIZE - 100;
+
+		p[i] = ucma_malloc(sz);
+		if (!p[i])
+			bad++;
+		else
+			memset(p[i], i, sz);
+	}
+	for (int i = 0; i < N; i++)
+		ucma_free(p[i]);
+	cached = stat_of("malloc_tcache_bytes");
+	ok(bad == 0 && cached >= 32 * 9 * UCMA_PAGE_SIZE && cached <= 512 * UCMA_PAGE_SIZE + (1u << 20),
+	   "96 freed runs of 8 sizes: the cache keeps its budget (%llu bytes cached)",
+	   (unsigned long long)cached);
+	/* the newest run of a size comes back first */
+	for (int i = N - 1; i >= 0; i--) {
+		size_t sz = (size_t)(9 + i % 8) * UCMA_PAGE_SIZE - 100;
+		void *q = ucma_malloc(sz);
+
+		if (!q || ucma_usable_size(q) != (size_t)(9 + i % 8) * UCMA_PAGE_SIZE)
+			bad++;
+		if (q == p[i])
+			same++;
+		p[i] = q;
+		if (q)
+			memset(q, i + 1, sz);
+	}
+	for (int i = 0; i < N; i++) {
+		size_t sz = (size_t)(9 + i % 8) * UCMA_PAGE_SIZE - 100;
+		const unsigned char *c = p[i];
+
+		for (size_t k = 0; c && k < sz; k += 997)
+			if (c[k] != (unsigned char)(i + 1))
+				bad++;
+	}
+	ok(bad == 0 && same >= 24,
+	   "mallocs of those sizes get exact runs, the last freed of each size back first (%d of %d, %d bad)",
+	   same, N, bad);
+	for (int i = 0; i < N; i++)
+		ucma_free(p[i]);
+	ucma_trim();
+	ok(stat_of("malloc_active") <= active0 && stat_of("malloc_tcache_bytes") < 1u << 20,
+	   "trim gives every kept run back (active %llu -> %llu)", (unsigned long long)active0,
+	   (unsigned long long)stat_of("malloc_active"));
+}
+
 /* ------------------------------------------------------------------------ */
 /* Threads freeing each other's blocks                                       */
 /* ------------------------------------------------------------------------ */
@@ -808,6 +871,7 @@ int main(void)
 	test_counters();
 	test_trim();
 	test_large_kept();
+	test_large_kept_sizes();
 	test_threads();
 	test_remote_reuse();
 	test_fork();
