@@ -25,19 +25,31 @@
  * Taking back (ucma_alloc() via cma.c, ucma_unlend(), fork): a borrowed
  * pageblock that is wholly free gets fresh private memory at once, nothing
  * to copy.  Otherwise: a private staging mapping is made and prefaulted
- * (MADV_POPULATE_WRITE), a userfaultfd is opened and the pageblock
- * registered with it (UFFDIO_REGISTER_MODE_WP; UFFD_FEATURE_WP_UNPOPULATED,
- * or a store to a page never touched would slip through), then, piece by
+ * (MADV_POPULATE_WRITE), the pageblock is registered with the process's
+ * userfaultfd (UFFDIO_REGISTER_MODE_WP; UFFD_FEATURE_WP_UNPOPULATED, or a
+ * store to a page never touched would slip through), then, piece by
  * piece: write-protect, copy the piece from the frame's own mapping in the
  * CMA area (always mapped there, whatever the program did to the heap's
  * mapping), mremap() the staging piece over the heap's, UFFDIO_WAKE the
  * writers of that range.  Threads, signal handlers and the kernel itself
  * (read(2), recv(), getrandom() into the page) writing during the window
- * wait and then complete; readers never wait.  The descriptor is closed
- * afterwards: none stays open between take-backs, so a child of fork()
- * inherits none and a program closing every descriptor can only hit one
- * during a take-back (preload/lend_guard.c keeps close(), close_range()
- * and closefrom() off it, ucma_owns_fd()).  Pieces are 256 KiB for shmem
+ * wait and then complete; readers never wait.  The moved pieces are the
+ * staging's mappings, registered with nothing; a take-back that fails
+ * unprotects, unregisters and wakes what is left.
+ *
+ * The userfaultfd: one for the process's life, opened when lending is
+ * switched on (ucma_lend_init()) and kept.  Opening one per take-back, as
+ * a first version did, failed for good in a process that later lost the
+ * right to open one (setuid(), capset(), a seccomp filter, RLIMIT_NOFILE
+ * exhausted, /dev/userfaultfd's mode): its frames stayed lent and
+ * ucma_alloc() failed on them for ever.  No frame is mapped at the heap
+ * without it in hand (ucma_lend_commit()).  The child of a fork closes the
+ * inherited one, whose ioctls would act on the parent's memory, and opens
+ * its own (ucma_lend_fork_child()).  The program's close(), close_range(),
+ * closefrom(), dup2() and dup3() leave it and the areas' files alone
+ * (preload/lend_guard.c, ucma_owns_fd()); only when the kernel refuses
+ * to unprotect, unregister and wake is it closed (closing wakes every
+ * waiter) and another one opened.  Pieces are 256 KiB for shmem
  * frames (4 KiB pages: each writer waits for one piece only) and the whole
  * frame for hugetlb frames (one page).  Only full userfaultfd will do:
  * mprotect() with a SIGSEGV handler, or UFFD_USER_MODE_ONLY, make system
@@ -92,6 +104,8 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <limits.h>
 #include <unistd.h>
 #if __has_include(<sys/single_threaded.h>)
 #include <sys/single_threaded.h>
@@ -129,7 +143,9 @@ static struct ucma_lend {
 	bool lendable[UCMA_MAX_CMA_AREAS];	/* area has 2 MiB frames on a file */
 	_Atomic bool on;		/* new pageblocks may be lent */
 	_Atomic uint32_t nr_borrowed;	/* NORMAL pageblocks in state borrowed or taking */
-	_Atomic int uffd;		/* descriptor of the take-back in progress, or -1 */
+	_Atomic int uffd;		/* the process's userfaultfd while lending is on, or -1;
+					 * changed under @lock, or single-threaded (start-up,
+					 * the child of a fork) */
 } lend = { .lock = PTHREAD_MUTEX_INITIALIZER, .uffd = -1 };
 
 /* The userfaultfd probe, once per process: 1 usable, 0 not, -1 not asked. */
@@ -202,6 +218,39 @@ static int uffd_wake(int fd, void *addr, size_t len)
 	return ucma_os.uffd_ioctl(fd, UFFDIO_WAKE, &r);
 }
 
+/* Unregistering a write-protected range clears its protection (the
+ * kernel resets the ptes) but wakes nobody: callers wake the range. */
+static int uffd_unregister(int fd, void *addr, size_t len)
+{
+	struct uffdio_range r = { (uintptr_t)addr, len };
+
+	return ucma_os.uffd_ioctl(fd, UFFDIO_UNREGISTER, &r);
+}
+
+/* Open the process's userfaultfd if it has none; false with errno when it
+ * cannot.  lend.lock held, or single-threaded. */
+static bool uffd_ensure(void)
+{
+	int fd;
+
+	if (atomic_load(&lend.uffd) >= 0)
+		return true;
+	fd = uffd_open();
+	if (fd < 0)
+		return false;
+	atomic_store(&lend.uffd, fd);
+	return true;
+}
+
+/* Close it (teardown; the inherited copy in the child of a fork). */
+static void uffd_drop(void)
+{
+	int fd = atomic_exchange(&lend.uffd, -1);
+
+	if (fd >= 0)
+		ucma_os_close(fd);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Start-up                                                                  */
 /* ------------------------------------------------------------------------ */
@@ -221,7 +270,10 @@ bool ucma_lend_wants_frames(const struct ucma_options *o)
 
 		uffd_usable = fd >= 0;
 		uffd_errno = fd >= 0 ? 0 : errno;
-		if (fd >= 0)
+		/* Kept: ucma_lend_init() uses it, or closes it. */
+		if (fd >= 0 && atomic_load(&lend.uffd) < 0)
+			atomic_store(&lend.uffd, fd);
+		else if (fd >= 0)
 			ucma_os_close(fd);
 	}
 	return uffd_usable == 1;
@@ -269,6 +321,14 @@ void ucma_lend_init(struct ucma_arena *a, const struct ucma_options *o)
 		lend.lendable[k] = f && f->fd >= 0 && f->frame_size == UCMA_PAGEBLOCK_SIZE;
 	}
 	why = a->nr_areas ? off_reason(a, o, buf, sizeof(buf)) : "there is no CMA area";
+	/* The one userfaultfd of the process's life, opened now: a process may
+	 * later lose the right to open one (setuid(), capset(), a seccomp
+	 * filter, RLIMIT_NOFILE, /dev/userfaultfd's mode), and a frame it
+	 * could not take back would be lent for good. */
+	if (!why && !uffd_ensure()) {
+		snprintf(buf, sizeof(buf), "cannot open a userfaultfd (%s)", strerror(errno));
+		why = buf;
+	}
 	if (!why) {
 		lend.nr_pb = a->nr_pageblocks;
 		lend.of = ucma_meta_alloc((size_t)lend.nr_pb * sizeof(*lend.of));
@@ -277,6 +337,8 @@ void ucma_lend_init(struct ucma_arena *a, const struct ucma_options *o)
 		else
 			memset(lend.of, 0xff, (size_t)lend.nr_pb * sizeof(*lend.of));
 	}
+	if (why)
+		uffd_drop();
 	if (why && o->verbose && a->nr_areas)
 		ucma_log("lending the CMA areas to the heap is off: %s", why);
 	else if (!why && o->verbose)
@@ -295,6 +357,7 @@ void ucma_lend_fini(struct ucma_arena *a)
 	lend.of = NULL;
 	lend.a = NULL;
 	atomic_store(&lend.nr_borrowed, 0);
+	uffd_drop();
 #ifdef UCMA_TEST_HOOKS
 	/* Tests start again with other userfaultfd calls (ucma_os). */
 	uffd_usable = -1;
@@ -400,8 +463,9 @@ bool ucma_lend_commit(struct ucma_arena *a, uint32_t pb)
 	ucma_mem_event_deliver();
 	pthread_mutex_lock(&lend.lock);
 	/* Populated: the heap is about to use it, and the frame is memory
-	 * the reservation holds anyway.  MADV_DONTFORK comes with it. */
-	rc = ucma_frames_map_at(area, slot_of(area, cma_pb), 1, at, true);
+	 * the reservation holds anyway.  MADV_DONTFORK comes with it.  Never
+	 * without a userfaultfd in hand: nothing could take it back. */
+	rc = uffd_ensure() ? ucma_frames_map_at(area, slot_of(area, cma_pb), 1, at, true) : -1;
 	err = errno;
 	pthread_mutex_lock(&z->lock);
 	if (rc == 0) {
@@ -502,6 +566,26 @@ static bool own_stack_in(const char *lo, const char *hi)
 }
 
 /*
+ * A take-back that failed: what is left of [@at, @at + @len) is neither
+ * write-protected nor registered any more, and its writers are woken.
+ * The descriptor stays open for the next take-back, unless the kernel
+ * refused all of this: then closing it is what still ends every
+ * registration and wakes every waiter (a writer left asleep would hang
+ * for good), and a new one is opened at the next take-back.  Returns
+ * false in that case.
+ */
+static bool release_range(int fd, char *at, size_t len)
+{
+	bool unprotected = uffd_protect(fd, at, len, false) == 0;	/* wakes them too */
+	bool unregistered = uffd_unregister(fd, at, len) == 0;
+
+	if (uffd_wake(fd, at, len) == 0 && (unprotected || unregistered))
+		return true;
+	uffd_drop();
+	return false;
+}
+
+/*
  * Copy borrowed pageblock @pb to private memory of its own while writers
  * wait, piece by piece from piece *@moved on (pieces before it were moved
  * by an earlier attempt).  lend.lock held, state taking.  Returns 0, or -1
@@ -528,40 +612,32 @@ static int migrate(struct ucma_arena *a, uint32_t pb, const char *frame, size_t 
 	    ucma_os.madvise((void *)(frame + from), UCMA_PAGEBLOCK_SIZE - from,
 			    MADV_POPULATE_READ) != 0)
 		ucma_count(UCMA_STAT_LEND_HEAP_UNPREFAULTED, 1);
-	fd = uffd_open();
-	if (fd < 0)
+	if (!uffd_ensure())
 		goto fail_unmap;
-	atomic_store(&lend.uffd, fd);
+	fd = atomic_load(&lend.uffd);
 	if (uffd_register(fd, at + from, UCMA_PAGEBLOCK_SIZE - from) != 0)
-		goto fail_close;
+		goto fail_unmap;
 	for (size_t off = from; off < UCMA_PAGEBLOCK_SIZE; off += piece) {
 		uint64_t t0 = ucma_os_now_ns();
 
 		if (uffd_protect(fd, at + off, piece, true) != 0)
-			goto fail_close;
+			goto fail_unregister;
 		memcpy(staging + off, frame + off, piece);
 		if (ucma_os.mremap(staging + off, piece, piece, MREMAP_MAYMOVE | MREMAP_FIXED,
-				   at + off) == MAP_FAILED) {
-			err = errno;
-			uffd_protect(fd, at + off, piece, false);	/* and wake them */
-			errno = err;
-			goto fail_close;
-		}
+				   at + off) == MAP_FAILED)
+			goto fail_unregister;
 		uffd_wake(fd, at + off, piece);
 		ucma_stats_lend_stall(ucma_os_now_ns() - t0);
 		(*moved)++;
 	}
-	atomic_store(&lend.uffd, -1);
-	ucma_os_close(fd);
-	/* Every piece from @from on moved; what the staging had before stays. */
+	/* The moved pieces are the staging's mappings, never registered:
+	 * nothing of the range is registered any more. */
 	if (from)
 		ucma_os.munmap(staging, from);
 	return 0;
-fail_close:
+fail_unregister:
 	err = errno;
-	atomic_store(&lend.uffd, -1);
-	/* Closing the descriptor ends the registration and wakes anyone. */
-	ucma_os_close(fd);
+	release_range(fd, at + (size_t)*moved * piece, UCMA_PAGEBLOCK_SIZE - (size_t)*moved * piece);
 	errno = err;
 fail_unmap:
 	err = errno;
@@ -750,19 +826,95 @@ int ucma_unlend_all(void)
 /** ucma_owns_fd() - is @fd one of the library's descriptors? */
 int ucma_owns_fd(int fd)
 {
-	struct ucma_arena *a = ucma_arena_peek();
+	int fds[UCMA_LEND_MAX_FDS], n = ucma_lend_owned_fds(fds);
 
-	if (fd < 0)
-		return 0;
-	if (atomic_load_explicit(&lend.uffd, memory_order_acquire) == fd)
-		return 1;
+	for (int i = 0; fd >= 0 && i < n; i++)
+		if (fds[i] == fd)
+			return 1;
+	return 0;
+}
+
+int ucma_lend_owned_fds(int *fds)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+	int n = 0, fd = atomic_load_explicit(&lend.uffd, memory_order_acquire);
+
+	if (fd >= 0)
+		fds[n++] = fd;
 	for (int k = 0; a && k < a->nr_areas; k++) {
 		const struct ucma_frames *f = ucma_area_frames(&a->areas[k]);
 
-		if (f && f->fd == fd)
-			return 1;
+		fd = f ? __atomic_load_n(&f->fd, __ATOMIC_ACQUIRE) : -1;
+		if (fd >= 0)
+			fds[n++] = fd;
 	}
-	return 0;
+	/* Ascending (a handful: insertion sort). */
+	for (int i = 1; i < n; i++)
+		for (int j = i; j > 0 && fds[j - 1] > fds[j]; j--) {
+			fd = fds[j];
+			fds[j] = fds[j - 1];
+			fds[j - 1] = fd;
+		}
+	return n;
+}
+
+/* The lowest free descriptor number at or above the upper half of
+ * RLIMIT_NOFILE (out of the way of programs that expect low numbers), or
+ * any free one; -1 with errno. */
+static int dup_high(int fd)
+{
+	struct rlimit rl;
+	int high = 64, to;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    rl.rlim_cur / 2 > (rlim_t)high)
+		high = rl.rlim_cur / 2 > INT_MAX ? INT_MAX / 2 : (int)(rl.rlim_cur / 2);
+	to = fcntl(fd, F_DUPFD_CLOEXEC, high);
+	if (to < 0 && (errno == EINVAL || errno == EMFILE))
+		to = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	return to;
+}
+
+/*
+ * Under lend.lock, the only lock under which the library uses its
+ * descriptors once it runs (take-backs, and mapping frames at the heap),
+ * with signals blocked as for a take-back.
+ */
+int ucma_lend_move_fd(int fd)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+	sigset_t all, saved;
+	int rc = 0, err = 0;
+
+	if (fd < 0 || !ucma_owns_fd(fd))
+		return 0;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &saved);
+	pthread_mutex_lock(&lend.lock);
+	for (int k = -1; a && k < a->nr_areas; k++) {
+		struct ucma_frames *f = k < 0 ? NULL : ucma_area_frames(&a->areas[k]);
+		_Atomic int *uffd = k < 0 ? &lend.uffd : NULL;
+		int cur = f ? __atomic_load_n(&f->fd, __ATOMIC_ACQUIRE) : atomic_load(uffd), to;
+
+		if (cur != fd)
+			continue;
+		to = dup_high(fd);
+		if (to < 0) {
+			rc = -1;
+			err = errno;
+			break;
+		}
+		if (f)
+			__atomic_store_n(&f->fd, to, __ATOMIC_RELEASE);
+		else
+			atomic_store(uffd, to);
+		ucma_os_close(fd);
+		break;
+	}
+	pthread_mutex_unlock(&lend.lock);
+	pthread_sigmask(SIG_SETMASK, &saved, NULL);
+	errno = err;
+	return rc;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -816,9 +968,22 @@ void ucma_lend_fork_parent(void)
 	/* What the take-backs posted (MAP of the frames given back). */
 }
 
+/*
+ * The inherited userfaultfd is the parent's: its ioctls act on the
+ * parent's address space (a child could write-protect the parent's heap
+ * and nobody would wake its threads).  The child closes it and opens its
+ * own at once, single-threaded, rather than at its first lending: the set
+ * of the library's descriptors then changes only at start-up, in the child
+ * of a fork and under lend.lock (ucma_lend_move_fd()), so the preloaded
+ * close_range() can read it without a lock (preload/lend_guard.c).  A
+ * child that cannot open one lends nothing (it has nothing borrowed: it
+ * copied every borrowed pageblock).
+ */
 void ucma_lend_fork_child(void)
 {
-	atomic_store(&lend.uffd, -1);
+	uffd_drop();
+	if (lend.of && atomic_load(&lend.on) && !uffd_ensure())
+		lend_off("the child of a fork cannot open a userfaultfd", errno);
 	pthread_mutex_unlock(&lend.lock);
 }
 

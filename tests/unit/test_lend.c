@@ -58,6 +58,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/single_threaded.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -959,6 +960,113 @@ static void case_no_uffd(void)
 	ucma_os_reset();
 }
 
+/* ------------------------------------------------------------------------ */
+/* One userfaultfd for the process's life                                    */
+/* ------------------------------------------------------------------------ */
+
+/* The process's userfaultfds (/proc/self/fd): how many, the last one. */
+static int uffds_open(int *last)
+{
+	int n = 0;
+
+	*last = -1;
+	for (int fd = 0; fd < 4096; fd++) {
+		char path[64], link[128];
+		ssize_t len;
+
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+		len = readlink(path, link, sizeof(link) - 1);
+		if (len <= 0)
+			continue;
+		link[len] = '\0';
+		if (strstr(link, "userfaultfd")) {
+			n++;
+			*last = fd;
+		}
+	}
+	return n;
+}
+
+/* Take every free descriptor number up to the soft limit; how many. */
+static int fds_exhaust(int *held, int max)
+{
+	int n = 0, fd;
+
+	while (n < max && (fd = dup(0)) >= 0)
+		held[n++] = fd;
+	return n;
+}
+
+static void case_uffd_kept(void)
+{
+	static int held[256];
+	struct rlimit saved, low;
+	int uffd, n, nheld, status = -1;
+	char *b[2];
+	void *buf;
+	pid_t pid;
+
+	if (!start()) {
+		ok(0, "ucma_init: %s", strerror(errno));
+		return;
+	}
+	n = uffds_open(&uffd);
+	ok(n == 1 && ucma_owns_fd(uffd) == 1,
+	   "with lending on, the process holds one userfaultfd (%d open, fd %d), and "
+	   "ucma_owns_fd() says it is the library's", n, uffd);
+	b[0] = block_new(3 * MiB, 81);
+	b[1] = block_new(3 * MiB, 82);
+	ok(b[0] && b[1] && on_frame(b[0]) && on_frame(b[1]), "two blocks on CMA frames");
+
+	/* The right to open one is gone (a seccomp filter, a privilege drop). */
+	ucma_os.userfaultfd = fake_userfaultfd;
+	errno = 0;
+	ok(ucma_unlend(b[0], 3 * MiB) == 0 && !on_frame(b[0]) && block_good(b[0], 3 * MiB, 81),
+	   "userfaultfd() refused after lending started: a take-back still works, data intact "
+	   "(%s)", strerror(errno));
+	ucma_os.userfaultfd = real.userfaultfd;
+
+	/* No descriptor number left at all. */
+	getrlimit(RLIMIT_NOFILE, &saved);
+	low = saved;
+	low.rlim_cur = 64;
+	setrlimit(RLIMIT_NOFILE, &low);
+	nheld = fds_exhaust(held, 256);
+	errno = 0;
+	buf = ucma_alloc(CMA_MB * MiB, 0, 0);
+	ok(dup(0) < 0 && errno == EMFILE && buf && !on_frame(b[1]) &&
+		   block_good(b[1], 3 * MiB, 82) && block_good(b[0], 3 * MiB, 81),
+	   "RLIMIT_NOFILE exhausted: ucma_alloc of the whole area takes the frames back, data "
+	   "intact");
+	while (nheld)
+		close(held[--nheld]);
+	setrlimit(RLIMIT_NOFILE, &saved);
+	ucma_release(buf);
+
+	/* The child's is its own: the inherited one acts on the parent. */
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		int cfd, cn = uffds_open(&cfd);
+		long same = syscall(SYS_kcmp, getppid(), getpid(), 0 /* KCMP_FILE */, uffd, cfd);
+		char *x = block_new(3 * MiB, 83);
+		bool taken;
+
+		ucma_os.userfaultfd = fake_userfaultfd;
+		taken = x && on_frame(x) && ucma_unlend(x, 3 * MiB) == 0 && !on_frame(x) &&
+			block_good(x, 3 * MiB, 83);
+		_exit(cn != 1 || ucma_owns_fd(cfd) != 1 ? 1 : same == 0 ? 2 : !taken ? 3 : 0);
+	}
+	if (pid > 0)
+		waitpid(pid, &status, 0);
+	ok(pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	   "the child of a fork holds a userfaultfd of its own, not the parent's, and takes "
+	   "back with it (status 0x%x: 1 none, 2 the parent's, 3 take-back failed)", status);
+	ucma_free(b[0]);
+	ucma_free(b[1]);
+	ok(uffds_open(&n) == 1 && zones_ok(), "still one userfaultfd; zone invariants hold");
+}
+
 static void case_faults(void)
 {
 	char *blk;
@@ -1090,6 +1198,7 @@ int main(void)
 	run("program calls", case_program_calls);
 	run("no userfaultfd", case_no_uffd);
 	run("faults", case_faults);
+	run("one userfaultfd", case_uffd_kept);
 	run("hugetlb", hugetlb_cases);
 	return done();
 }
