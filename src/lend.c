@@ -105,7 +105,6 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
-#include <limits.h>
 #include <unistd.h>
 #if __has_include(<sys/single_threaded.h>)
 #include <sys/single_threaded.h>
@@ -858,18 +857,19 @@ int ucma_lend_owned_fds(int *fds)
 	return n;
 }
 
-/* The lowest free descriptor number at or above the upper half of
- * RLIMIT_NOFILE (out of the way of programs that expect low numbers), or
- * any free one; -1 with errno. */
+/* The lowest free descriptor number from 256 on (out of the way of
+ * programs that expect low numbers, and not so high that the kernel's
+ * descriptor table grows for it), or from half of RLIMIT_NOFILE when that
+ * is lower, or any free one; -1 with errno. */
 static int dup_high(int fd)
 {
 	struct rlimit rl;
-	int high = 64, to;
+	int high = 256, to;
 
 	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-	    rl.rlim_cur / 2 > (rlim_t)high)
-		high = rl.rlim_cur / 2 > INT_MAX ? INT_MAX / 2 : (int)(rl.rlim_cur / 2);
-	to = fcntl(fd, F_DUPFD_CLOEXEC, high);
+	    rl.rlim_cur / 2 < (rlim_t)high)
+		high = (int)(rl.rlim_cur / 2);
+	to = fcntl(fd, F_DUPFD_CLOEXEC, high > 3 ? high : 3);
 	if (to < 0 && (errno == EINVAL || errno == EMFILE))
 		to = fcntl(fd, F_DUPFD_CLOEXEC, 3);
 	return to;

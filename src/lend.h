@@ -100,8 +100,8 @@ UCMA_INTERNAL void ucma_pages_free_locked(struct ucma_zone *z, uint32_t pfn);
  * owned_fds stores them in ascending order in @fds (room for
  * UCMA_LEND_MAX_FDS) and returns how many; any lock or none (they change
  * only at start-up, in the child of a fork, and by move_fd).
- * move_fd: if @fd is one of them, give it another number (at or above
- * half of RLIMIT_NOFILE where there is one free) and close @fd, so that
+ * move_fd: if @fd is one of them, give it another number (from 256
+ * on where one is free) and close @fd, so that
  * the program can put a descriptor of its own there.  Returns 0 (moved,
  * or not the library's), or -1 with errno (no free number: @fd stays).
  */
