@@ -56,11 +56,30 @@
  * calls writing there fail with EFAULT, and a datagram or a connection is
  * lost; without it lending is off.
  *
+ * The taking-back thread's own stack: a thread running on a stack it
+ * allocated with malloc (coroutines, pthread_attr_setstack(), which also
+ * puts glibc's thread control block, errno and the library's TLS there)
+ * would fault on its own write-protected stack with nobody left to wake
+ * it.  The pieces holding its stack or TLS are moved by a helper task
+ * instead: clone() of a task sharing the address space, on a static stack,
+ * that write-protects, copies, remaps and wakes with its own system calls
+ * and calls nothing that writes TLS (it has the thread's thread pointer),
+ * while the thread waits on a word in static memory (the helper's
+ * CLONE_CHILD_CLEARTID word) and, should it touch its stack meanwhile,
+ * on the write-protection, which the helper lifts.  Signals are blocked.
+ *
  * Fork: the child must not share borrowed pageblocks with the parent (they
  * are MAP_SHARED), and must see the heap as it was at the fork.  They
  * carry MADV_DONTFORK.  In a process with threads the fork's prepare
  * handler takes every borrowed pageblock back while the other threads run
- * on (stage "lend"): the child then inherits private memory as usual.  In
+ * on (stage "lend"): the child then inherits private memory as usual, a
+ * snapshot of the fork's instant.  That includes the pageblock holding
+ * the forking thread's own stack (the helper above moves those pieces);
+ * before, it fell to the child to copy while the parent's threads went on
+ * writing (the child saw their later writes), and a child running on
+ * that stack remapped a copy over it under its own feet.  Only a take-back
+ * that fails (no memory, the kernel refusing) still leaves a pageblock to
+ * the child's copy.  In
  * a single-threaded one nobody else writes the heap, so the parent keeps
  * its lending: the fork lifts MADV_DONTFORK (stage "lend frames", after
  * the frame tables), blocks the forking thread's signals, and the child
@@ -69,6 +88,21 @@
  * metadata before frames.c gives it CMA areas of its own.  (A child that
  * copies while the parent's threads run would see their later writes: the
  * first version did, and tests/integration/fork_threads caught it.)
+ *
+ * Not solved (one reason lending is off by default): a futex waiter keyed
+ * by the frame.  A shared futex on a MAP_SHARED page is keyed by the file
+ * and offset, on private memory by the address: a thread waiting before a
+ * take-back is never woken by a wake after it.  Measured: pthread_join()
+ * (glibc waits on the thread's tid word as a shared futex) of a thread
+ * whose descriptor lies on a borrowed pageblock (pthread_attr_setstack()
+ * on malloc memory), waiting while that pageblock is taken back, hangs
+ * after the thread exits.  Process-shared mutexes and condition variables
+ * in the heap are exposed the same way; private futexes are not.  Nor the
+ * kernel's clear_child_tid write at a thread's exit into a write-protected
+ * page: measured, it is lost (the kernel does not wait on a userfaultfd
+ * for an exiting task), and a pthread_join() of that thread would hang;
+ * glibc keeps that word in the thread's descriptor, on the heap only for
+ * threads given a malloc'd stack.
  *
  * Memory that the kernel or a device holds on to (mlock, io_uring fixed
  * buffers, RDMA, CUDA host registration, O_DIRECT) must not be copied
@@ -98,13 +132,16 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <linux/userfaultfd.h>
+#include <sched.h>
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #if __has_include(<sys/single_threaded.h>)
 #include <sys/single_threaded.h>
@@ -553,7 +590,9 @@ void ucma_lend_return_free_locked(struct ucma_zone *z, uint32_t pb)
  * on its next push with nobody left to wake it; glibc keeps the TCB, the
  * static TLS (errno) and ucma's own TLS at the top of such a stack.  The
  * margins cover the calls a take-back makes below the current frame and
- * the TLS block below the TCB.
+ * the TLS block below the TCB.  Such pieces are moved by a helper task
+ * (move_own_piece()); where there is none (other architectures than
+ * x86-64 and AArch64), the take-back fails with EBUSY.
  */
 static bool own_stack_in(const char *lo, const char *hi)
 {
@@ -563,6 +602,141 @@ static bool own_stack_in(const char *lo, const char *hi)
 
 	return (sp + above > lo && sp - below < hi) || (tcb + above > lo && tcb - below < hi);
 }
+
+/* ------------------------------------------------------------------------ */
+/* The taking-back thread's own stack                                        */
+/* ------------------------------------------------------------------------ */
+
+#if defined(__x86_64__) || defined(__aarch64__)
+#define LEND_OWN_HELPER 1
+
+/* The system call @nr, the kernel's result (-errno on failure), without
+ * the C library: nothing here may write errno (see own_helper_fn()). */
+static long raw_syscall6(long nr, long a1, long a2, long a3, long a4, long a5, long a6)
+{
+#if defined(__x86_64__)
+	register long r10 __asm__("r10") = a4;
+	register long r8 __asm__("r8") = a5;
+	register long r9 __asm__("r9") = a6;
+	long ret;
+
+	__asm__ volatile("syscall"
+			 : "=a"(ret)
+			 : "a"(nr), "D"(a1), "S"(a2), "d"(a3), "r"(r10), "r"(r8), "r"(r9)
+			 : "rcx", "r11", "memory");
+	return ret;
+#else
+	register long x8 __asm__("x8") = nr;
+	register long x0 __asm__("x0") = a1;
+	register long x1 __asm__("x1") = a2;
+	register long x2 __asm__("x2") = a3;
+	register long x3 __asm__("x3") = a4;
+	register long x4 __asm__("x4") = a5;
+	register long x5 __asm__("x5") = a6;
+
+	__asm__ volatile("svc 0"
+			 : "+r"(x0)
+			 : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5)
+			 : "memory", "cc");
+	return x0;
+#endif
+}
+
+/*
+ * struct own_move - one piece holding the stack or the thread control
+ * block of the thread taking it back, moved by a helper task (lend.lock
+ * held: one at a time, so static memory serves).  @tid is the helper's
+ * CLONE_CHILD_CLEARTID word: nonzero until the kernel has ended it.
+ */
+static struct own_move {
+	int fd;
+	char *at, *staging;
+	const char *frame;
+	size_t len;
+	long rc;			/* 0, or -errno */
+	bool closed;			/* the helper had to close @fd (see below) */
+	_Atomic int tid;
+} own_move;
+
+static char own_move_stack[64 * 1024] __attribute__((aligned(64)));
+
+/*
+ * The helper: write-protect, copy, remap, wake, as migrate() does, then
+ * end.  It shares the address space with the thread that made it, and its
+ * thread pointer too (clone() without CLONE_SETTLS), and that thread's
+ * stack and TLS (errno, the library's own) are in the range it protects:
+ * so it runs on static memory, makes its system calls itself, and calls
+ * nothing (not even memcpy(): a first call through the PLT runs the
+ * dynamic linker, which writes the thread control block).  If the remap
+ * fails and the kernel will not unprotect the piece either, that thread
+ * would wait for good: closing the descriptor ends the protection and
+ * wakes every waiter.
+ */
+/* Uninstrumented: a sanitizer's runtime would look for a thread of its
+ * own, which this task is not. */
+__attribute__((no_sanitize_address, no_sanitize("thread")))
+static int own_helper_fn(void *arg)
+{
+	struct own_move *m = arg;
+	struct uffdio_writeprotect wp = {
+		.range = { (uintptr_t)m->at, m->len },
+		.mode = UFFDIO_WRITEPROTECT_MODE_WP,
+	};
+	struct uffdio_range r = { (uintptr_t)m->at, m->len };
+	long rc = raw_syscall6(SYS_ioctl, m->fd, UFFDIO_WRITEPROTECT, (long)&wp, 0, 0, 0);
+
+	if (rc == 0) {
+		volatile uint64_t *to = (volatile uint64_t *)(void *)m->staging;
+		const volatile uint64_t *from = (const volatile uint64_t *)(const void *)m->frame;
+
+		for (size_t i = 0; i < m->len / sizeof(uint64_t); i++)
+			to[i] = from[i];
+		rc = raw_syscall6(SYS_mremap, (long)m->staging, (long)m->len, (long)m->len,
+				  MREMAP_MAYMOVE | MREMAP_FIXED, (long)m->at, 0);
+		if (rc < 0 && rc > -4096) {
+			wp.mode = 0;	/* unprotect, which wakes them */
+			if (raw_syscall6(SYS_ioctl, m->fd, UFFDIO_WRITEPROTECT, (long)&wp, 0, 0,
+					 0) != 0) {
+				raw_syscall6(SYS_close, m->fd, 0, 0, 0, 0, 0);
+				m->closed = true;
+			}
+		} else {
+			rc = 0;
+			raw_syscall6(SYS_ioctl, m->fd, UFFDIO_WAKE, (long)&r, 0, 0, 0);
+		}
+	}
+	m->rc = rc;
+	return 0;
+}
+
+/*
+ * Move piece [@at, @at + @len) holding this thread's own stack or thread
+ * control block through the helper, this thread waiting on a word in
+ * static memory meanwhile (a write of its own to the piece would wait
+ * for the helper, which never waits for it).  Returns 0, or -1 with errno
+ * (the piece is unprotected again, or the descriptor was closed).
+ */
+static int move_own_piece(int fd, char *at, char *staging, const char *frame, size_t len)
+{
+	int v;
+
+	own_move = (struct own_move){ fd, at, staging, frame, len, 0, false, 1 };
+	if (clone(own_helper_fn, own_move_stack + sizeof(own_move_stack),
+		  CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM |
+			  CLONE_CHILD_CLEARTID,
+		  &own_move, NULL, NULL, &own_move.tid) < 0)
+		return -1;
+	while ((v = atomic_load(&own_move.tid)) != 0)
+		raw_syscall6(SYS_futex, (long)&own_move.tid, FUTEX_WAIT, v, 0, 0, 0);
+	if (own_move.closed)
+		atomic_store(&lend.uffd, -1);	/* a new one at the next take-back */
+	if (own_move.rc != 0) {
+		errno = (int)-own_move.rc;
+		return -1;
+	}
+	return 0;
+}
+#endif /* __x86_64__ || __aarch64__ */
 
 /*
  * A take-back that failed: what is left of [@at, @at + @len) is neither
@@ -598,10 +772,12 @@ static int migrate(struct ucma_arena *a, uint32_t pb, const char *frame, size_t 
 	size_t from = (size_t)*moved * piece;
 	int fd, err;
 
+#ifndef LEND_OWN_HELPER
 	if (own_stack_in(at + from, at + UCMA_PAGEBLOCK_SIZE)) {
 		errno = EBUSY;	/* another thread may take it back */
 		return -1;
 	}
+#endif
 	staging = private_map(NULL, advice);
 	if (staging == MAP_FAILED)
 		return -1;
@@ -619,6 +795,15 @@ static int migrate(struct ucma_arena *a, uint32_t pb, const char *frame, size_t 
 	for (size_t off = from; off < UCMA_PAGEBLOCK_SIZE; off += piece) {
 		uint64_t t0 = ucma_os_now_ns();
 
+#ifdef LEND_OWN_HELPER
+		if (own_stack_in(at + off, at + off + piece)) {
+			if (move_own_piece(fd, at + off, staging + off, frame + off, piece) != 0)
+				goto fail_unregister;
+			ucma_stats_lend_stall(ucma_os_now_ns() - t0);
+			(*moved)++;
+			continue;
+		}
+#endif
 		if (uffd_protect(fd, at + off, piece, true) != 0)
 			goto fail_unregister;
 		memcpy(staging + off, frame + off, piece);
@@ -636,7 +821,9 @@ static int migrate(struct ucma_arena *a, uint32_t pb, const char *frame, size_t 
 	return 0;
 fail_unregister:
 	err = errno;
-	release_range(fd, at + (size_t)*moved * piece, UCMA_PAGEBLOCK_SIZE - (size_t)*moved * piece);
+	if (atomic_load(&lend.uffd) == fd)	/* not closed by the helper */
+		release_range(fd, at + (size_t)*moved * piece,
+			      UCMA_PAGEBLOCK_SIZE - (size_t)*moved * piece);
 	errno = err;
 fail_unmap:
 	err = errno;
@@ -949,10 +1136,15 @@ static bool single_threaded(void)
 void ucma_lend_fork_prepare(void)
 {
 	struct ucma_arena *a = lend.a;
+	sigset_t all, saved;
 
 	pthread_mutex_lock(&lend.lock);
 	if (!a || !lend.of || atomic_load(&lend.nr_borrowed) == 0 || single_threaded())
 		return;
+	/* As in take_back(): a handler writing a piece being moved would
+	 * wait for this thread. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &saved);
 	for (uint32_t pb = a->zones[UCMA_ZONE_NORMAL].start_pfn >> UCMA_PAGEBLOCK_ORDER;
 	     pb < a->zones[UCMA_ZONE_NORMAL].end_pfn >> UCMA_PAGEBLOCK_ORDER; pb++) {
 		uint32_t s = of_get(pb);
@@ -960,6 +1152,7 @@ void ucma_lend_fork_prepare(void)
 		if (s != LEND_NONE && !(s & LEND_RESERVED) && take_back_locked(a, pb) == 0)
 			ucma_count(UCMA_STAT_LEND_HEAP_FORK_EVACUATED, 1);
 	}
+	pthread_sigmask(SIG_SETMASK, &saved, NULL);
 }
 
 void ucma_lend_fork_parent(void)
