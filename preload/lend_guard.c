@@ -53,7 +53,7 @@
  * ucma_lend_owned_fds() only read (the set changes at start-up, in the
  * child of a fork before it returns, and under lend.lock in
  * ucma_lend_move_fd(), which a signal handler's dup2() may take: lend.c
- * blocks signals wherever it holds that lock).
+ * blocks signals wherever it holds that lock, but across a fork).
  *
  * Locking: none here.
  *

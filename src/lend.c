@@ -198,6 +198,27 @@ static void of_set(uint32_t pb, uint32_t v)
 	__atomic_store_n(&lend.of[pb], v, __ATOMIC_RELEASE);
 }
 
+/*
+ * lend.lock with every signal blocked on this thread: a handler that wrote
+ * a piece this thread is moving would wait for it, and one that took the
+ * lock (allocating, or a preloaded dup2() onto the library's descriptor)
+ * would deadlock.  Only a fork holds the lock otherwise (stage "lend").
+ */
+static void lend_lock(sigset_t *saved)
+{
+	sigset_t all;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, saved);
+	pthread_mutex_lock(&lend.lock);
+}
+
+static void lend_unlock(const sigset_t *saved)
+{
+	pthread_mutex_unlock(&lend.lock);
+	pthread_sigmask(SIG_SETMASK, saved, NULL);
+}
+
 static uint32_t pb_pfn(uint32_t pb)
 {
 	return pb << UCMA_PAGEBLOCK_ORDER;
@@ -491,13 +512,14 @@ bool ucma_lend_commit(struct ucma_arena *a, uint32_t pb)
 	uint32_t s = of_get(pb), cma_pb = s & LEND_PB_MASK;
 	struct ucma_cma_area *area = area_of(a, cma_pb);
 	void *at = ucma_pfn_to_addr(a, pb_pfn(pb));
+	sigset_t saved;
 	int rc, err = 0;
 
 	if (!(s & LEND_RESERVED))
 		ucma_fatal("internal error: pageblock %u was not reserved for lending", pb);
 	/* UNMAP is delivered before the heap's data can reach the frame. */
 	ucma_mem_event_deliver();
-	pthread_mutex_lock(&lend.lock);
+	lend_lock(&saved);
 	/* Populated: the heap is about to use it, and the frame is memory
 	 * the reservation holds anyway.  MADV_DONTFORK comes with it.  Never
 	 * without a userfaultfd in hand: nothing could take it back. */
@@ -530,7 +552,7 @@ bool ucma_lend_commit(struct ucma_arena *a, uint32_t pb)
 			lend_off("cannot map a frame at the heap", err);
 	}
 	ucma_undo_isolate_range(a, pb_pfn(pb), pb_pfn(pb) + UCMA_PAGEBLOCK_PAGES);
-	pthread_mutex_unlock(&lend.lock);
+	lend_unlock(&saved);
 	ucma_mem_event_deliver();
 	return rc == 0;
 }
@@ -986,12 +1008,13 @@ int ucma_unlend(const void *addr, size_t len)
 int ucma_unlend_all(void)
 {
 	struct ucma_arena *a = ucma_arena_peek();
+	sigset_t saved;
 	int rc = 0, err = 0;
 
 	atomic_store(&lend.on, false);
 	if (!a || !lend.of || lend.a != a)
 		return 0;
-	pthread_mutex_lock(&lend.lock);
+	lend_lock(&saved);
 	for (uint32_t pb = a->zones[UCMA_ZONE_NORMAL].start_pfn >> UCMA_PAGEBLOCK_ORDER;
 	     pb < a->zones[UCMA_ZONE_NORMAL].end_pfn >> UCMA_PAGEBLOCK_ORDER; pb++) {
 		uint32_t s = of_get(pb);
@@ -1003,7 +1026,7 @@ int ucma_unlend_all(void)
 			err = errno;
 		}
 	}
-	pthread_mutex_unlock(&lend.lock);
+	lend_unlock(&saved);
 	ucma_mem_event_deliver();
 	errno = err;
 	return rc;
