@@ -460,8 +460,10 @@ int ucma_unlend_all(void);
 
 /**
  * ucma_owns_fd() - is @fd a descriptor the library relies on: the file of
- * a CMA area, or the userfaultfd of a frame being taken back?  For a
- * program that closes descriptors wholesale (close_range(), closefrom()).
+ * a CMA area, or the userfaultfd that takes lent frames back (kept for the
+ * process's life)?  For a program that closes descriptors by means the
+ * preloaded close(), close_range() and closefrom() do not see.  Async-
+ * signal-safe.
  * Return: 1 if so, 0 otherwise.
  */
 int ucma_owns_fd(int fd);

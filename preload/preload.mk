@@ -11,9 +11,12 @@
 ## -fno-builtin: preload.c defines malloc and its kin, and the compiler
 ## must not treat their calls as the standard functions (it could turn
 ## malloc + memset into calloc there).  longterm.c keeps memory handed to
-## mlock() or io_uring registration off CMA frames lent to the heap.
+## mlock() or io_uring registration off CMA frames lent to the heap;
+## lend_guard.c keeps the program's close(), close_range(), closefrom(),
+## dup2() and dup3() off the library's own descriptors.
 lib_LTLIBRARIES += libucma-preload.la
-libucma_preload_la_SOURCES = $(UCMA_SOURCES) preload/preload.c preload/longterm.c
+libucma_preload_la_SOURCES = $(UCMA_SOURCES) preload/preload.c preload/longterm.c \
+	preload/lend_guard.c
 libucma_preload_la_CFLAGS = $(AM_CFLAGS) $(NUMA_CFLAGS) $(URCU_CFLAGS) -fvisibility=hidden \
 	-ftls-model=initial-exec -fno-builtin
 libucma_preload_la_LIBADD = $(UCMA_LIBADD) -ldl

@@ -25,19 +25,31 @@
  * Taking back (ucma_alloc() via cma.c, ucma_unlend(), fork): a borrowed
  * pageblock that is wholly free gets fresh private memory at once, nothing
  * to copy.  Otherwise: a private staging mapping is made and prefaulted
- * (MADV_POPULATE_WRITE), a userfaultfd is opened and the pageblock
- * registered with it (UFFDIO_REGISTER_MODE_WP; UFFD_FEATURE_WP_UNPOPULATED,
- * or a store to a page never touched would slip through), then, piece by
+ * (MADV_POPULATE_WRITE), the pageblock is registered with the process's
+ * userfaultfd (UFFDIO_REGISTER_MODE_WP; UFFD_FEATURE_WP_UNPOPULATED, or a
+ * store to a page never touched would slip through), then, piece by
  * piece: write-protect, copy the piece from the frame's own mapping in the
  * CMA area (always mapped there, whatever the program did to the heap's
  * mapping), mremap() the staging piece over the heap's, UFFDIO_WAKE the
  * writers of that range.  Threads, signal handlers and the kernel itself
  * (read(2), recv(), getrandom() into the page) writing during the window
- * wait and then complete; readers never wait.  The descriptor is closed
- * afterwards: none stays open between take-backs, so a child of fork()
- * inherits none and a program closing every descriptor can only hit one
- * during a take-back (preload/lend_guard.c keeps close(), close_range()
- * and closefrom() off it, ucma_owns_fd()).  Pieces are 256 KiB for shmem
+ * wait and then complete; readers never wait.  The moved pieces are the
+ * staging's mappings, registered with nothing; a take-back that fails
+ * unprotects, unregisters and wakes what is left.
+ *
+ * The userfaultfd: one for the process's life, opened when lending is
+ * switched on (ucma_lend_init()) and kept.  Opening one per take-back, as
+ * a first version did, failed for good in a process that later lost the
+ * right to open one (setuid(), capset(), a seccomp filter, RLIMIT_NOFILE
+ * exhausted, /dev/userfaultfd's mode): its frames stayed lent and
+ * ucma_alloc() failed on them for ever.  No frame is mapped at the heap
+ * without it in hand (ucma_lend_commit()).  The child of a fork closes the
+ * inherited one, whose ioctls would act on the parent's memory, and opens
+ * its own (ucma_lend_fork_child()).  The program's close(), close_range(),
+ * closefrom(), dup2() and dup3() leave it and the areas' files alone
+ * (preload/lend_guard.c, ucma_owns_fd()); only when the kernel refuses
+ * to unprotect, unregister and wake is it closed (closing wakes every
+ * waiter) and another one opened.  Pieces are 256 KiB for shmem
  * frames on a staging of 4 KiB pages (each writer waits for one piece
  * only), and the whole pageblock for a staging on a huge page (moving a
  * part would split it before the rest is copied) and for hugetlb frames
@@ -46,11 +58,30 @@
  * calls writing there fail with EFAULT, and a datagram or a connection is
  * lost; without it lending is off.
  *
+ * The taking-back thread's own stack: a thread running on a stack it
+ * allocated with malloc (coroutines, pthread_attr_setstack(), which also
+ * puts glibc's thread control block, errno and the library's TLS there)
+ * would fault on its own write-protected stack with nobody left to wake
+ * it.  The pieces holding its stack or TLS are moved by a helper task
+ * instead: clone() of a task sharing the address space, on a static stack,
+ * that write-protects, copies, remaps and wakes with its own system calls
+ * and calls nothing that writes TLS (it has the thread's thread pointer),
+ * while the thread waits on a word in static memory (the helper's
+ * CLONE_CHILD_CLEARTID word) and, should it touch its stack meanwhile,
+ * on the write-protection, which the helper lifts.  Signals are blocked.
+ *
  * Fork: the child must not share borrowed pageblocks with the parent (they
  * are MAP_SHARED), and must see the heap as it was at the fork.  They
  * carry MADV_DONTFORK.  In a process with threads the fork's prepare
  * handler takes every borrowed pageblock back while the other threads run
- * on (stage "lend"): the child then inherits private memory as usual.  In
+ * on (stage "lend"): the child then inherits private memory as usual, a
+ * snapshot of the fork's instant.  That includes the pageblock holding
+ * the forking thread's own stack (the helper above moves those pieces);
+ * before, it fell to the child to copy while the parent's threads went on
+ * writing (the child saw their later writes), and a child running on
+ * that stack remapped a copy over it under its own feet.  Only a take-back
+ * that fails (no memory, the kernel refusing) still leaves a pageblock to
+ * the child's copy.  In
  * a single-threaded one nobody else writes the heap, so the parent keeps
  * its lending: the fork lifts MADV_DONTFORK (stage "lend frames", after
  * the frame tables), blocks the forking thread's signals, and the child
@@ -59,6 +90,21 @@
  * metadata before frames.c gives it CMA areas of its own.  (A child that
  * copies while the parent's threads run would see their later writes: the
  * first version did, and tests/integration/fork_threads caught it.)
+ *
+ * Not solved (one reason lending is off by default): a futex waiter keyed
+ * by the frame.  A shared futex on a MAP_SHARED page is keyed by the file
+ * and offset, on private memory by the address: a thread waiting before a
+ * take-back is never woken by a wake after it.  Measured: pthread_join()
+ * (glibc waits on the thread's tid word as a shared futex) of a thread
+ * whose descriptor lies on a borrowed pageblock (pthread_attr_setstack()
+ * on malloc memory), waiting while that pageblock is taken back, hangs
+ * after the thread exits.  Process-shared mutexes and condition variables
+ * in the heap are exposed the same way; private futexes are not.  Nor the
+ * kernel's clear_child_tid write at a thread's exit into a write-protected
+ * page: measured, it is lost (the kernel does not wait on a userfaultfd
+ * for an exiting task), and a pthread_join() of that thread would hang;
+ * glibc keeps that word in the thread's descriptor, on the heap only for
+ * threads given a malloc'd stack.
  *
  * Memory that the kernel or a device holds on to (mlock, io_uring fixed
  * buffers, RDMA, CUDA host registration, O_DIRECT) must not be copied
@@ -88,12 +134,16 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <linux/userfaultfd.h>
+#include <sched.h>
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #if __has_include(<sys/single_threaded.h>)
 #include <sys/single_threaded.h>
@@ -131,7 +181,9 @@ static struct ucma_lend {
 	bool lendable[UCMA_MAX_CMA_AREAS];	/* area has 2 MiB frames on a file */
 	_Atomic bool on;		/* new pageblocks may be lent */
 	_Atomic uint32_t nr_borrowed;	/* NORMAL pageblocks in state borrowed or taking */
-	_Atomic int uffd;		/* descriptor of the take-back in progress, or -1 */
+	_Atomic int uffd;		/* the process's userfaultfd while lending is on, or -1;
+					 * changed under @lock, or single-threaded (start-up,
+					 * the child of a fork) */
 } lend = { .lock = PTHREAD_MUTEX_INITIALIZER, .uffd = -1 };
 
 /* The userfaultfd probe, once per process: 1 usable, 0 not, -1 not asked. */
@@ -146,6 +198,27 @@ static uint32_t of_get(uint32_t pb)
 static void of_set(uint32_t pb, uint32_t v)
 {
 	__atomic_store_n(&lend.of[pb], v, __ATOMIC_RELEASE);
+}
+
+/*
+ * lend.lock with every signal blocked on this thread: a handler that wrote
+ * a piece this thread is moving would wait for it, and one that took the
+ * lock (allocating, or a preloaded dup2() onto the library's descriptor)
+ * would deadlock.  Only a fork holds the lock otherwise (stage "lend").
+ */
+static void lend_lock(sigset_t *saved)
+{
+	sigset_t all;
+
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, saved);
+	pthread_mutex_lock(&lend.lock);
+}
+
+static void lend_unlock(const sigset_t *saved)
+{
+	pthread_mutex_unlock(&lend.lock);
+	pthread_sigmask(SIG_SETMASK, saved, NULL);
 }
 
 static uint32_t pb_pfn(uint32_t pb)
@@ -204,6 +277,39 @@ static int uffd_wake(int fd, void *addr, size_t len)
 	return ucma_os.uffd_ioctl(fd, UFFDIO_WAKE, &r);
 }
 
+/* Unregistering a write-protected range clears its protection (the
+ * kernel resets the ptes) but wakes nobody: callers wake the range. */
+static int uffd_unregister(int fd, void *addr, size_t len)
+{
+	struct uffdio_range r = { (uintptr_t)addr, len };
+
+	return ucma_os.uffd_ioctl(fd, UFFDIO_UNREGISTER, &r);
+}
+
+/* Open the process's userfaultfd if it has none; false with errno when it
+ * cannot.  lend.lock held, or single-threaded. */
+static bool uffd_ensure(void)
+{
+	int fd;
+
+	if (atomic_load(&lend.uffd) >= 0)
+		return true;
+	fd = uffd_open();
+	if (fd < 0)
+		return false;
+	atomic_store(&lend.uffd, fd);
+	return true;
+}
+
+/* Close it (teardown; the inherited copy in the child of a fork). */
+static void uffd_drop(void)
+{
+	int fd = atomic_exchange(&lend.uffd, -1);
+
+	if (fd >= 0)
+		ucma_os_close(fd);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Start-up                                                                  */
 /* ------------------------------------------------------------------------ */
@@ -223,7 +329,10 @@ bool ucma_lend_wants_frames(const struct ucma_options *o)
 
 		uffd_usable = fd >= 0;
 		uffd_errno = fd >= 0 ? 0 : errno;
-		if (fd >= 0)
+		/* Kept: ucma_lend_init() uses it, or closes it. */
+		if (fd >= 0 && atomic_load(&lend.uffd) < 0)
+			atomic_store(&lend.uffd, fd);
+		else if (fd >= 0)
 			ucma_os_close(fd);
 	}
 	return uffd_usable == 1;
@@ -271,6 +380,14 @@ void ucma_lend_init(struct ucma_arena *a, const struct ucma_options *o)
 		lend.lendable[k] = f && f->fd >= 0 && f->frame_size == UCMA_PAGEBLOCK_SIZE;
 	}
 	why = a->nr_areas ? off_reason(a, o, buf, sizeof(buf)) : "there is no CMA area";
+	/* The one userfaultfd of the process's life, opened now: a process may
+	 * later lose the right to open one (setuid(), capset(), a seccomp
+	 * filter, RLIMIT_NOFILE, /dev/userfaultfd's mode), and a frame it
+	 * could not take back would be lent for good. */
+	if (!why && !uffd_ensure()) {
+		snprintf(buf, sizeof(buf), "cannot open a userfaultfd (%s)", strerror(errno));
+		why = buf;
+	}
 	if (!why) {
 		lend.nr_pb = a->nr_pageblocks;
 		lend.of = ucma_meta_alloc((size_t)lend.nr_pb * sizeof(*lend.of));
@@ -279,6 +396,8 @@ void ucma_lend_init(struct ucma_arena *a, const struct ucma_options *o)
 		else
 			memset(lend.of, 0xff, (size_t)lend.nr_pb * sizeof(*lend.of));
 	}
+	if (why)
+		uffd_drop();
 	if (why && o->verbose && a->nr_areas)
 		ucma_log("lending the CMA areas to the heap is off: %s", why);
 	else if (!why && o->verbose)
@@ -297,6 +416,7 @@ void ucma_lend_fini(struct ucma_arena *a)
 	lend.of = NULL;
 	lend.a = NULL;
 	atomic_store(&lend.nr_borrowed, 0);
+	uffd_drop();
 #ifdef UCMA_TEST_HOOKS
 	/* Tests start again with other userfaultfd calls (ucma_os). */
 	uffd_usable = -1;
@@ -394,16 +514,18 @@ bool ucma_lend_commit(struct ucma_arena *a, uint32_t pb)
 	uint32_t s = of_get(pb), cma_pb = s & LEND_PB_MASK;
 	struct ucma_cma_area *area = area_of(a, cma_pb);
 	void *at = ucma_pfn_to_addr(a, pb_pfn(pb));
+	sigset_t saved;
 	int rc, err = 0;
 
 	if (!(s & LEND_RESERVED))
 		ucma_fatal("internal error: pageblock %u was not reserved for lending", pb);
 	/* UNMAP is delivered before the heap's data can reach the frame. */
 	ucma_mem_event_deliver();
-	pthread_mutex_lock(&lend.lock);
+	lend_lock(&saved);
 	/* Populated: the heap is about to use it, and the frame is memory
-	 * the reservation holds anyway.  MADV_DONTFORK comes with it. */
-	rc = ucma_frames_map_at(area, slot_of(area, cma_pb), 1, at, true);
+	 * the reservation holds anyway.  MADV_DONTFORK comes with it.  Never
+	 * without a userfaultfd in hand: nothing could take it back. */
+	rc = uffd_ensure() ? ucma_frames_map_at(area, slot_of(area, cma_pb), 1, at, true) : -1;
 	err = errno;
 	pthread_mutex_lock(&z->lock);
 	if (rc == 0) {
@@ -432,7 +554,7 @@ bool ucma_lend_commit(struct ucma_arena *a, uint32_t pb)
 			lend_off("cannot map a frame at the heap", err);
 	}
 	ucma_undo_isolate_range(a, pb_pfn(pb), pb_pfn(pb) + UCMA_PAGEBLOCK_PAGES);
-	pthread_mutex_unlock(&lend.lock);
+	lend_unlock(&saved);
 	ucma_mem_event_deliver();
 	return rc == 0;
 }
@@ -492,7 +614,9 @@ void ucma_lend_return_free_locked(struct ucma_zone *z, uint32_t pb)
  * on its next push with nobody left to wake it; glibc keeps the TCB, the
  * static TLS (errno) and ucma's own TLS at the top of such a stack.  The
  * margins cover the calls a take-back makes below the current frame and
- * the TLS block below the TCB.
+ * the TLS block below the TCB.  Such pieces are moved by a helper task
+ * (move_own_piece()); where there is none (other architectures than
+ * x86-64 and AArch64), the take-back fails with EBUSY.
  */
 static bool own_stack_in(const char *lo, const char *hi)
 {
@@ -501,6 +625,161 @@ static bool own_stack_in(const char *lo, const char *hi)
 	const size_t below = 256 * 1024, above = 64 * 1024;
 
 	return (sp + above > lo && sp - below < hi) || (tcb + above > lo && tcb - below < hi);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The taking-back thread's own stack                                        */
+/* ------------------------------------------------------------------------ */
+
+#if defined(__x86_64__) || defined(__aarch64__)
+#define LEND_OWN_HELPER 1
+
+/* The system call @nr, the kernel's result (-errno on failure), without
+ * the C library: nothing here may write errno (see own_helper_fn()). */
+static long raw_syscall6(long nr, long a1, long a2, long a3, long a4, long a5, long a6)
+{
+#if defined(__x86_64__)
+	register long r10 __asm__("r10") = a4;
+	register long r8 __asm__("r8") = a5;
+	register long r9 __asm__("r9") = a6;
+	long ret;
+
+	__asm__ volatile("syscall"
+			 : "=a"(ret)
+			 : "a"(nr), "D"(a1), "S"(a2), "d"(a3), "r"(r10), "r"(r8), "r"(r9)
+			 : "rcx", "r11", "memory");
+	return ret;
+#else
+	register long x8 __asm__("x8") = nr;
+	register long x0 __asm__("x0") = a1;
+	register long x1 __asm__("x1") = a2;
+	register long x2 __asm__("x2") = a3;
+	register long x3 __asm__("x3") = a4;
+	register long x4 __asm__("x4") = a5;
+	register long x5 __asm__("x5") = a6;
+
+	__asm__ volatile("svc 0"
+			 : "+r"(x0)
+			 : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5)
+			 : "memory", "cc");
+	return x0;
+#endif
+}
+
+/*
+ * struct own_move - one piece holding the stack or the thread control
+ * block of the thread taking it back, moved by a helper task (lend.lock
+ * held: one at a time, so static memory serves).  @tid is the helper's
+ * CLONE_CHILD_CLEARTID word: nonzero until the kernel has ended it.
+ */
+static struct own_move {
+	int fd;
+	char *at, *staging;
+	const char *frame;
+	size_t len;
+	long rc;			/* 0, or -errno */
+	bool closed;			/* the helper had to close @fd (see below) */
+	_Atomic int tid;
+} own_move;
+
+static char own_move_stack[64 * 1024] __attribute__((aligned(64)));
+
+/*
+ * The helper: write-protect, copy, remap, wake, as migrate() does, then
+ * end.  It shares the address space with the thread that made it, and its
+ * thread pointer too (clone() without CLONE_SETTLS), and that thread's
+ * stack and TLS (errno, the library's own) are in the range it protects:
+ * so it runs on static memory, makes its system calls itself, and calls
+ * nothing (not even memcpy(): a first call through the PLT runs the
+ * dynamic linker, which writes the thread control block).  If the remap
+ * fails and the kernel will not unprotect the piece either, that thread
+ * would wait for good: closing the descriptor ends the protection and
+ * wakes every waiter.
+ */
+/* Uninstrumented: a sanitizer's runtime would look for a thread of its
+ * own, which this task is not. */
+__attribute__((no_sanitize_address, no_sanitize("thread")))
+static int own_helper_fn(void *arg)
+{
+	struct own_move *m = arg;
+	struct uffdio_writeprotect wp = {
+		.range = { (uintptr_t)m->at, m->len },
+		.mode = UFFDIO_WRITEPROTECT_MODE_WP,
+	};
+	struct uffdio_range r = { (uintptr_t)m->at, m->len };
+	long rc = raw_syscall6(SYS_ioctl, m->fd, UFFDIO_WRITEPROTECT, (long)&wp, 0, 0, 0);
+
+	if (rc == 0) {
+		volatile uint64_t *to = (volatile uint64_t *)(void *)m->staging;
+		const volatile uint64_t *from = (const volatile uint64_t *)(const void *)m->frame;
+
+		for (size_t i = 0; i < m->len / sizeof(uint64_t); i++)
+			to[i] = from[i];
+		rc = raw_syscall6(SYS_mremap, (long)m->staging, (long)m->len, (long)m->len,
+				  MREMAP_MAYMOVE | MREMAP_FIXED, (long)m->at, 0);
+		if (rc < 0 && rc > -4096) {
+			wp.mode = 0;	/* unprotect, which wakes them */
+			if (raw_syscall6(SYS_ioctl, m->fd, UFFDIO_WRITEPROTECT, (long)&wp, 0, 0,
+					 0) != 0) {
+				raw_syscall6(SYS_close, m->fd, 0, 0, 0, 0, 0);
+				m->closed = true;
+			}
+		} else {
+			rc = 0;
+			raw_syscall6(SYS_ioctl, m->fd, UFFDIO_WAKE, (long)&r, 0, 0, 0);
+		}
+	}
+	m->rc = rc;
+	return 0;
+}
+
+/*
+ * Move piece [@at, @at + @len) holding this thread's own stack or thread
+ * control block through the helper, this thread waiting on a word in
+ * static memory meanwhile (a write of its own to the piece would wait
+ * for the helper, which never waits for it).  Returns 0, or -1 with errno
+ * (the piece is unprotected again, or the descriptor was closed).
+ */
+static int move_own_piece(int fd, char *at, char *staging, const char *frame, size_t len)
+{
+	int v;
+
+	own_move = (struct own_move){ fd, at, staging, frame, len, 0, false, 1 };
+	if (clone(own_helper_fn, own_move_stack + sizeof(own_move_stack),
+		  CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM |
+			  CLONE_CHILD_CLEARTID,
+		  &own_move, NULL, NULL, &own_move.tid) < 0)
+		return -1;
+	while ((v = atomic_load(&own_move.tid)) != 0)
+		raw_syscall6(SYS_futex, (long)&own_move.tid, FUTEX_WAIT, v, 0, 0, 0);
+	if (own_move.closed)
+		atomic_store(&lend.uffd, -1);	/* a new one at the next take-back */
+	if (own_move.rc != 0) {
+		errno = (int)-own_move.rc;
+		return -1;
+	}
+	return 0;
+}
+#endif /* __x86_64__ || __aarch64__ */
+
+/*
+ * A take-back that failed: what is left of [@at, @at + @len) is neither
+ * write-protected nor registered any more, and its writers are woken.
+ * The descriptor stays open for the next take-back, unless the kernel
+ * refused all of this: then closing it is what still ends every
+ * registration and wakes every waiter (a writer left asleep would hang
+ * for good), and a new one is opened at the next take-back.  Returns
+ * false in that case.
+ */
+static bool release_range(int fd, char *at, size_t len)
+{
+	bool unprotected = uffd_protect(fd, at, len, false) == 0;	/* wakes them too */
+	bool unregistered = uffd_unregister(fd, at, len) == 0;
+
+	if (uffd_wake(fd, at, len) == 0 && (unprotected || unregistered))
+		return true;
+	uffd_drop();
+	return false;
 }
 
 /*
@@ -617,10 +896,12 @@ static int migrate(struct ucma_arena *a, uint32_t pb, uint32_t cma_pb, size_t pi
 	int fd, err, src_fd;
 	size_t step;
 
+#ifndef LEND_OWN_HELPER
 	if (own_stack_in(at + from, at + UCMA_PAGEBLOCK_SIZE)) {
 		errno = EBUSY;	/* another thread may take it back */
 		return -1;
 	}
+#endif
 	staging = staging_map(from, advice, &populated, &huge);
 	if (staging == MAP_FAILED)
 		return -1;
@@ -632,40 +913,43 @@ static int migrate(struct ucma_arena *a, uint32_t pb, uint32_t cma_pb, size_t pi
 							 UCMA_PAGEBLOCK_SIZE - from,
 							 MADV_POPULATE_READ) != 0))
 		ucma_count(UCMA_STAT_LEND_HEAP_UNPREFAULTED, 1);
-	fd = uffd_open();
-	if (fd < 0)
+	if (!uffd_ensure())
 		goto fail_unmap;
-	atomic_store(&lend.uffd, fd);
+	fd = atomic_load(&lend.uffd);
 	if (uffd_register(fd, at + from, UCMA_PAGEBLOCK_SIZE - from) != 0)
-		goto fail_close;
+		goto fail_unmap;
 	for (size_t off = from; off < UCMA_PAGEBLOCK_SIZE; off += step) {
 		uint64_t t0 = ucma_os_now_ns();
 
+#ifdef LEND_OWN_HELPER
+		if (own_stack_in(at + off, at + off + step)) {
+			if (move_own_piece(fd, at + off, staging + off, frame + off, step) != 0)
+				goto fail_unregister;
+			ucma_stats_lend_stall(ucma_os_now_ns() - t0);
+			*moved += (unsigned)(step / piece);
+			continue;
+		}
+#endif
 		if (uffd_protect(fd, at + off, step, true) != 0)
-			goto fail_close;
+			goto fail_unregister;
 		copy_piece(staging, frame, src_fd, file_off, off, step);
 		if (ucma_os.mremap(staging + off, step, step, MREMAP_MAYMOVE | MREMAP_FIXED,
-				   at + off) == MAP_FAILED) {
-			err = errno;
-			uffd_protect(fd, at + off, step, false);	/* and wake them */
-			errno = err;
-			goto fail_close;
-		}
+				   at + off) == MAP_FAILED)
+			goto fail_unregister;
 		uffd_wake(fd, at + off, step);
 		ucma_stats_lend_stall(ucma_os_now_ns() - t0);
 		*moved += (unsigned)(step / piece);
 	}
-	atomic_store(&lend.uffd, -1);
-	ucma_os_close(fd);
-	/* Every piece from @from on moved; what the staging had before stays. */
+	/* The moved pieces are the staging's mappings, never registered:
+	 * nothing of the range is registered any more. */
 	if (from)
 		ucma_os.munmap(staging, from);
 	return 0;
-fail_close:
+fail_unregister:
 	err = errno;
-	atomic_store(&lend.uffd, -1);
-	/* Closing the descriptor ends the registration and wakes anyone. */
-	ucma_os_close(fd);
+	if (atomic_load(&lend.uffd) == fd)	/* not closed by the helper */
+		release_range(fd, at + (size_t)*moved * piece,
+			      UCMA_PAGEBLOCK_SIZE - (size_t)*moved * piece);
 	errno = err;
 fail_unmap:
 	err = errno;
@@ -827,12 +1111,13 @@ int ucma_unlend(const void *addr, size_t len)
 int ucma_unlend_all(void)
 {
 	struct ucma_arena *a = ucma_arena_peek();
+	sigset_t saved;
 	int rc = 0, err = 0;
 
 	atomic_store(&lend.on, false);
 	if (!a || !lend.of || lend.a != a)
 		return 0;
-	pthread_mutex_lock(&lend.lock);
+	lend_lock(&saved);
 	for (uint32_t pb = a->zones[UCMA_ZONE_NORMAL].start_pfn >> UCMA_PAGEBLOCK_ORDER;
 	     pb < a->zones[UCMA_ZONE_NORMAL].end_pfn >> UCMA_PAGEBLOCK_ORDER; pb++) {
 		uint32_t s = of_get(pb);
@@ -844,7 +1129,7 @@ int ucma_unlend_all(void)
 			err = errno;
 		}
 	}
-	pthread_mutex_unlock(&lend.lock);
+	lend_unlock(&saved);
 	ucma_mem_event_deliver();
 	errno = err;
 	return rc;
@@ -853,19 +1138,96 @@ int ucma_unlend_all(void)
 /** ucma_owns_fd() - is @fd one of the library's descriptors? */
 int ucma_owns_fd(int fd)
 {
-	struct ucma_arena *a = ucma_arena_peek();
+	int fds[UCMA_LEND_MAX_FDS], n = ucma_lend_owned_fds(fds);
 
-	if (fd < 0)
-		return 0;
-	if (atomic_load_explicit(&lend.uffd, memory_order_acquire) == fd)
-		return 1;
+	for (int i = 0; fd >= 0 && i < n; i++)
+		if (fds[i] == fd)
+			return 1;
+	return 0;
+}
+
+int ucma_lend_owned_fds(int *fds)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+	int n = 0, fd = atomic_load_explicit(&lend.uffd, memory_order_acquire);
+
+	if (fd >= 0)
+		fds[n++] = fd;
 	for (int k = 0; a && k < a->nr_areas; k++) {
 		const struct ucma_frames *f = ucma_area_frames(&a->areas[k]);
 
-		if (f && f->fd == fd)
-			return 1;
+		fd = f ? __atomic_load_n(&f->fd, __ATOMIC_ACQUIRE) : -1;
+		if (fd >= 0)
+			fds[n++] = fd;
 	}
-	return 0;
+	/* Ascending (a handful: insertion sort). */
+	for (int i = 1; i < n; i++)
+		for (int j = i; j > 0 && fds[j - 1] > fds[j]; j--) {
+			fd = fds[j];
+			fds[j] = fds[j - 1];
+			fds[j - 1] = fd;
+		}
+	return n;
+}
+
+/* The lowest free descriptor number from 256 on (out of the way of
+ * programs that expect low numbers, and not so high that the kernel's
+ * descriptor table grows for it), or from half of RLIMIT_NOFILE when that
+ * is lower, or any free one; -1 with errno. */
+static int dup_high(int fd)
+{
+	struct rlimit rl;
+	int high = 256, to;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    rl.rlim_cur / 2 < (rlim_t)high)
+		high = (int)(rl.rlim_cur / 2);
+	to = fcntl(fd, F_DUPFD_CLOEXEC, high > 3 ? high : 3);
+	if (to < 0 && (errno == EINVAL || errno == EMFILE))
+		to = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+	return to;
+}
+
+/*
+ * Under lend.lock, the only lock under which the library uses its
+ * descriptors once it runs (take-backs, and mapping frames at the heap),
+ * with signals blocked as for a take-back.
+ */
+int ucma_lend_move_fd(int fd)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+	sigset_t all, saved;
+	int rc = 0, err = 0;
+
+	if (fd < 0 || !ucma_owns_fd(fd))
+		return 0;
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &saved);
+	pthread_mutex_lock(&lend.lock);
+	for (int k = -1; a && k < a->nr_areas; k++) {
+		struct ucma_frames *f = k < 0 ? NULL : ucma_area_frames(&a->areas[k]);
+		_Atomic int *uffd = k < 0 ? &lend.uffd : NULL;
+		int cur = f ? __atomic_load_n(&f->fd, __ATOMIC_ACQUIRE) : atomic_load(uffd), to;
+
+		if (cur != fd)
+			continue;
+		to = dup_high(fd);
+		if (to < 0) {
+			rc = -1;
+			err = errno;
+			break;
+		}
+		if (f)
+			__atomic_store_n(&f->fd, to, __ATOMIC_RELEASE);
+		else
+			atomic_store(uffd, to);
+		ucma_os_close(fd);
+		break;
+	}
+	pthread_mutex_unlock(&lend.lock);
+	pthread_sigmask(SIG_SETMASK, &saved, NULL);
+	errno = err;
+	return rc;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -900,10 +1262,15 @@ static bool single_threaded(void)
 void ucma_lend_fork_prepare(void)
 {
 	struct ucma_arena *a = lend.a;
+	sigset_t all, saved;
 
 	pthread_mutex_lock(&lend.lock);
 	if (!a || !lend.of || atomic_load(&lend.nr_borrowed) == 0 || single_threaded())
 		return;
+	/* As in take_back(): a handler writing a piece being moved would
+	 * wait for this thread. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, &saved);
 	for (uint32_t pb = a->zones[UCMA_ZONE_NORMAL].start_pfn >> UCMA_PAGEBLOCK_ORDER;
 	     pb < a->zones[UCMA_ZONE_NORMAL].end_pfn >> UCMA_PAGEBLOCK_ORDER; pb++) {
 		uint32_t s = of_get(pb);
@@ -911,6 +1278,7 @@ void ucma_lend_fork_prepare(void)
 		if (s != LEND_NONE && !(s & LEND_RESERVED) && take_back_locked(a, pb) == 0)
 			ucma_count(UCMA_STAT_LEND_HEAP_FORK_EVACUATED, 1);
 	}
+	pthread_sigmask(SIG_SETMASK, &saved, NULL);
 }
 
 void ucma_lend_fork_parent(void)
@@ -919,9 +1287,22 @@ void ucma_lend_fork_parent(void)
 	/* What the take-backs posted (MAP of the frames given back). */
 }
 
+/*
+ * The inherited userfaultfd is the parent's: its ioctls act on the
+ * parent's address space (a child could write-protect the parent's heap
+ * and nobody would wake its threads).  The child closes it and opens its
+ * own at once, single-threaded, rather than at its first lending: the set
+ * of the library's descriptors then changes only at start-up, in the child
+ * of a fork and under lend.lock (ucma_lend_move_fd()), so the preloaded
+ * close_range() can read it without a lock (preload/lend_guard.c).  A
+ * child that cannot open one lends nothing (it has nothing borrowed: it
+ * copied every borrowed pageblock).
+ */
 void ucma_lend_fork_child(void)
 {
-	atomic_store(&lend.uffd, -1);
+	uffd_drop();
+	if (lend.of && atomic_load(&lend.on) && !uffd_ensure())
+		lend_off("the child of a fork cannot open a userfaultfd", errno);
 	pthread_mutex_unlock(&lend.lock);
 }
 

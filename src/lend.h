@@ -94,6 +94,21 @@ UCMA_INTERNAL void ucma_zone_set_free_dirty_locked(struct ucma_zone *z, uint32_t
 UCMA_INTERNAL void ucma_undo_isolate_locked(struct ucma_zone *z, uint32_t b);
 UCMA_INTERNAL void ucma_pages_free_locked(struct ucma_zone *z, uint32_t pfn);
 
+/*
+ * The library's descriptors, for the preloaded close(), close_range(),
+ * closefrom(), dup2() and dup3() (preload/lend_guard.c):
+ * owned_fds stores them in ascending order in @fds (room for
+ * UCMA_LEND_MAX_FDS) and returns how many; any lock or none (they change
+ * only at start-up, in the child of a fork, and by move_fd).
+ * move_fd: if @fd is one of them, give it another number (from 256
+ * on where one is free) and close @fd, so that
+ * the program can put a descriptor of its own there.  Returns 0 (moved,
+ * or not the library's), or -1 with errno (no free number: @fd stays).
+ */
+#define UCMA_LEND_MAX_FDS (UCMA_MAX_CMA_AREAS + 1)
+UCMA_INTERNAL int ucma_lend_owned_fds(int *fds);
+UCMA_INTERNAL int ucma_lend_move_fd(int fd);
+
 /* Counted for the statistics (stats.c): pageblocks borrowed now. */
 UCMA_INTERNAL uint64_t ucma_lend_borrowed_now(void);
 

@@ -22,6 +22,13 @@ tests_integration_preload_longterm_CFLAGS = $(AM_CFLAGS) $(URING_CFLAGS) -fno-bu
 tests_integration_preload_longterm_LDADD = libucma.la $(URING_LIBS)
 tests_integration_preload_longterm_LDFLAGS = -no-install
 
+check_PROGRAMS += tests/integration/preload_lendguard
+tests_integration_preload_lendguard_SOURCES = tests/integration/preload_lendguard.c
+tests_integration_preload_lendguard_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests
+tests_integration_preload_lendguard_CFLAGS = $(AM_CFLAGS) -fno-builtin
+tests_integration_preload_lendguard_LDADD = libucma.la
+tests_integration_preload_lendguard_LDFLAGS = -no-install
+
 check_PROGRAMS += tests/integration/fork_threads tests/integration/cxx_workload
 tests_integration_fork_threads_SOURCES = tests/integration/fork_threads.c
 tests_integration_fork_threads_CFLAGS = $(AM_CFLAGS) -fno-builtin
@@ -31,6 +38,7 @@ tests_integration_cxx_workload_CXXFLAGS = $(AM_CXXFLAGS) -std=gnu++17 -Wall -Wex
 TESTS += \
 	tests/integration/preload_api.sh \
 	tests/integration/preload_longterm.sh \
+	tests/integration/preload_lendguard.sh \
 	tests/integration/preload_contig.sh \
 	tests/integration/preload_python.sh \
 	tests/integration/preload_tools.sh \
@@ -43,6 +51,7 @@ EXTRA_DIST += \
 	tests/integration/preload_lend.sh \
 	tests/integration/preload_api.sh \
 	tests/integration/preload_longterm.sh \
+	tests/integration/preload_lendguard.sh \
 	tests/integration/preload_contig.sh \
 	tests/integration/preload_python.sh \
 	tests/integration/preload_tools.sh \
