@@ -10,7 +10,11 @@
  *           the block is split and merged again each time;
  *   batch   BATCH runs allocated, then freed in random order, repeated:
  *           splitting from and merging into a fragmented free list;
- *   2 thr   lifo in two threads at once: contention on the zone lock.
+ *   2 thr   lifo in two threads at once: contention on the zone lock,
+ *           or none where the per-CPU lists (pcp.c) serve the run.
+ *
+ * Then the cost of the second thread, "2 thr" over "lifo" of the same
+ * run, for each size and allocator.
  *
  * In the same run, the same sizes through the kernel (mmap + munmap, no
  * page touched, which is what a page-granular allocator replaces) and
@@ -180,6 +184,8 @@ int main(void)
 	       ucma_backing_name("normal"));
 	printf("%-6s %-6s %10s %10s %10s %12s %12s\n", "size", "case", "ucma ns", "mmap ns",
 	       "glibc ns", "ucma/mmap", "ucma/glibc");
+	double scaling[UCMA_ARRAY_SIZE(cases)][IMPL_NR];
+
 	for (size_t c = 0; c < UCMA_ARRAY_SIZE(cases); c++) {
 		uint32_t np = cases[c].npages;
 		double r[3][IMPL_NR];
@@ -204,6 +210,15 @@ int main(void)
 			       kname[k], r[k][IMPL_UCMA], r[k][IMPL_MMAP], r[k][IMPL_GLIBC],
 			       r[k][IMPL_UCMA] / r[k][IMPL_MMAP], r[k][IMPL_UCMA] / r[k][IMPL_GLIBC]);
 		}
+		for (int im = 0; im < IMPL_NR; im++)
+			scaling[c][im] = r[2][im] / r[0][im];
 	}
+	/* The cost of a second thread: 1.0 is perfect scaling, 2.0 is one
+	 * lock serialising both threads. */
+	printf("\n# 2 threads / 1 thread: ns per pair of \"2 thr\" over \"lifo\", same run\n");
+	printf("%-6s %10s %10s %10s\n", "size", "ucma", "mmap", "glibc");
+	for (size_t c = 0; c < UCMA_ARRAY_SIZE(cases); c++)
+		printf("%-6s %9.2fx %9.2fx %9.2fx\n", cases[c].label, scaling[c][IMPL_UCMA],
+		       scaling[c][IMPL_MMAP], scaling[c][IMPL_GLIBC]);
 	return 0;
 }
