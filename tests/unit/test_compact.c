@@ -17,6 +17,7 @@
 #include "testutil.h"
 
 #include <dirent.h>
+#include <sched.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
@@ -442,11 +443,23 @@ static int fill_pinned_8k(void)
 	int npinned = 0;
 	uint32_t last_pb = UINT32_MAX;
 
+	cpu_set_t all, one;
+
+	/* One CPU while filling: the objects then come from one per-CPU list
+	 * (pcp.c), in address order, so every other one freed leaves no two
+	 * free neighbours.  Moved between CPUs, the thread would take from
+	 * two lists, and their interleaving could. */
+	CPU_ZERO(&one);
+	CPU_SET(sched_getcpu() < 0 ? 0 : sched_getcpu(), &one);
+	if (sched_getaffinity(0, sizeof(all), &all) != 0 ||
+	    sched_setaffinity(0, sizeof(one), &one) != 0)
+		diag("could not stay on one CPU: %s", strerror(errno));
 	/* The last, failing halloc would compact directly: not here. */
 	ucma_opt.compact_direct = false;
 	while (add_object(8192, false))
 		;
 	ucma_opt.compact_direct = true;
+	sched_setaffinity(0, sizeof(all), &all);
 	for (int i = 1; i < nobj; i += 2) {
 		ucma_hfree(h[i]);
 		h[i] = 0;
