@@ -51,7 +51,11 @@
  *    memory, so the child has the same pages on the same lists.
  *
  * Sizing: pcp_batch is 32 pages (a 1/1024 of the zone when that is
- * smaller), pcp_high 4 x pcp_batch: at most 512 KiB per CPU and zone.
+ * smaller), pcp_high 4 x pcp_batch: about 512 KiB per CPU and zone at most
+ * (a refill may add up to a batch past it until the next free drains).
+ * Orders up to 4 (64 KiB), one more than the kernel's 3: large mallocs
+ * and movable objects of 64 KiB are common here, and pcp_high bounds the
+ * lists whatever the orders (tests/bench/RESULTS.md).
  *
  * Locking: see struct ucma_pcp (pcp.h).
  *
