@@ -17,7 +17,6 @@
 #include "testutil.h"
 
 #include <dirent.h>
-#include <sched.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
@@ -443,31 +442,32 @@ static int fill_pinned_8k(void)
 	int npinned = 0;
 	uint32_t last_pb = UINT32_MAX;
 
-	cpu_set_t all, one;
-
-	/* One CPU while filling: the objects then come from one per-CPU list
-	 * (pcp.c), in address order, so every other one freed leaves no two
-	 * free neighbours.  Moved between CPUs, the thread would take from
-	 * two lists, and their interleaving could. */
-	CPU_ZERO(&one);
-	CPU_SET(sched_getcpu() < 0 ? 0 : sched_getcpu(), &one);
-	if (sched_getaffinity(0, sizeof(all), &all) != 0 ||
-	    sched_setaffinity(0, sizeof(one), &one) != 0)
-		diag("could not stay on one CPU: %s", strerror(errno));
 	/* The last, failing halloc would compact directly: not here. */
 	ucma_opt.compact_direct = false;
 	while (add_object(8192, false))
 		;
 	ucma_opt.compact_direct = true;
-	sched_setaffinity(0, sizeof(all), &all);
-	for (int i = 1; i < nobj; i += 2) {
-		ucma_hfree(h[i]);
-		h[i] = 0;
+	/*
+	 * Every other 8 KiB block by address, not by allocation order: two
+	 * buddies are then never both freed, however the allocations were
+	 * spread (the per-CPU page lists hand out blocks in batches, and
+	 * allocation order and address order part where a batch ends).
+	 */
+	for (int i = 0; i < nobj; i++) {
+		uint32_t pfn = pfn_of(i);
+
+		if (pfn != UCMA_PFN_NONE && (pfn >> 1) & 1) {
+			ucma_hfree(h[i]);
+			h[i] = 0;
+		}
 	}
 	ucma_defer_drain();
-	for (int i = 0; i < nobj; i += 2) {
-		uint32_t b = pfn_of(i) >> UCMA_PAGEBLOCK_ORDER;
+	for (int i = 0; i < nobj; i++) {
+		uint32_t b;
 
+		if (!h[i])
+			continue;
+		b = pfn_of(i) >> UCMA_PAGEBLOCK_ORDER;
 		if (b != last_pb) {
 			pin_addr[i] = ucma_pin(h[i], 0);
 			last_pb = b;
