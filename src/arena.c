@@ -28,6 +28,7 @@
 #include "internal.h"
 #include "frames.h"
 #include "lend.h"
+#include "pcp.h"
 
 #include <errno.h>
 #include <numa.h>
@@ -186,6 +187,9 @@ static void init_zone(struct ucma_arena *a, int id, uint32_t start, uint32_t end
 		a->blocks[b].zone = (uint8_t)id;
 	}
 	ucma_buddy_init_zone(z);
+	/* Without its per-CPU lists a zone works, on its lock alone. */
+	if (ucma_pcp_init(z) != 0 && ucma_opt.verbose)
+		ucma_log("zone %s: no per-CPU page lists: %s", z->name, strerror(errno));
 }
 
 /* The NUMA placement in effect for a CMA area mapped again (frames.c). */
@@ -334,6 +338,8 @@ void ucma_arena_destroy(struct ucma_arena *a)
 	if (a->base)
 		ucma_arena_poison(a, false);
 	ucma_lend_fini(a);
+	for (int z = 0; z < UCMA_ZONE_NR; z++)
+		ucma_pcp_fini(&a->zones[z]);
 	ucma_frames_unmap_areas(a);
 	for (int i = 0; i < a->nr_areas; i++) {
 		size_t bytes = UCMA_ALIGN_UP((size_t)a->areas[i].npages, 64) / 8;

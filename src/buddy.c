@@ -487,5 +487,6 @@ void ucma_buddy_move_block_mt(struct ucma_zone *z, uint32_t pb_index, int new_mt
 				   pb_index);
 		}
 	}
-	pb->mt = (uint8_t)new_mt;
+	/* Atomic: a free to a per-CPU list reads it without the lock (pcp.c). */
+	__atomic_store_n(&pb->mt, (uint8_t)new_mt, __ATOMIC_RELAXED);
 }

@@ -105,6 +105,7 @@
 #include "internal.h"
 
 #include "handle.h"
+#include "pcp.h"
 #include "rcu.h"
 
 #include <errno.h>
@@ -214,6 +215,8 @@ int ucma_compaction_suitable(struct ucma_zone *z, unsigned order)
 	pthread_mutex_lock(&z->lock);
 	free_pages = z->free_pages - z->isolated_free_pages;
 	pthread_mutex_unlock(&z->lock);
+	/* Runs on per-CPU lists are free too: compaction drains them. */
+	free_pages += ucma_pcp_pages(z);
 	/* Room for the block plus a gap for the copies (compact_gap()). */
 	if (free_pages < (1ull << order) + (2ull << order))
 		return UCMA_COMPACT_SKIPPED;
@@ -670,6 +673,9 @@ int ucma_compact_zone(struct ucma_zone *z, int order, int prio, const _Atomic in
 		ucma_meta_free(cc, sizeof(*cc));
 		return UCMA_COMPACT_CONTENDED;
 	}
+	/* Runs on per-CPU lists look allocated to the scanners, and keep
+	 * pageblocks from coming free: back to the buddy lists first. */
+	ucma_pcp_drain_zone(z);
 	cc_init(cc, z, order, prio, abort);
 	ret = compact_zone(cc);
 	if (ret == UCMA_COMPACT_SUCCESS && order >= 0)

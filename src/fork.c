@@ -31,8 +31,10 @@
  *  6. movable-slab class locks; then the heap-lending lock (lend.c: no
  *     frame is being lent or taken back across the fork; with threads,
  *     every pageblock of the heap on a CMA frame is taken back first,
- *     which waits for nothing held here); 7. CMA area locks, then zone
- *     locks;
+ *     which waits for nothing held here); 7. CMA area locks, then per
+ *     zone its per-CPU page list locks (pcp.c) and its lock: no list is
+ *     in the middle of a change, and the child has the parent's pages on
+ *     the same lists;
  *  8. the frame tables: the child gets CMA areas of its own, a copy of
  *     what the parent had allocated there, while the parent waits in its
  *     handler (frames.c); then the heap's borrowed pageblocks: the child

@@ -64,6 +64,7 @@
 #include "fork.h"
 #include "lend.h"
 #include "memevent.h"
+#include "pcp.h"
 #include "slab.h"
 
 #include <errno.h>
@@ -972,9 +973,10 @@ void ucma_frames_fork_prepare(void)
 			ucma_os.madvise((void *)f->base, f->size, MADV_DOFORK);
 	}
 	z = &a->zones[UCMA_ZONE_CMA];
-	/* fork.c's zone stage, before this one, holds the zone lock:
-	 * free_pages is still. */
-	if (!any_file(a) || ucma_opt.cma_dontfork || z->free_pages == z->managed_pages)
+	/* fork.c's zone stage, before this one, holds the zone lock and
+	 * the per-CPU list locks: the free pages are still. */
+	if (!any_file(a) || ucma_opt.cma_dontfork ||
+	    z->free_pages + ucma_pcp_pages(z) == z->managed_pages)
 		return;
 	fork_ctx.copy = true;
 	/* Without a pipe the child still copies, with the parent running on:

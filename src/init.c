@@ -19,6 +19,7 @@
  */
 #include "internal.h"
 #include "memevent.h"
+#include "pcp.h"
 
 #include "fork.h"
 
@@ -70,8 +71,11 @@ void ucma_zones_fork_prepare(void)
 		return;
 	for (int i = 0; i < a->nr_areas; i++)
 		pthread_mutex_lock(&a->areas[i].lock);
-	for (int z = 0; z < UCMA_ZONE_NR; z++)
+	/* Each zone's per-CPU list locks before its lock (pcp.h). */
+	for (int z = 0; z < UCMA_ZONE_NR; z++) {
+		ucma_pcp_lock_all(&a->zones[z]);
 		pthread_mutex_lock(&a->zones[z].lock);
+	}
 }
 
 void ucma_zones_fork_parent(void)
@@ -80,8 +84,10 @@ void ucma_zones_fork_parent(void)
 
 	if (!a)
 		return;
-	for (int z = UCMA_ZONE_NR - 1; z >= 0; z--)
+	for (int z = UCMA_ZONE_NR - 1; z >= 0; z--) {
 		pthread_mutex_unlock(&a->zones[z].lock);
+		ucma_pcp_unlock_all(&a->zones[z]);
+	}
 	for (int i = a->nr_areas - 1; i >= 0; i--)
 		pthread_mutex_unlock(&a->areas[i].lock);
 }

@@ -84,6 +84,8 @@ enum ucma_run_owner {
 /* page flags */
 #define UCMA_PF_DIRTY    0x0001u	/* free but not returned to the kernel */
 #define UCMA_PF_MOVABLE  0x0002u	/* run was allocated as movable */
+/* 0x0004u: UCMA_PF_MLOCKED, a contiguous buffer's head (cma.c) */
+#define UCMA_PF_PCP      0x0008u	/* run head on a per-CPU list (pcp.h) */
 
 /*
  * struct ucma_page - metadata of one 4 KiB page.
@@ -185,6 +187,8 @@ struct ucma_pageblock {
 
 enum ucma_zone_id { UCMA_ZONE_NORMAL = 0, UCMA_ZONE_CMA, UCMA_ZONE_NR };
 
+struct ucma_pcp;
+
 struct ucma_free_area {
 	uint32_t head[UCMA_MT_NR];	/* first free block per migratetype */
 	uint64_t nr_free[UCMA_MT_NR];	/* blocks per migratetype */
@@ -207,7 +211,8 @@ struct ucma_free_area {
  * Locking: @lock protects free_area, free_pages, the deferred state, the
  * metadata of every free page in the zone, and the migratetype of its
  * pageblocks.  Never take two zone locks at once except in ascending zone
- * id order.
+ * id order.  The per-CPU lists (pcp.h) have locks of their own, taken
+ * before @lock.
  */
 struct ucma_zone {
 	pthread_mutex_t lock;
@@ -226,6 +231,12 @@ struct ucma_zone {
 	uint32_t purge_epoch;		/* decay: epoch of the last purge */
 	bool thp_deferred;		/* THP backing, not yet asked for (zone.c) */
 	bool file_backed;		/* CMA areas on files (frames.c): never purged */
+
+	/* per-CPU page lists (pcp.h); set once when the zone is made */
+	struct ucma_pcp *pcp;		/* nr_pcp entries, or NULL: none */
+	unsigned nr_pcp;
+	uint32_t pcp_batch;		/* pages one refill or drain moves */
+	uint32_t pcp_high;		/* most pages one CPU's lists keep */
 
 	/* compaction state (compact.c); protected by compact_lock */
 	pthread_mutex_t compact_lock;

@@ -13,6 +13,8 @@ UCMA_SOURCES = \
 	src/memevent.c \
 	src/buddy.c \
 	src/zone.c \
+	src/pcp.h \
+	src/pcp.c \
 	src/lend.h \
 	src/lend.c \
 	src/meta.c \

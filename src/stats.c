@@ -28,6 +28,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "pcp.h"
 #include "frames.h"
 #include "lend.h"
 
@@ -430,7 +431,12 @@ struct stat_family {
 static uint64_t get_vmstat(struct stats_snap *s, const struct stat_family *f, unsigned i,
 			   unsigned j)
 {
-	return atomic_load_explicit(&ucma_vmstat[i], memory_order_relaxed);
+	uint64_t v = atomic_load_explicit(&ucma_vmstat[i], memory_order_relaxed);
+
+	/* The per-CPU page lists count their own (pcp.h). */
+	if (i == UCMA_STAT_PAGE_ALLOC || i == UCMA_STAT_PAGE_FREE)
+		v += ucma_pcp_events(ucma_arena_peek(), i == UCMA_STAT_PAGE_ALLOC);
+	return v;
 }
 
 static uint64_t get_malloc(struct stats_snap *s, const struct stat_family *f, unsigned i,

@@ -45,14 +45,22 @@
  * are the frame's, MADV_DONTNEED would not clear them) and gives the frame
  * of a wholly free one back instead.
  *
+ * Per-CPU lists (pcp.c): runs of 2^order pages up to UCMA_PCP_MAX_ORDER
+ * are allocated from and freed to the lists of the CPU, which visit the
+ * buddy lists in batches (ucma_zone_pcp_refill(), _release_locked()).
+ * An allocation the buddy lists cannot serve drains every list of the zone
+ * and tries once more; isolation drains the runs of its range.
+ *
  * Locking: each zone's lock protects its free lists and the metadata of its
  * free pages and pageblocks (see struct ucma_zone).  Functions here take the
- * lock themselves; none holds two zone locks at once.
+ * lock themselves; none holds two zone locks at once.  The per-CPU list
+ * locks come before the zone lock (pcp.h).
  *
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
 #include "lend.h"
+#include "pcp.h"
 
 #include <errno.h>
 #include <string.h>
@@ -364,17 +372,22 @@ static void thp_grow(struct ucma_zone *z)
  * NORMAL), a fresh pageblock may be reserved for lending instead: then
  * UCMA_PFN_NONE with *@lend_pb set (see ucma_pages_alloc()).
  */
-static uint32_t alloc_zone(struct ucma_zone *z, uint32_t npages, unsigned gfp, uint32_t *lend_pb)
+static uint32_t alloc_zone_once(struct ucma_zone *z, uint32_t npages, unsigned gfp,
+				uint32_t *lend_pb)
 {
 	struct ucma_arena *a = z->arena;
-	bool dirty = true, wake = false, grow = false;
+	bool dirty = true, wake = false, grow = false, listed = false;
 	uint32_t pfn;
 
-	if (npages == 0 || npages > z->managed_pages)
-		return UCMA_PFN_NONE;
-	if (z->id == UCMA_ZONE_CMA && !(gfp & UCMA_GFP_MOVABLE))
-		return UCMA_PFN_NONE;	/* lesson 1: never unmovable in CMA */
+	if (ucma_pcp_eligible(z, npages)) {
+		int mt = z->id == UCMA_ZONE_CMA	     ? UCMA_MT_CMA :
+			 (gfp & UCMA_GFP_MOVABLE) ? UCMA_MT_MOVABLE :
+						    UCMA_MT_UNMOVABLE;
 
+		pfn = ucma_pcp_alloc(z, order_for(npages), mt, gfp, lend_pb, &dirty, &wake, &grow);
+		listed = true;	/* counted there */
+		goto done;
+	}
 	pthread_mutex_lock(&z->lock);
 	if (npages > UCMA_PAGEBLOCK_PAGES) {
 		pfn = alloc_pageblocks(z, npages, gfp, &dirty, lend_pb);
@@ -407,18 +420,105 @@ static uint32_t alloc_zone(struct ucma_zone *z, uint32_t npages, unsigned gfp, u
 		}
 	}
 	pthread_mutex_unlock(&z->lock);
-
-	if (pfn == UCMA_PFN_NONE)
-		return pfn;
+done:
 	if (UCMA_UNLIKELY(wake))
 		ucma_compactd_wakeup();
 	if (UCMA_UNLIKELY(grow))
 		thp_grow(z);
+	if (pfn == UCMA_PFN_NONE)
+		return pfn;
 	pages_unpoison(a, pfn, npages);
-	ucma_count(UCMA_STAT_PAGE_ALLOC, 1);
+	if (!listed)
+		ucma_count(UCMA_STAT_PAGE_ALLOC, 1);
 	if ((gfp & UCMA_GFP_ZERO) && dirty)
 		memset(ucma_pfn_to_addr(a, pfn), 0, (size_t)npages << UCMA_PAGE_SHIFT);
 	return pfn;
+}
+
+/*
+ * A run of @npages from zone @z; when the buddy lists have none, the
+ * per-CPU lists are drained into them and the request tried once more
+ * (the kernel's drain_all_pages() before an allocation fails).
+ */
+static uint32_t alloc_zone(struct ucma_zone *z, uint32_t npages, unsigned gfp, uint32_t *lend_pb)
+{
+	uint32_t pfn;
+
+	if (npages == 0 || npages > z->managed_pages)
+		return UCMA_PFN_NONE;
+	if (z->id == UCMA_ZONE_CMA && !(gfp & UCMA_GFP_MOVABLE))
+		return UCMA_PFN_NONE;	/* lesson 1: never unmovable in CMA */
+	pfn = alloc_zone_once(z, npages, gfp, lend_pb);
+	if (pfn == UCMA_PFN_NONE && !(lend_pb && *lend_pb != UCMA_PFN_NONE) && z->pcp &&
+	    ucma_pcp_pages(z)) {
+		ucma_pcp_drain_zone(z);
+		pfn = alloc_zone_once(z, npages, gfp, lend_pb);
+	}
+	return pfn;
+}
+
+/*
+ * ucma_zone_pcp_refill() - see pcp.h.  The blocks come from rmqueue(), so
+ * the zone rules (fallback, stealing) hold for them as for any request.
+ * A clean block that breaks into a wholly free pageblock is where heap
+ * lending may step in (alloc_zone_once()): as the first block it is
+ * offered to lending, later in the batch it is given back and the batch
+ * ends there, so that the request that needs it makes that decision.
+ * *@wake and *@grow: what the caller does once no lock is held.
+ */
+unsigned ucma_zone_pcp_refill(struct ucma_zone *z, unsigned order, unsigned gfp, uint32_t *pfns,
+			      bool *dirty, unsigned n, uint32_t *lend_pb, bool *wake, bool *grow)
+{
+	struct ucma_arena *a = z->arena;
+	uint32_t size = 1u << order;
+	unsigned got = 0;
+
+	pthread_mutex_lock(&z->lock);
+	while (got < n) {
+		bool d = true;
+		uint32_t pfn = rmqueue(z, order, gfp, &d);
+
+		if (pfn == UCMA_PFN_NONE)
+			break;
+		if (lend_pb && !d) {
+			if (got == 0 && lend_instead(z, pfn, order, lend_pb))
+				break;
+			if (got > 0 && a->blocks[pfn >> UCMA_PAGEBLOCK_ORDER].nr_free + size ==
+					       UCMA_PAGEBLOCK_PAGES) {
+				ucma_buddy_free_clean_range(z, pfn, size, false);
+				break;
+			}
+		}
+		if (pfn < z->start_pfn || pfn + size > z->end_pfn)
+			ucma_fatal("internal error: zone %s handed out pfn %u+%u outside it",
+				   z->name, pfn, size);
+		set_run(a, pfn, size, gfp & UCMA_GFP_MOVABLE);
+		pfns[got] = pfn;
+		dirty[got] = d;
+		got++;
+	}
+	if (got) {
+		*wake = crossed_low_wmark(z, got * size);
+		if (UCMA_UNLIKELY(z->thp_deferred) &&
+		    z->managed_pages - z->free_pages >= UCMA_THP_GROW_PAGES) {
+			z->thp_deferred = false;
+			*grow = true;
+		}
+	}
+	pthread_mutex_unlock(&z->lock);
+	return got;
+}
+
+void ucma_zone_pcp_release_locked(struct ucma_zone *z, uint32_t pfn, unsigned order, bool dirty)
+{
+	struct ucma_arena *a = z->arena;
+
+	for (uint32_t i = 0; i < (1u << order); i++) {
+		UCMA_PG_SET(&a->pages[pfn + i], kind, UCMA_PK_UNUSED);
+		UCMA_PG_SET(&a->pages[pfn + i], owner_type, UCMA_OWN_NONE);
+		UCMA_PG_SET(&a->pages[pfn + i], owner, 0);
+	}
+	ucma_buddy_free_clean_range(z, pfn, 1u << order, dirty);
 }
 
 uint32_t ucma_pages_alloc_zone(struct ucma_zone *z, uint32_t npages, unsigned gfp)
@@ -689,7 +789,26 @@ void ucma_pages_free_locked(struct ucma_zone *z, uint32_t pfn)
 void ucma_pages_free(struct ucma_arena *a, uint32_t pfn)
 {
 	struct ucma_zone *z = ucma_pfn_zone(a, pfn);
+	struct ucma_page *head = &a->pages[pfn];
+	uint32_t npages = UCMA_PG_GET(head, aux);
 
+	/* The caller owns the run: its head is stable without the lock.  A
+	 * contiguous buffer may cross a pageblock boundary: not listed, so
+	 * that isolating a pageblock finds all of a listed run inside it. */
+	if (UCMA_PG_GET(head, kind) == UCMA_PK_RUN && ucma_pcp_eligible(z, npages) &&
+	    (pfn & (UCMA_PAGEBLOCK_PAGES - 1)) + npages <= UCMA_PAGEBLOCK_PAGES) {
+		int listed;
+
+		if (head->flags & UCMA_PF_PCP)
+			ucma_fatal("internal error: freeing page %u which is free already", pfn);
+		pages_poison(a, pfn, npages);
+		listed = ucma_pcp_free(z, pfn, order_for(npages));
+		if (listed) {	/* counted there */
+			if (listed > 1)
+				maybe_purge(z);
+			return;
+		}
+	}
 	pthread_mutex_lock(&z->lock);
 	ucma_pages_free_locked(z, pfn);
 	pthread_mutex_unlock(&z->lock);
@@ -782,10 +901,15 @@ int ucma_isolate_range(struct ucma_arena *a, uint32_t start, uint32_t end)
 		errno = EINVAL;
 		return -1;
 	}
+	/* Every list lock first: no list takes or hands out a page of the
+	 * range between the isolation and the drain (pcp.c). */
+	ucma_pcp_lock_all(z);
 	pthread_mutex_lock(&z->lock);
 	for (uint32_t b = start >> UCMA_PAGEBLOCK_ORDER; b < end >> UCMA_PAGEBLOCK_ORDER; b++)
 		isolate_pageblock_locked(z, b);
+	ucma_pcp_drain_range_locked(z, start, end);
 	pthread_mutex_unlock(&z->lock);
+	ucma_pcp_unlock_all(z);
 	return 0;
 }
 
@@ -844,7 +968,9 @@ int ucma_claim_free_range(struct ucma_arena *a, uint32_t start, uint32_t end, in
  * looks at) as one allocated run of (@owner_type, @owner).  Highest: the
  * lowest runs stay for ucma_alloc(), which looks there first.  *@dirty:
  * whether its pages may hold old data.  Returns its first pfn, or
- * UCMA_PFN_NONE.  Takes the zone lock (callers may hold NORMAL's).
+ * UCMA_PFN_NONE.  Takes the zone lock (callers may hold NORMAL's).  When
+ * none is free, the per-CPU lists are drained and the search runs again:
+ * a pageblock whose last pages sit on a list is free all the same.
  */
 uint32_t ucma_zone_take_free_pageblock(struct ucma_zone *z,
 				       bool (*usable)(const struct ucma_arena *a, uint32_t pfn),
@@ -853,14 +979,20 @@ uint32_t ucma_zone_take_free_pageblock(struct ucma_zone *z,
 	struct ucma_arena *a = z->arena;
 	uint32_t best = UCMA_PFN_NONE, d;
 
-	pthread_mutex_lock(&z->lock);
-	for (uint32_t pfn = z->free_area[UCMA_MAX_ORDER].head[UCMA_MT_CMA]; pfn != UCMA_PFN_NONE;
-	     pfn = a->pages[pfn].link.next)
-		if ((best == UCMA_PFN_NONE || pfn > best) && usable(a, pfn))
-			best = pfn;
-	d = ucma_buddy_deferred_highest(z, UCMA_MT_CMA, usable);
-	if (d != UCMA_PFN_NONE && (best == UCMA_PFN_NONE || d > best))
-		best = d;
+	for (int pass = 0;; pass++) {
+		pthread_mutex_lock(&z->lock);
+		for (uint32_t pfn = z->free_area[UCMA_MAX_ORDER].head[UCMA_MT_CMA];
+		     pfn != UCMA_PFN_NONE; pfn = a->pages[pfn].link.next)
+			if ((best == UCMA_PFN_NONE || pfn > best) && usable(a, pfn))
+				best = pfn;
+		d = ucma_buddy_deferred_highest(z, UCMA_MT_CMA, usable);
+		if (d != UCMA_PFN_NONE && (best == UCMA_PFN_NONE || d > best))
+			best = d;
+		if (best != UCMA_PFN_NONE || pass > 0 || !z->pcp || !ucma_pcp_pages(z))
+			break;
+		pthread_mutex_unlock(&z->lock);
+		ucma_pcp_drain_zone(z);
+	}
 	if (best != UCMA_PFN_NONE) {
 		ucma_buddy_materialise(z, best, best + UCMA_PAGEBLOCK_PAGES);
 		*dirty = a->pages[best].flags & UCMA_PF_DIRTY;
@@ -879,15 +1011,19 @@ uint32_t ucma_zone_take_free_pageblock(struct ucma_zone *z,
 /* Reports and checks                                                        */
 /* ------------------------------------------------------------------------ */
 
+/* Free blocks per order: the buddy lists' and the runs on per-CPU lists. */
 void ucma_zone_free_counts(struct ucma_zone *z, uint64_t counts[UCMA_NR_ORDERS])
 {
+	ucma_pcp_lock_all(z);
 	pthread_mutex_lock(&z->lock);
 	for (unsigned o = 0; o < UCMA_NR_ORDERS; o++) {
 		counts[o] = 0;
 		for (int mt = 0; mt < UCMA_MT_NR; mt++)
 			counts[o] += z->free_area[o].nr_free[mt];
 	}
+	ucma_pcp_counts_locked(z, counts);
 	pthread_mutex_unlock(&z->lock);
+	ucma_pcp_unlock_all(z);
 }
 
 void ucma_zone_pageblock_counts(struct ucma_arena *a, int zone, uint64_t counts[UCMA_MT_NR])
@@ -914,7 +1050,9 @@ void ucma_zone_pageblock_counts(struct ucma_arena *a, int zone, uint64_t counts[
 /*
  * ucma_zone_check() - verify every invariant of the zone's buddy state.
  * Returns 0, or -1 with a description of the first violation in @why.
- * Takes the zone lock; O(pages).  For tests and debug builds.
+ * Takes the per-CPU list locks and the zone lock; O(pages).  For tests and
+ * debug builds.  Runs on per-CPU lists are allocated runs to the buddy
+ * invariants; ucma_pcp_check_locked() verifies the lists themselves.
  */
 int ucma_zone_check(struct ucma_zone *z, char *why, size_t whylen)
 {
@@ -922,6 +1060,7 @@ int ucma_zone_check(struct ucma_zone *z, char *why, size_t whylen)
 	uint64_t listed = 0, walked = 0;
 	uint32_t deferred[UCMA_MT_NR] = { 0 }, run_end = 0;
 
+	ucma_pcp_lock_all(z);
 	pthread_mutex_lock(&z->lock);
 	for (unsigned o = 0; o < UCMA_NR_ORDERS; o++) {
 		for (int mt = 0; mt < UCMA_MT_NR; mt++) {
@@ -1027,10 +1166,14 @@ int ucma_zone_check(struct ucma_zone *z, char *why, size_t whylen)
 	for (int mt = 0; mt < UCMA_MT_NR; mt++)
 		CHECK(deferred[mt] == z->nr_deferred[mt], "mt %d: %u deferred pageblocks, counted %u",
 		      mt, deferred[mt], z->nr_deferred[mt]);
+	if (ucma_pcp_check_locked(z, why, whylen) != 0)
+		goto bad;
 	pthread_mutex_unlock(&z->lock);
+	ucma_pcp_unlock_all(z);
 	return 0;
 bad:
 	pthread_mutex_unlock(&z->lock);
+	ucma_pcp_unlock_all(z);
 	return -1;
 }
 
@@ -1044,7 +1187,9 @@ static _Atomic uint64_t next_purge_ns[UCMA_ZONE_NR];
  * ucma_zone_purge() - return dirty free blocks to the kernel.  With @all,
  * every dirty block of any order (malloc_trim); otherwise blocks of at
  * least UCMA_PURGE_MIN_ORDER freed before the current epoch.  The zone
- * lock is held across madvise: the blocks must stay free meanwhile.
+ * lock is held across madvise: the blocks must stay free meanwhile.  With
+ * @all the per-CPU lists are drained first, so their pages merge and go
+ * too; the periodic purge leaves them, as pages about to be used again.
  */
 void ucma_zone_purge(struct ucma_zone *z, bool all)
 {
@@ -1054,6 +1199,8 @@ void ucma_zone_purge(struct ucma_zone *z, bool all)
 
 	if (zone_keeps_memory(z))
 		return;
+	if (all && z->pcp)
+		ucma_pcp_drain_zone(z);
 	pthread_mutex_lock(&z->lock);
 	epoch = z->purge_epoch++;
 	for (unsigned o = all ? 0 : UCMA_PURGE_MIN_ORDER; o < UCMA_NR_ORDERS; o++) {

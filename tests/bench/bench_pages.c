@@ -10,7 +10,11 @@
  *           the block is split and merged again each time;
  *   batch   BATCH runs allocated, then freed in random order, repeated:
  *           splitting from and merging into a fragmented free list;
- *   2 thr   lifo in two threads at once: contention on the zone lock.
+ *   2 thr   lifo in two threads at once: contention on the zone lock,
+ *           or none where the per-CPU lists (pcp.c) serve the run.
+ *
+ * Then the cost of the second thread, "2 thr" over "lifo" of the same
+ * run, for each size and allocator.
  *
  * In the same run, the same sizes through the kernel (mmap + munmap, no
  * page touched, which is what a page-granular allocator replaces) and
@@ -28,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #define BATCH 256
 
@@ -98,12 +103,21 @@ struct job {
 	uint32_t npages;
 	unsigned long n;
 	double ns;		/* per alloc+free pair */
+	double cpu_ns;		/* the same in the thread's CPU time */
 };
+
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 static void *lifo(void *arg)
 {
 	struct job *j = arg;
-	uint64_t t0 = tu_now_ns();
+	uint64_t c0 = thread_cpu_ns(), t0 = tu_now_ns();
 
 	for (unsigned long i = 0; i < j->n; i++) {
 		void *p = must(impl_alloc(j->im, j->npages), j->im, j->npages);
@@ -113,6 +127,7 @@ static void *lifo(void *arg)
 		impl_free(j->im, p, j->npages);
 	}
 	j->ns = (double)(tu_now_ns() - t0) / (double)j->n;
+	j->cpu_ns = (double)(thread_cpu_ns() - c0) / (double)j->n;
 	return NULL;
 }
 
@@ -144,9 +159,9 @@ static void batch(struct job *j)
 	j->ns = (double)(tu_now_ns() - t0) / (double)(rounds * BATCH);
 }
 
-static double two_threads(enum impl im, uint32_t npages, unsigned long n)
+static double two_threads(enum impl im, uint32_t npages, unsigned long n, double *cpu_ns)
 {
-	struct job j[2] = { { im, npages, n, 0 }, { im, npages, n, 0 } };
+	struct job j[2] = { { im, npages, n, 0, 0 }, { im, npages, n, 0, 0 } };
 	pthread_t t;
 
 	if (pthread_create(&t, NULL, lifo, &j[1]) != 0) {
@@ -155,6 +170,7 @@ static double two_threads(enum impl im, uint32_t npages, unsigned long n)
 	}
 	lifo(&j[0]);
 	pthread_join(t, NULL);
+	*cpu_ns = (j[0].cpu_ns + j[1].cpu_ns) / 2;
 	return (j[0].ns + j[1].ns) / 2;
 }
 
@@ -180,22 +196,25 @@ int main(void)
 	       ucma_backing_name("normal"));
 	printf("%-6s %-6s %10s %10s %10s %12s %12s\n", "size", "case", "ucma ns", "mmap ns",
 	       "glibc ns", "ucma/mmap", "ucma/glibc");
+	double scaling[UCMA_ARRAY_SIZE(cases)][IMPL_NR], cpu_scaling[UCMA_ARRAY_SIZE(cases)][IMPL_NR];
+
 	for (size_t c = 0; c < UCMA_ARRAY_SIZE(cases); c++) {
 		uint32_t np = cases[c].npages;
-		double r[3][IMPL_NR];
+		double r[3][IMPL_NR], cpu1[IMPL_NR], cpu2[IMPL_NR];
 
 		for (int im = 0; im < IMPL_NR; im++) {
-			struct job j = { (enum impl)im, np, ops, 0 };
+			struct job j = { (enum impl)im, np, ops, 0, 0 };
 			/* mmap is two system calls: fewer of them tell as much */
 			unsigned long n = im == IMPL_MMAP ? ops / 10 : ops;
 
 			j.n = n;
 			lifo(&j);
 			r[0][im] = j.ns;
+			cpu1[im] = j.cpu_ns;
 			j.n = n;
 			batch(&j);
 			r[1][im] = j.ns;
-			r[2][im] = two_threads((enum impl)im, np, n / 2);
+			r[2][im] = two_threads((enum impl)im, np, n / 2, &cpu2[im]);
 		}
 		for (int k = 0; k < 3; k++) {
 			static const char *const kname[3] = { "lifo", "batch", "2 thr" };
@@ -204,6 +223,22 @@ int main(void)
 			       kname[k], r[k][IMPL_UCMA], r[k][IMPL_MMAP], r[k][IMPL_GLIBC],
 			       r[k][IMPL_UCMA] / r[k][IMPL_MMAP], r[k][IMPL_UCMA] / r[k][IMPL_GLIBC]);
 		}
+		for (int im = 0; im < IMPL_NR; im++) {
+			scaling[c][im] = r[2][im] / r[0][im];
+			cpu_scaling[c][im] = cpu2[im] / cpu1[im];
+		}
 	}
+	/* The cost of a second thread: 1.0 is perfect scaling, 2.0 is one
+	 * lock serialising both threads. */
+	printf("\n# 2 threads / 1 thread: ns per pair of \"2 thr\" over \"lifo\", same run;\n"
+	       "# wall clock, and the threads' own CPU time (what the pair costs while it\n"
+	       "# runs: unlike the wall clock, not inflated when other processes hold the CPUs)\n");
+	printf("%-6s %10s %10s %10s %10s %10s %10s\n", "size", "ucma", "mmap", "glibc", "ucma cpu",
+	       "mmap cpu", "glibc cpu");
+	for (size_t c = 0; c < UCMA_ARRAY_SIZE(cases); c++)
+		printf("%-6s %9.2fx %9.2fx %9.2fx %9.2fx %9.2fx %9.2fx\n", cases[c].label,
+		       scaling[c][IMPL_UCMA], scaling[c][IMPL_MMAP], scaling[c][IMPL_GLIBC],
+		       cpu_scaling[c][IMPL_UCMA], cpu_scaling[c][IMPL_MMAP],
+		       cpu_scaling[c][IMPL_GLIBC]);
 	return 0;
 }

@@ -11,6 +11,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "pcp.h"
 #include "tap.h"
 #include "testutil.h"
 
@@ -30,6 +31,9 @@ static unsigned char *owned;	/* model: 1 if the page is allocated */
 
 static struct ucma_zone *normal(void) { return &a->zones[UCMA_ZONE_NORMAL]; }
 static struct ucma_zone *cma(void) { return &a->zones[UCMA_ZONE_CMA]; }
+
+/* Free pages of a zone: its buddy lists and its per-CPU lists (pcp.c). */
+static uint64_t nfree(struct ucma_zone *z) { return z->free_pages + ucma_pcp_pages(z); }
 
 static bool check_zones(const char *when)
 {
@@ -109,8 +113,7 @@ static void test_random(void)
 		}
 		if (step % 2000 == 0) {
 			checks_ok &= check_zones("random step");
-			checks_ok &= model_free_pages() ==
-				     normal()->free_pages + cma()->free_pages;
+			checks_ok &= model_free_pages() == nfree(normal()) + nfree(cma());
 		}
 	}
 	ok(overlaps == 0, "no page handed out twice in %d steps", STEPS);
@@ -122,9 +125,14 @@ static void test_random(void)
 		ucma_pages_free(a, runs[--nruns].pfn);
 	}
 	ok(check_zones("after freeing all"), "invariants hold after freeing everything");
-	ok(normal()->free_pages == normal()->managed_pages &&
-		   cma()->free_pages == cma()->managed_pages,
+	ok(nfree(normal()) == normal()->managed_pages && nfree(cma()) == cma()->managed_pages,
 	   "every page is free again");
+	/* The runs left on per-CPU lists merge once drained. */
+	ucma_pcp_drain_zone(normal());
+	ucma_pcp_drain_zone(cma());
+	ok(normal()->free_pages == normal()->managed_pages &&
+		   cma()->free_pages == cma()->managed_pages && check_zones("after the drain"),
+	   "every page is on the buddy lists after a drain");
 	{
 		uint64_t counts[UCMA_NR_ORDERS];
 		uint64_t blocks = 0;
@@ -140,19 +148,19 @@ static void test_random(void)
 
 static void test_exact_split(void)
 {
-	uint64_t before = normal()->free_pages;
+	uint64_t before = nfree(normal());
 	uint32_t pfn = ucma_pages_alloc(a, 768, UCMA_GFP_UNMOVABLE);	/* 3 MiB */
 	uint32_t p5;
 
 	ok(pfn != UCMA_PFN_NONE, "3 MiB unmovable run allocated");
-	ok(before - normal()->free_pages == 768, "3 MiB consumed exactly 768 pages (took %llu)",
-	   (unsigned long long)(before - normal()->free_pages));
+	ok(before - nfree(normal()) == 768, "3 MiB consumed exactly 768 pages (took %llu)",
+	   (unsigned long long)(before - nfree(normal())));
 	ok(pfn % UCMA_PAGEBLOCK_PAGES == 0, "a run longer than a pageblock starts on one");
 	ok(ucma_run_head(a, pfn + 700) == pfn && ucma_run_head(a, pfn) == pfn,
 	   "tail pages lead to the head");
-	before = normal()->free_pages;
+	before = nfree(normal());
 	p5 = ucma_pages_alloc(a, 5, UCMA_GFP_UNMOVABLE);
-	ok(p5 != UCMA_PFN_NONE && before - normal()->free_pages == 5,
+	ok(p5 != UCMA_PFN_NONE && before - nfree(normal()) == 5,
 	   "5 pages consume exactly 5 pages");
 	ucma_pages_free(a, p5);
 	ucma_pages_free(a, pfn);
@@ -180,7 +188,7 @@ static void test_zone_rules(void)
 		list[n++] = pfn;
 	}
 	ok(pfn != UCMA_PFN_NONE && ucma_pfn_zone(a, pfn)->id == UCMA_ZONE_NORMAL &&
-		   cma()->free_pages == 0,
+		   nfree(cma()) == 0,
 	   "movable pages overflow to NORMAL once CMA is full");
 	if (pfn != UCMA_PFN_NONE)
 		ucma_pages_free(a, pfn);
@@ -188,7 +196,7 @@ static void test_zone_rules(void)
 		ucma_pages_free(a, list[--n]);
 
 	/* Fill NORMAL with unmovable pages: they never spill into CMA. */
-	cma_free = cma()->free_pages;
+	cma_free = nfree(cma());
 	for (;;) {
 		pfn = ucma_pages_alloc(a, 37, UCMA_GFP_UNMOVABLE);
 		if (pfn == UCMA_PFN_NONE)
@@ -198,7 +206,7 @@ static void test_zone_rules(void)
 		list[n++] = pfn;
 	}
 	ok(in_cma && errno == ENOMEM, "unmovable allocation fails with ENOMEM when NORMAL is full");
-	ok(cma()->free_pages == cma_free, "no unmovable page ever landed in the CMA zone");
+	ok(nfree(cma()) == cma_free, "no unmovable page ever landed in the CMA zone");
 	{
 		uint64_t counts[UCMA_MT_NR];
 
@@ -233,7 +241,7 @@ static void test_isolation(void)
 	uint32_t pfn, *list = calloc(a->npages, sizeof(*list));
 	size_t n = 0;
 	bool outside = true;
-	uint64_t free_before = cma()->free_pages;
+	uint64_t free_before = nfree(cma());
 
 	ok(ucma_isolate_range(a, start, end) == 0, "isolate two CMA pageblocks");
 	ok(cma()->isolated_free_pages == 2 * UCMA_PAGEBLOCK_PAGES,
@@ -261,17 +269,17 @@ static void test_isolation(void)
 	ucma_pages_free(a, pfn);
 	while (n)
 		ucma_pages_free(a, list[--n]);
-	ok(cma()->free_pages == free_before, "CMA free pages back to %llu",
+	ok(nfree(cma()) == free_before, "CMA free pages back to %llu",
 	   (unsigned long long)free_before);
 
 	/* Claiming a free range splits blocks exactly at both ends. */
 	ok(ucma_claim_free_range(a, start + 3, start + 700, UCMA_OWN_CONTIG, 1) == 0,
 	   "claim an unaligned free range [3, 700)");
-	ok(cma()->free_pages == free_before - 697, "exactly 697 pages were taken");
+	ok(nfree(cma()) == free_before - 697, "exactly 697 pages were taken");
 	ok(ucma_claim_free_range(a, start + 600, start + 800, UCMA_OWN_CONTIG, 1) == -1 &&
 		   errno == EBUSY,
 	   "claiming a range that is not free fails with EBUSY");
-	ok(cma()->free_pages == free_before - 697, "and takes nothing");
+	ok(nfree(cma()) == free_before - 697, "and takes nothing");
 	ok(a->pages[start + 3].owner_type == UCMA_OWN_CONTIG &&
 		   a->pages[start + 650].owner_type == UCMA_OWN_CONTIG,
 	   "the owner is recorded on head and tail pages");

@@ -447,14 +447,27 @@ static int fill_pinned_8k(void)
 	while (add_object(8192, false))
 		;
 	ucma_opt.compact_direct = true;
-	for (int i = 1; i < nobj; i += 2) {
-		ucma_hfree(h[i]);
-		h[i] = 0;
+	/*
+	 * Every other 8 KiB block by address, not by allocation order: two
+	 * buddies are then never both freed, however the allocations were
+	 * spread (the per-CPU page lists hand out blocks in batches, and
+	 * allocation order and address order part where a batch ends).
+	 */
+	for (int i = 0; i < nobj; i++) {
+		uint32_t pfn = pfn_of(i);
+
+		if (pfn != UCMA_PFN_NONE && (pfn >> 1) & 1) {
+			ucma_hfree(h[i]);
+			h[i] = 0;
+		}
 	}
 	ucma_defer_drain();
-	for (int i = 0; i < nobj; i += 2) {
-		uint32_t b = pfn_of(i) >> UCMA_PAGEBLOCK_ORDER;
+	for (int i = 0; i < nobj; i++) {
+		uint32_t b;
 
+		if (!h[i])
+			continue;
+		b = pfn_of(i) >> UCMA_PAGEBLOCK_ORDER;
 		if (b != last_pb) {
 			pin_addr[i] = ucma_pin(h[i], 0);
 			last_pb = b;

@@ -21,6 +21,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "pcp.h"
 #include "lend.h"
 #include "tap.h"
 #include "testutil.h"
@@ -101,10 +102,19 @@ static bool check_zones(const char *when)
  * wholly free pageblocks (each is one order-9 block) and at most that,
  * and the statistic says the same.
  */
+/* Free pages of a zone: on its buddy lists and its per-CPU lists (pcp.c). */
+static uint64_t nfree(struct ucma_zone *z)
+{
+	return z->free_pages + ucma_pcp_pages(z);
+}
+
 static bool buddyinfo_agrees(struct ucma_zone *z, const char *stat)
 {
 	uint64_t counts[UCMA_NR_ORDERS], pages = 0, whole = 0, v = 0;
 
+	/* Pages on the per-CPU lists (pcp.c) are free for buddyinfo but on
+	 * no buddy list: back to the buddy lists first, so the two agree. */
+	ucma_pcp_drain_zone(z);
 	ucma_zone_free_counts(z, counts);
 	for (unsigned o = 0; o < UCMA_NR_ORDERS; o++)
 		pages += counts[o] << o;
@@ -132,7 +142,7 @@ static void test_start(void)
 	     tn, pb_end(normal()) - pb_first(normal()), tc, pb_end(cma()) - pb_first(cma()));
 	ok(tn <= 2 && tc == 0, "start-up touches the metadata of at most 2 pageblocks (%u + %u)",
 	   tn, tc);
-	ok(normal()->free_pages + cma()->free_pages + (uint64_t)tn * PB >= a->npages,
+	ok(nfree(normal()) + nfree(cma()) + (uint64_t)tn * PB >= a->npages,
 	   "the untouched pageblocks count as free");
 	ok(buddyinfo_agrees(normal(), "nr_free_pages_normal") &&
 		   buddyinfo_agrees(cma(), "nr_free_pages_cma"),
@@ -179,7 +189,7 @@ static void test_small(void)
 static void test_contig(void)
 {
 	uint32_t b = untouched_free_pb(cma(), false), start;
-	uint64_t before = cma()->free_pages;
+	uint64_t before = nfree(cma());
 	char *p;
 	bool zero = true;
 
@@ -193,15 +203,15 @@ static void test_contig(void)
 	   "a never-used range is free, and asking does not touch it");
 	ok(ucma_claim_free_range(a, start + 3, start + PB + 200, UCMA_OWN_CONTIG, 1) == 0,
 	   "claim [3, 712) of two never-used CMA pageblocks");
-	ok(cma()->free_pages == before - (PB + 197), "exactly %u pages were taken (%llu)", PB + 197,
-	   (unsigned long long)(before - cma()->free_pages));
+	ok(nfree(cma()) == before - (PB + 197), "exactly %u pages were taken (%llu)", PB + 197,
+	   (unsigned long long)(before - nfree(cma())));
 	ok(a->pages[start + 3].kind == UCMA_PK_RUN && a->pages[start + 3].aux == PB + 197 &&
 		   a->pages[start + PB + 199].kind == UCMA_PK_TAIL,
 	   "the run is recorded");
 	ok(check_zones("claim"), "zone check passes with the claimed range");
 	ok(buddyinfo_agrees(cma(), "nr_free_pages_cma"), "buddyinfo agrees");
 	ucma_pages_free(a, start + 3);
-	ok(cma()->free_pages == before && check_zones("claim freed"),
+	ok(nfree(cma()) == before && check_zones("claim freed"),
 	   "freed: the free count is back and the zone check passes");
 	ok(buddyinfo_agrees(cma(), "nr_free_pages_cma"),
 	   "buddyinfo agrees: the two pageblocks merged whole again");
@@ -397,8 +407,8 @@ static void test_whole(void)
 	/* What is still cached (slabs kept for reuse) stays; freed objects
 	 * waiting for readers are freed first. */
 	ucma_defer_drain();
-	free_n = normal()->free_pages;
-	free_c = cma()->free_pages;
+	free_n = nfree(normal());
+	free_c = nfree(cma());
 	whole_n = whole_free(normal());
 	whole_c = whole_free(cma());
 	while ((pfn = ucma_pages_alloc_zone(cma(), 64, UCMA_GFP_MOVABLE)) != UCMA_PFN_NONE)
@@ -421,10 +431,12 @@ static void test_whole(void)
 	   "buddyinfo agrees");
 	while (n)
 		ucma_pages_free(a, list[--n]);
+	ucma_pcp_drain_zone(normal());
+	ucma_pcp_drain_zone(cma());
 	ok(check_zones("emptied"), "zone check passes after freeing everything");
-	ok(normal()->free_pages == free_n && cma()->free_pages == free_c,
+	ok(nfree(normal()) == free_n && nfree(cma()) == free_c,
 	   "the free counts are back (NORMAL %llu, CMA %llu)",
-	   (unsigned long long)normal()->free_pages, (unsigned long long)cma()->free_pages);
+	   (unsigned long long)nfree(normal()), (unsigned long long)nfree(cma()));
 	ucma_zone_free_counts(normal(), counts);
 	ok(counts[UCMA_MAX_ORDER] == whole_n && whole_free(normal()) == whole_n,
 	   "NORMAL merged back to %llu whole pageblocks (%llu before)",

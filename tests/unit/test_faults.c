@@ -31,6 +31,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "pcp.h"
 
 #include <errno.h>
 #include <numa.h>
@@ -655,6 +656,9 @@ static void test_purge_fails(void)
 	for (int i = 0; i < 64; i++)
 		if (pfns[i] != UCMA_PFN_NONE)
 			ucma_pages_free(a, pfns[i]);
+	/* Runs freed to the per-CPU lists reach the buddy lists, as the
+	 * purge below would make them (pcp.c). */
+	ucma_pcp_drain_zone(z);
 	dirty = dirty_pages(z);
 	purged_before = atomic_load(&ucma_vmstat[UCMA_STAT_PURGED_PAGES]);
 

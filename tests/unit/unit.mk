@@ -37,3 +37,10 @@ check_PROGRAMS += tests/unit/test_lend
 TESTS += tests/unit/test_lend
 tests_unit_test_lend_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_lend_LDADD = $(TEST_LDADD)
+
+## The per-CPU page lists (pcp.c): reuse, the drain on isolation, a
+## multithreaded storm under the zone checks, free counts across a drain.
+check_PROGRAMS += tests/unit/test_pcp
+TESTS += tests/unit/test_pcp
+tests_unit_test_pcp_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_pcp_LDADD = $(TEST_LDADD)

@@ -1,0 +1,429 @@
+/*
+ * pcp.c - per-CPU page lists: the kernel's per_cpu_pages for ucma's zones.
+ *
+ * Without them every run of pages costs a trip through the zone lock, and
+ * the buddy allocator splits a large block down to the order asked for on
+ * each allocation and merges it back on each free.  Two threads allocating
+ * pages took 2.3 times one thread's time per operation, on one lock.
+ *
+ * Runs of exactly 2^order pages, order 0 to UCMA_PCP_MAX_ORDER, are freed
+ * to a list of the CPU the thread runs on and allocated from it again,
+ * under a small lock of that list only.  An empty list is refilled with
+ * pcp_batch pages' worth of blocks in one visit to the zone lock; a CPU
+ * whose lists hold more than pcp_high pages gives pcp_batch back in one
+ * visit.  One list per order and migratetype, as in the kernel: a page
+ * freed in a MOVABLE pageblock goes to the MOVABLE list, and an unmovable
+ * request never takes from it.
+ *
+ * Per CPU, not per thread.  The lists are indexed by sched_getcpu() (an
+ * rseq read in glibc, no system call), each behind a lock that is
+ * uncontended unless a thread is moved or preempted while holding it.
+ * Per-thread lists would need no lock at all, but hold up to pcp_high
+ * pages for every thread: memory that grows with the thread count and is
+ * lost to everyone else while a thread sleeps.  Per CPU, the pages held
+ * are bounded by CPUs x pcp_high per zone, whatever the program does.
+ *
+ * What a page on a list is: an allocated run with no owner (pcp.h), so
+ * the buddy allocator, compaction and alloc-contig-range see it as in use
+ * and leave it alone, and its owner fields are the list's.  The rules
+ * that keep that safe:
+ *  - Isolation (ucma_isolate_range()) takes every list lock of the zone,
+ *    then the zone lock, marks the pageblocks isolated and moves the runs
+ *    of the range from the lists to the buddy lists (which are then the
+ *    ISOLATE lists), in one critical section.  A free checks isolation
+ *    under its list lock and sends a run of an isolated pageblock to the
+ *    buddy lists.  So no list ever holds, or hands out, a page of an
+ *    isolated pageblock.  (Heap lending isolates only wholly free
+ *    pageblocks, which no list can hold a page of.)
+ *  - A page on a list counts as free where free memory is reported or
+ *    judged: buddyinfo (ucma_zone_free_counts(), per order as the runs
+ *    are), nr_free_pages, the compaction suitability check.  It does not
+ *    count in z->free_pages, which stays the sum of the buddy lists that
+ *    ucma_zone_check() verifies; that check also verifies every list.
+ *  - What needs free pages merged drains first: an allocation that finds
+ *    nothing in the buddy lists drains every list of the zone and tries
+ *    again (the kernel's drain_all_pages() before giving up), as do
+ *    compaction, malloc_trim's purge, and the search for a wholly free
+ *    CMA pageblock to lend.  The decay purge does not: pages on a list
+ *    are the ones about to be used again.
+ *  - fork: the zones' fork stage takes every list lock of a zone before
+ *    its zone lock and releases them in both processes; the lists are
+ *    memory, so the child has the same pages on the same lists.
+ *
+ * Sizing: pcp_batch is 32 pages (a 1/1024 of the zone when that is
+ * smaller), pcp_high 4 x pcp_batch: about 512 KiB per CPU and zone at most
+ * (a refill may add up to a batch past it until the next free drains).
+ * Orders up to 4 (64 KiB), one more than the kernel's 3: large mallocs
+ * and movable objects of 64 KiB are common here, and pcp_high bounds the
+ * lists whatever the orders (tests/bench/RESULTS.md).
+ *
+ * Locking: see struct ucma_pcp (pcp.h).
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "pcp.h"
+#include "lock.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <sys/sysinfo.h>
+
+#define PCP_MAX_BATCH 32u
+#define PCP_HIGH_BATCHES 4u
+#define PCP_MAX_CPUS 4096
+
+static size_t pcp_bytes(unsigned n)
+{
+	return UCMA_ALIGN_UP((size_t)n * sizeof(struct ucma_pcp), UCMA_PAGE_SIZE);
+}
+
+int ucma_pcp_init(struct ucma_zone *z)
+{
+	int ncpu = get_nprocs_conf();
+	unsigned n = ncpu < 1 ? 1 : ncpu > PCP_MAX_CPUS ? PCP_MAX_CPUS : (unsigned)ncpu;
+	uint64_t batch = z->managed_pages / 1024;
+	void *p;
+
+	z->pcp = NULL;
+	z->nr_pcp = 0;
+	if (z->managed_pages == 0)
+		return 0;
+	p = ucma_os.mmap(NULL, pcp_bytes(n), PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return -1;
+	z->pcp = p;
+	z->nr_pcp = n;
+	z->pcp_batch = batch < 1 ? 1 : batch > PCP_MAX_BATCH ? PCP_MAX_BATCH : (uint32_t)batch;
+	z->pcp_high = PCP_HIGH_BATCHES * z->pcp_batch;
+	for (unsigned c = 0; c < n; c++)
+		for (unsigned o = 0; o < UCMA_PCP_NR_ORDERS; o++)
+			for (int mt = 0; mt < UCMA_PCP_NR_MT; mt++)
+				z->pcp[c].head[o][mt] = UCMA_PFN_NONE;
+	return 0;
+}
+
+void ucma_pcp_fini(struct ucma_zone *z)
+{
+	if (z->pcp)
+		ucma_os.munmap(z->pcp, pcp_bytes(z->nr_pcp));
+	z->pcp = NULL;
+	z->nr_pcp = 0;
+}
+
+static struct ucma_pcp *this_pcp(struct ucma_zone *z)
+{
+	int cpu = sched_getcpu();
+
+	return &z->pcp[cpu < 0 ? 0 : (unsigned)cpu % z->nr_pcp];
+}
+
+/* The count is read without the lock (ucma_pcp_pages()): atomic stores. */
+static void count_add(struct ucma_pcp *pcp, int64_t n)
+{
+	__atomic_store_n(&pcp->count, (uint32_t)((int64_t)pcp->count + n), __ATOMIC_RELAXED);
+}
+
+uint64_t ucma_pcp_pages(const struct ucma_zone *z)
+{
+	uint64_t n = 0;
+
+	for (unsigned c = 0; c < z->nr_pcp; c++)
+		n += __atomic_load_n(&z->pcp[c].count, __ATOMIC_RELAXED);
+	return n;
+}
+
+uint64_t ucma_pcp_events(const struct ucma_arena *a, bool alloc)
+{
+	uint64_t n = 0;
+
+	for (int zi = 0; a && zi < UCMA_ZONE_NR; zi++) {
+		const struct ucma_zone *z = &a->zones[zi];
+
+		for (unsigned c = 0; c < z->nr_pcp; c++)
+			n += __atomic_load_n(alloc ? &z->pcp[c].nr_alloc : &z->pcp[c].nr_free,
+					     __ATOMIC_RELAXED);
+	}
+	return n;
+}
+
+/* Put the run at @pfn on list (@order, @mt); lock held. */
+static void list_push(struct ucma_zone *z, struct ucma_pcp *pcp, uint32_t pfn, unsigned order,
+		      int mt, bool dirty)
+{
+	struct ucma_page *p = &z->arena->pages[pfn];
+
+	p->flags = (uint8_t)(UCMA_PF_PCP | (dirty ? UCMA_PF_DIRTY : 0));
+	UCMA_PG_SET(p, link.next, pcp->head[order][mt]);
+	pcp->head[order][mt] = pfn;
+	pcp->nr[order][mt]++;
+	count_add(pcp, 1 << order);
+}
+
+/* Take the first run of list (@order, @mt); lock held, list not empty. */
+static uint32_t list_pop(struct ucma_zone *z, struct ucma_pcp *pcp, unsigned order, int mt)
+{
+	uint32_t pfn = pcp->head[order][mt];
+
+	pcp->head[order][mt] = z->arena->pages[pfn].link.next;
+	pcp->nr[order][mt]--;
+	count_add(pcp, -(1 << order));
+	return pfn;
+}
+
+/* Give the first run of list (@order, @mt) back; both locks held. */
+static void release_one(struct ucma_zone *z, struct ucma_pcp *pcp, unsigned order, int mt)
+{
+	uint32_t pfn = list_pop(z, pcp, order, mt);
+	bool dirty = z->arena->pages[pfn].flags & UCMA_PF_DIRTY;
+
+	ucma_zone_pcp_release_locked(z, pfn, order, dirty);
+}
+
+/*
+ * Down to pcp_high - pcp_batch pages (lock held): the largest runs of the
+ * other lists first (they are what the buddy lists can merge into what
+ * others need), then of list (@hot_order, @hot_mt) all but its head, the
+ * run just freed, which is the one the next allocation wants.
+ */
+static void drain_some(struct ucma_zone *z, struct ucma_pcp *pcp, unsigned hot_order, int hot_mt)
+{
+	uint32_t target = z->pcp_high - z->pcp_batch;
+	struct ucma_page *pages = z->arena->pages;
+	uint32_t *hot = &pcp->head[hot_order][hot_mt];
+
+	pthread_mutex_lock(&z->lock);
+	for (int o = UCMA_PCP_MAX_ORDER; o >= 0 && pcp->count > target; o--)
+		for (int mt = 0; mt < UCMA_PCP_NR_MT && pcp->count > target; mt++)
+			while (pcp->nr[o][mt] && pcp->count > target &&
+			       !((unsigned)o == hot_order && mt == hot_mt))
+				release_one(z, pcp, (unsigned)o, mt);
+	while (pcp->count > target && pcp->nr[hot_order][hot_mt] > 1) {
+		uint32_t pfn = pages[*hot].link.next;
+		bool dirty = pages[pfn].flags & UCMA_PF_DIRTY;
+
+		/* The head's link word is also its owner word: atomic. */
+		__atomic_store_n(&pages[*hot].link.next, pages[pfn].link.next, __ATOMIC_RELAXED);
+		pcp->nr[hot_order][hot_mt]--;
+		count_add(pcp, -(1 << hot_order));
+		ucma_zone_pcp_release_locked(z, pfn, hot_order, dirty);
+	}
+	pthread_mutex_unlock(&z->lock);
+}
+
+uint32_t ucma_pcp_alloc(struct ucma_zone *z, unsigned order, int mt, unsigned gfp,
+			uint32_t *lend_pb, bool *dirty, bool *wake, bool *grow)
+{
+	struct ucma_arena *a = z->arena;
+	struct ucma_pcp *pcp = this_pcp(z);
+	uint8_t flags = (gfp & UCMA_GFP_MOVABLE) ? UCMA_PF_MOVABLE : 0;
+	uint32_t pfn;
+
+	ucma_lock(&pcp->lock);
+	if (pcp->head[order][mt] != UCMA_PFN_NONE) {
+		pfn = list_pop(z, pcp, order, mt);
+		*dirty = a->pages[pfn].flags & UCMA_PF_DIRTY;
+	} else {
+		uint32_t pfns[PCP_MAX_BATCH];
+		bool d[PCP_MAX_BATCH];
+		unsigned want = z->pcp_batch >> order, got;
+
+		got = ucma_zone_pcp_refill(z, order, gfp, pfns, d, want ? want : 1, lend_pb, wake,
+					   grow);
+		if (got == 0) {
+			ucma_unlock(&pcp->lock);
+			return UCMA_PFN_NONE;
+		}
+		/* The lowest block is handed out, the rest listed so that the
+		 * next allocations go up in address. */
+		for (unsigned i = got; i-- > 1;)
+			list_push(z, pcp, pfns[i], order, mt, d[i]);
+		pfn = pfns[0];
+		*dirty = d[0];
+	}
+	/* The run's flags are its owner's from here on. */
+	for (uint32_t i = 0; i < (1u << order); i++)
+		a->pages[pfn + i].flags = flags;
+	UCMA_PG_SET(&a->pages[pfn], owner, 0);
+	__atomic_store_n(&pcp->nr_alloc, pcp->nr_alloc + 1, __ATOMIC_RELAXED);
+	ucma_unlock(&pcp->lock);
+	return pfn;
+}
+
+int ucma_pcp_free(struct ucma_zone *z, uint32_t pfn, unsigned order)
+{
+	struct ucma_arena *a = z->arena;
+	struct ucma_pageblock *pb = ucma_pfn_block(a, pfn);
+	struct ucma_pcp *pcp = this_pcp(z);
+	int mt, listed = 1;
+
+	ucma_lock(&pcp->lock);
+	/* Stable under any pcp lock: isolation holds all of them. */
+	if (__atomic_load_n(&pb->isolate_count, __ATOMIC_ACQUIRE)) {
+		ucma_unlock(&pcp->lock);
+		return 0;
+	}
+	mt = __atomic_load_n(&pb->mt, __ATOMIC_RELAXED);
+	if (mt >= UCMA_PCP_NR_MT) {
+		ucma_unlock(&pcp->lock);
+		return 0;
+	}
+	/* Forget the owner first, so a stale pointer into the run finds none
+	 * (owner_type with release, as ucma_run_set_owner() writes it). */
+	for (uint32_t i = 0; i < (1u << order); i++) {
+		__atomic_store_n(&a->pages[pfn + i].owner, 0, __ATOMIC_RELAXED);
+		__atomic_store_n(&a->pages[pfn + i].owner_type, (uint8_t)UCMA_OWN_NONE,
+				 __ATOMIC_RELEASE);
+	}
+	list_push(z, pcp, pfn, order, mt, true);
+	__atomic_store_n(&pcp->nr_free, pcp->nr_free + 1, __ATOMIC_RELAXED);
+	if (pcp->count > z->pcp_high) {
+		drain_some(z, pcp, order, mt);
+		listed = 2;
+	}
+	ucma_unlock(&pcp->lock);
+	return listed;
+}
+
+/* Every list of @pcp back to the buddy lists; both locks held. */
+static void drain_pcp_locked(struct ucma_zone *z, struct ucma_pcp *pcp)
+{
+	for (unsigned o = 0; o < UCMA_PCP_NR_ORDERS; o++)
+		for (int mt = 0; mt < UCMA_PCP_NR_MT; mt++)
+			while (pcp->nr[o][mt])
+				release_one(z, pcp, o, mt);
+}
+
+void ucma_pcp_drain_zone(struct ucma_zone *z)
+{
+	for (unsigned c = 0; c < z->nr_pcp; c++) {
+		struct ucma_pcp *pcp = &z->pcp[c];
+
+		ucma_lock(&pcp->lock);
+		if (pcp->count) {
+			pthread_mutex_lock(&z->lock);
+			drain_pcp_locked(z, pcp);
+			pthread_mutex_unlock(&z->lock);
+		}
+		ucma_unlock(&pcp->lock);
+	}
+}
+
+void ucma_pcp_lock_all(struct ucma_zone *z)
+{
+	for (unsigned c = 0; c < z->nr_pcp; c++)
+		ucma_lock(&z->pcp[c].lock);
+}
+
+void ucma_pcp_unlock_all(struct ucma_zone *z)
+{
+	for (unsigned c = z->nr_pcp; c-- > 0;)
+		ucma_unlock(&z->pcp[c].lock);
+}
+
+void ucma_pcp_drain_range_locked(struct ucma_zone *z, uint32_t start, uint32_t end)
+{
+	struct ucma_page *pages = z->arena->pages;
+
+	for (unsigned c = 0; c < z->nr_pcp; c++) {
+		struct ucma_pcp *pcp = &z->pcp[c];
+
+		for (unsigned o = 0; o < UCMA_PCP_NR_ORDERS; o++) {
+			for (int mt = 0; mt < UCMA_PCP_NR_MT; mt++) {
+				uint32_t *link = &pcp->head[o][mt];
+
+				while (*link != UCMA_PFN_NONE) {
+					uint32_t pfn = *link;
+					bool dirty = pages[pfn].flags & UCMA_PF_DIRTY;
+
+					if (pfn < start || pfn >= end) {
+						link = &pages[pfn].link.next;
+						continue;
+					}
+					/* Unlink: the link word is also the
+					 * owner lock-free readers load. */
+					if (link == &pcp->head[o][mt])
+						*link = pages[pfn].link.next;
+					else
+						__atomic_store_n(link, pages[pfn].link.next,
+								 __ATOMIC_RELAXED);
+					pcp->nr[o][mt]--;
+					count_add(pcp, -(1 << o));
+					ucma_zone_pcp_release_locked(z, pfn, o, dirty);
+				}
+			}
+		}
+	}
+}
+
+void ucma_pcp_counts_locked(struct ucma_zone *z, uint64_t counts[UCMA_NR_ORDERS])
+{
+	for (unsigned c = 0; c < z->nr_pcp; c++)
+		for (unsigned o = 0; o < UCMA_PCP_NR_ORDERS; o++)
+			for (int mt = 0; mt < UCMA_PCP_NR_MT; mt++)
+				counts[o] += z->pcp[c].nr[o][mt];
+}
+
+#define CHECK(cond, ...)                                      \
+	do {                                                  \
+		if (!(cond)) {                                \
+			snprintf(why, whylen, __VA_ARGS__);   \
+			return -1;                            \
+		}                                             \
+	} while (0)
+
+int ucma_pcp_check_locked(struct ucma_zone *z, char *why, size_t whylen)
+{
+	struct ucma_arena *a = z->arena;
+
+	for (unsigned c = 0; c < z->nr_pcp; c++) {
+		const struct ucma_pcp *pcp = &z->pcp[c];
+		uint64_t pages = 0;
+
+		for (unsigned o = 0; o < UCMA_PCP_NR_ORDERS; o++) {
+			for (int mt = 0; mt < UCMA_PCP_NR_MT; mt++) {
+				uint64_t n = 0;
+
+				for (uint32_t pfn = pcp->head[o][mt]; pfn != UCMA_PFN_NONE;
+				     pfn = a->pages[pfn].link.next) {
+					const struct ucma_page *p = &a->pages[pfn];
+					const struct ucma_pageblock *pb = ucma_pfn_block(a, pfn);
+
+					CHECK(pfn >= z->start_pfn && pfn + (1u << o) <= z->end_pfn,
+					      "pcp %u order %u mt %d: pfn %u outside the zone", c, o,
+					      mt, pfn);
+					CHECK(p->kind == UCMA_PK_RUN && p->aux == 1u << o &&
+						      (p->flags & UCMA_PF_PCP) &&
+						      p->owner_type == UCMA_OWN_NONE,
+					      "pcp %u order %u mt %d: pfn %u is no unowned run of "
+					      "%u pages (kind %u aux %u flags %#x owner_type %u)",
+					      c, o, mt, pfn, 1u << o, p->kind, p->aux, p->flags,
+					      p->owner_type);
+					for (uint32_t i = 1; i < (1u << o); i++)
+						CHECK(a->pages[pfn + i].kind == UCMA_PK_TAIL &&
+							      a->pages[pfn + i].aux == pfn,
+						      "pcp %u: run %u has a bad tail %u", c, pfn,
+						      pfn + i);
+					CHECK(!pb->isolate_count && pb->mt != UCMA_MT_ISOLATE,
+					      "pcp %u order %u mt %d: pfn %u in an isolated "
+					      "pageblock", c, o, mt, pfn);
+					CHECK((pfn >> UCMA_PAGEBLOCK_ORDER) ==
+						      ((pfn + (1u << o) - 1) >> UCMA_PAGEBLOCK_ORDER),
+					      "pcp %u: run %u crosses a pageblock", c, pfn);
+					n++;
+					CHECK(n <= z->managed_pages, "pcp %u order %u mt %d: loops",
+					      c, o, mt);
+				}
+				CHECK(n == pcp->nr[o][mt], "pcp %u order %u mt %d: %llu runs, "
+				      "counted %u", c, o, mt, (unsigned long long)n,
+				      pcp->nr[o][mt]);
+				pages += n << o;
+			}
+		}
+		CHECK(pages == pcp->count, "pcp %u: %llu pages listed, counted %u", c,
+		      (unsigned long long)pages, pcp->count);
+	}
+	return 0;
+}

@@ -1,0 +1,399 @@
+/*
+ * test_pcp.c - the per-CPU page lists (pcp.c).
+ *
+ *  - a run freed to a list is the next one handed out, for every order
+ *    the lists keep, and counts as free meanwhile;
+ *  - isolation drains the runs of its range: ucma_alloc() of the whole CMA
+ *    area succeeds while runs of it sit on the lists (direct compaction,
+ *    which drains too, is off here), and with a pageblock isolated no
+ *    allocation is handed a page of it;
+ *  - the zone invariants, lists included, hold during and after threads
+ *    allocating and freeing runs of every kind at once;
+ *  - the free pages per order (buddyinfo) count the runs on the lists,
+ *    and a drain leaves the total unchanged and the lists empty.
+ *
+ * The thread stays on one CPU where it checks what one list hands out.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "internal.h"
+#include "pcp.h"
+#include "tap.h"
+#include "testutil.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ARENA (96u << 20)
+#define CMA   (32u << 20)
+
+static struct ucma_arena *a;
+
+static struct ucma_zone *normal(void) { return &a->zones[UCMA_ZONE_NORMAL]; }
+static struct ucma_zone *cma(void) { return &a->zones[UCMA_ZONE_CMA]; }
+
+static bool zones_ok(const char *when)
+{
+	char why[256];
+
+	for (int z = 0; z < UCMA_ZONE_NR; z++) {
+		if (ucma_zone_check(&a->zones[z], why, sizeof(why)) != 0) {
+			diag("%s: zone %s: %s", when, a->zones[z].name, why);
+			return false;
+		}
+	}
+	return true;
+}
+
+static uint64_t free_total(struct ucma_zone *z)
+{
+	uint64_t counts[UCMA_NR_ORDERS], n = 0;
+
+	ucma_zone_free_counts(z, counts);
+	for (unsigned o = 0; o < UCMA_NR_ORDERS; o++)
+		n += counts[o] << o;
+	return n;
+}
+
+static void drain_all(void)
+{
+	ucma_pcp_drain_zone(normal());
+	ucma_pcp_drain_zone(cma());
+}
+
+/* Stay on the CPU the thread runs on now; false if that cannot be had. */
+static bool stay_on_cpu(cpu_set_t *saved)
+{
+	cpu_set_t one;
+	int cpu = sched_getcpu();
+
+	CPU_ZERO(&one);
+	CPU_SET(cpu < 0 ? 0 : cpu, &one);
+	return sched_getaffinity(0, sizeof(*saved), saved) == 0 &&
+	       sched_setaffinity(0, sizeof(one), &one) == 0;
+}
+
+static void test_reuse(void)
+{
+	cpu_set_t saved;
+	bool pinned = stay_on_cpu(&saved);
+
+	if (!pinned)
+		diag("could not stay on one CPU: %s", strerror(errno));
+	for (unsigned o = 0; o <= UCMA_PCP_MAX_ORDER; o++) {
+		static const unsigned gfps[] = { UCMA_GFP_UNMOVABLE, UCMA_GFP_MOVABLE };
+
+		for (size_t g = 0; g < UCMA_ARRAY_SIZE(gfps); g++) {
+			uint32_t n = 1u << o, p1, p2;
+			struct ucma_zone *z;
+			uint64_t listed, nfree;
+
+			p1 = ucma_pages_alloc(a, n, gfps[g]);
+			if (p1 == UCMA_PFN_NONE) {
+				ok(0, "order %u: allocation failed", o);
+				continue;
+			}
+			z = ucma_pfn_zone(a, p1);
+			nfree = free_total(z);
+			ucma_pages_free(a, p1);
+			/* Past pcp_high the free sends other runs on to the
+			 * buddy lists, never the one just freed. */
+			listed = ucma_pcp_pages(z);
+			ok(listed >= n && (a->pages[p1].flags & UCMA_PF_PCP) &&
+				   a->pages[p1].kind == UCMA_PK_RUN && free_total(z) == nfree + n,
+			   "order %u %s: the freed run is listed and counts as free", o,
+			   g ? "movable" : "unmovable");
+			p2 = ucma_pages_alloc(a, n, gfps[g]);
+			ok(!pinned || p2 == p1, "order %u %s: and is handed out again (%u, then %u)",
+			   o, g ? "movable" : "unmovable", p1, p2);
+			ok(a->pages[p2].kind == UCMA_PK_RUN && a->pages[p2].aux == n &&
+				   !(a->pages[p2].flags & UCMA_PF_PCP) &&
+				   !!(a->pages[p2].flags & UCMA_PF_MOVABLE) == !!gfps[g],
+			   "order %u: an allocated run again, movable as asked", o);
+			if (p2 != UCMA_PFN_NONE)
+				ucma_pages_free(a, p2);
+		}
+	}
+	ok(zones_ok("reuse"), "invariants hold with runs on the lists");
+	if (pinned)
+		sched_setaffinity(0, sizeof(saved), &saved);
+}
+
+/* Allocate @n single movable pages in CMA into @pfns, then free them all:
+ * the lists then hold runs of the zone's first pageblocks. */
+static unsigned list_cma_pages(uint32_t *pfns, unsigned n)
+{
+	unsigned got = 0;
+
+	while (got < n) {
+		uint32_t pfn = ucma_pages_alloc(a, 1, UCMA_GFP_MOVABLE);
+
+		if (pfn == UCMA_PFN_NONE)
+			break;
+		pfns[got++] = pfn;
+	}
+	for (unsigned i = 0; i < got; i++)
+		ucma_pages_free(a, pfns[i]);
+	return got;
+}
+
+static void test_isolation_drains(void)
+{
+	static uint32_t pfns[4096];
+	struct ucma_zone *z = cma();
+	uint32_t pb = UCMA_PFN_NONE, in_pb = 0, listed_in_pb = 0;
+	bool direct = ucma_opt.compact_direct, handed = false;
+	void *buf;
+
+	drain_all();
+	list_cma_pages(pfns, 40);
+	ok(ucma_pcp_pages(z) > 0, "%llu pages of the CMA zone sit on per-CPU lists",
+	   (unsigned long long)ucma_pcp_pages(z));
+
+	/* The whole area: the one candidate holds the listed runs. */
+	ucma_opt.compact_direct = false;
+	buf = ucma_alloc(CMA, 0, 0);
+	ucma_opt.compact_direct = direct;
+	ok(buf != NULL, "ucma_alloc() of the whole area succeeds while its pages were listed (%s)",
+	   buf ? "ok" : strerror(errno));
+	ok(ucma_pcp_pages(z) == 0, "no page of the area is left on a list");
+	ok(zones_ok("contiguous allocation"), "invariants hold with the area allocated");
+	if (buf)
+		ucma_release(buf);
+
+	/* Isolate the first pageblock with runs of it on the lists: no list
+	 * may hand one out.  Then allocate more than the lists held. */
+	drain_all();
+	list_cma_pages(pfns, 40);
+	/* The pageblock of the first run listed, and how many of its runs are. */
+	for (unsigned c = 0; c < z->nr_pcp; c++) {
+		for (unsigned o = 0; o < UCMA_PCP_NR_ORDERS; o++) {
+			for (uint32_t p = z->pcp[c].head[o][UCMA_MT_CMA]; p != UCMA_PFN_NONE;
+			     p = a->pages[p].link.next) {
+				if (pb == UCMA_PFN_NONE)
+					pb = UCMA_ALIGN_DOWN(p, UCMA_PAGEBLOCK_PAGES);
+				listed_in_pb += p >> UCMA_PAGEBLOCK_ORDER == pb >> UCMA_PAGEBLOCK_ORDER;
+			}
+		}
+	}
+	if (pb == UCMA_PFN_NONE)
+		pb = z->start_pfn;
+	ok(listed_in_pb > 0, "%u runs of pageblock %u are listed", listed_in_pb,
+	   pb >> UCMA_PAGEBLOCK_ORDER);
+	ok(ucma_isolate_range(a, pb, pb + UCMA_PAGEBLOCK_PAGES) == 0, "pageblock isolated");
+	ok(zones_ok("isolated"), "invariants hold: no list holds a page of it");
+	{
+		unsigned n = 0;
+
+		while (n < UCMA_ARRAY_SIZE(pfns)) {
+			uint32_t pfn = ucma_pages_alloc(a, 1, UCMA_GFP_MOVABLE);
+
+			if (pfn == UCMA_PFN_NONE || ucma_pfn_zone(a, pfn) != z)
+				break;
+			pfns[n++] = pfn;
+			if (pfn >= pb && pfn < pb + UCMA_PAGEBLOCK_PAGES) {
+				handed = true;
+				in_pb = pfn;
+			}
+			if (n >= 4 * z->pcp_high * z->nr_pcp)
+				break;
+		}
+		ok(!handed, "%u allocations, none in the isolated pageblock (%u)", n, in_pb);
+		while (n)
+			ucma_pages_free(a, pfns[--n]);
+	}
+	ok(cma()->isolated_free_pages == UCMA_PAGEBLOCK_PAGES,
+	   "all of the isolated pageblock is free on the ISOLATE lists (%llu)",
+	   (unsigned long long)cma()->isolated_free_pages);
+	ucma_undo_isolate_range(a, pb, pb + UCMA_PAGEBLOCK_PAGES);
+	ok(zones_ok("isolation undone"), "invariants hold after the isolation is undone");
+}
+
+/* ---- many threads at once ---------------------------------------------- */
+
+#define STORM_THREADS 4
+#define STORM_STEPS 40000
+#define STORM_LIVE 256
+
+struct storm {
+	uint64_t seed;
+	unsigned fails;
+	bool overlap;
+};
+
+static _Atomic bool storm_done;
+
+static void *storm_thread(void *arg)
+{
+	static const uint32_t sizes[] = { 1, 1, 1, 2, 3, 4, 8, 16, 5, 33 };
+	struct storm *s = arg;
+	uint32_t live[STORM_LIVE], npages[STORM_LIVE];
+	unsigned nlive = 0;
+
+	for (int step = 0; step < STORM_STEPS; step++) {
+		uint64_t r = tu_rand(&s->seed);
+
+		if (nlive < STORM_LIVE && (r % 100 < 55 || nlive == 0)) {
+			uint32_t n = sizes[(r >> 8) % UCMA_ARRAY_SIZE(sizes)];
+			unsigned gfp = (r >> 16) & 1 ? UCMA_GFP_MOVABLE : UCMA_GFP_UNMOVABLE;
+			uint32_t pfn = ucma_pages_alloc(a, n, gfp);
+			uint32_t *w;
+
+			if (pfn == UCMA_PFN_NONE) {
+				s->fails++;
+				continue;
+			}
+			/* Stamp the run: two threads given the same page would
+			 * see each other's stamp. */
+			w = ucma_pfn_to_addr(a, pfn);
+			w[0] = pfn;
+			w[1] = (uint32_t)(uintptr_t)s;
+			live[nlive] = pfn;
+			npages[nlive++] = n;
+		} else {
+			unsigned i = (unsigned)((r >> 8) % nlive);
+			uint32_t *w = ucma_pfn_to_addr(a, live[i]);
+
+			if (w[0] != live[i] || w[1] != (uint32_t)(uintptr_t)s)
+				s->overlap = true;
+			ucma_pages_free(a, live[i]);
+			live[i] = live[--nlive];
+			npages[i] = npages[nlive];
+		}
+	}
+	while (nlive)
+		ucma_pages_free(a, live[--nlive]);
+	return NULL;
+}
+
+static void *checker_thread(void *arg)
+{
+	bool *good = arg;
+
+	while (!atomic_load(&storm_done)) {
+		if (!zones_ok("during the storm"))
+			*good = false;
+		sched_yield();
+	}
+	return NULL;
+}
+
+static void test_storm(void)
+{
+	pthread_t t[STORM_THREADS], checker;
+	struct storm s[STORM_THREADS];
+	bool during_ok = true, overlap = false;
+	unsigned fails = 0;
+
+	for (int i = 0; i < STORM_THREADS; i++) {
+		s[i] = (struct storm){ .seed = 0x9e3779b9u * (uint64_t)(i + 1) };
+		if (pthread_create(&t[i], NULL, storm_thread, &s[i]) != 0)
+			bail_out("pthread_create: %s", strerror(errno));
+	}
+	if (pthread_create(&checker, NULL, checker_thread, &during_ok) != 0)
+		bail_out("pthread_create: %s", strerror(errno));
+	for (int i = 0; i < STORM_THREADS; i++) {
+		pthread_join(t[i], NULL);
+		fails += s[i].fails;
+		overlap |= s[i].overlap;
+	}
+	atomic_store(&storm_done, true);
+	pthread_join(checker, NULL);
+	diag("%d threads x %d steps, %u allocations failed", STORM_THREADS, STORM_STEPS, fails);
+	ok(!overlap, "no run handed to two threads at once");
+	ok(during_ok, "zone invariants, lists included, hold during the storm");
+	ok(zones_ok("after the storm"), "and after it");
+	ok(free_total(normal()) == normal()->managed_pages && free_total(cma()) == cma()->managed_pages,
+	   "every page counts as free again, listed or not");
+}
+
+static void test_counts_drain(void)
+{
+	uint64_t before[UCMA_ZONE_NR], after[UCMA_ZONE_NR], buddy[UCMA_ZONE_NR];
+	uint64_t counts[UCMA_NR_ORDERS];
+	uint32_t keep[64];
+	static uint32_t pfns[256];
+	bool exact = true;
+
+	/* Something allocated, and runs of several orders listed. */
+	for (unsigned i = 0; i < UCMA_ARRAY_SIZE(keep); i++)
+		keep[i] = ucma_pages_alloc(a, 1u << (i % (UCMA_PCP_MAX_ORDER + 1)),
+					   i & 1 ? UCMA_GFP_MOVABLE : UCMA_GFP_UNMOVABLE);
+	for (unsigned i = 0; i < UCMA_ARRAY_SIZE(pfns); i++)
+		pfns[i] = ucma_pages_alloc(a, 1u << (i % 3), UCMA_GFP_UNMOVABLE);
+	for (unsigned i = 0; i < UCMA_ARRAY_SIZE(pfns); i += 2)
+		if (pfns[i] != UCMA_PFN_NONE)
+			ucma_pages_free(a, pfns[i]);
+	ok(ucma_pcp_pages(normal()) > 0, "%llu NORMAL pages listed",
+	   (unsigned long long)ucma_pcp_pages(normal()));
+	for (int zi = 0; zi < UCMA_ZONE_NR; zi++)
+		before[zi] = free_total(&a->zones[zi]);
+	drain_all();
+	for (int zi = 0; zi < UCMA_ZONE_NR; zi++) {
+		struct ucma_zone *z = &a->zones[zi];
+
+		after[zi] = free_total(z);
+		buddy[zi] = 0;
+		ucma_zone_free_counts(z, counts);
+		for (unsigned o = 0; o < UCMA_NR_ORDERS; o++) {
+			uint64_t b = 0;
+
+			for (int mt = 0; mt < UCMA_MT_NR; mt++)
+				b += z->free_area[o].nr_free[mt];
+			exact &= counts[o] == b;
+			buddy[zi] += b << o;
+		}
+	}
+	ok(before[0] == after[0] && before[1] == after[1],
+	   "free pages unchanged by the drain (NORMAL %llu -> %llu, CMA %llu -> %llu)",
+	   (unsigned long long)before[0], (unsigned long long)after[0],
+	   (unsigned long long)before[1], (unsigned long long)after[1]);
+	ok(ucma_pcp_pages(normal()) == 0 && ucma_pcp_pages(cma()) == 0, "the lists are empty");
+	ok(exact && buddy[0] == normal()->free_pages && buddy[1] == cma()->free_pages,
+	   "free blocks per order are the buddy lists' alone after the drain");
+	ok(zones_ok("after the drain"), "invariants hold after the drain");
+	for (unsigned i = 1; i < UCMA_ARRAY_SIZE(pfns); i += 2)
+		if (pfns[i] != UCMA_PFN_NONE)
+			ucma_pages_free(a, pfns[i]);
+	for (unsigned i = 0; i < UCMA_ARRAY_SIZE(keep); i++)
+		if (keep[i] != UCMA_PFN_NONE)
+			ucma_pages_free(a, keep[i]);
+	drain_all();
+	ok(normal()->free_pages == normal()->managed_pages &&
+		   cma()->free_pages == cma()->managed_pages,
+	   "everything freed and drained: every page on the buddy lists");
+}
+
+int main(void)
+{
+	struct ucma_config cfg = {
+		.arena_size = ARENA,
+		.cma_size = CMA,
+		.hugepages = UCMA_BACKING_NONE,
+		.hugepages_normal = UCMA_BACKING_NONE,
+		/* No CMA frames lent to the heap: the counts are the zones'. */
+		.cma_policy = UCMA_CMA_LEND_HANDLES,
+	};
+
+	plan_no_plan();
+	/* No compaction thread: it drains the lists, and the checks look at
+	 * them at moments no other thread may. */
+	setenv("UCMA_COMPACT", "0", 1);
+	if (ucma_init(&cfg) != 0)
+		bail_out("ucma_init: %s", strerror(errno));
+	a = ucma_arena_get();
+	if (!normal()->pcp || !cma()->pcp) {
+		skip(1, "no per-CPU lists");
+		return done();
+	}
+	diag("%u CPUs, batch %u and high %u pages (NORMAL), %u and %u (CMA)", normal()->nr_pcp,
+	     normal()->pcp_batch, normal()->pcp_high, cma()->pcp_batch, cma()->pcp_high);
+	test_reuse();
+	test_isolation_drains();
+	test_storm();
+	test_counts_drain();
+	return done();
+}
