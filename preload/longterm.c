@@ -62,6 +62,7 @@
 #include <unistd.h>
 
 #include "ucma.h"
+#include "raw_syscall.h"
 
 #define LONGTERM_EXPORT __attribute__((visibility("default")))
 
@@ -82,38 +83,6 @@ struct pbuf_ring_reg {
 };
 _Static_assert(sizeof(struct pbuf_ring_reg) == sizeof(struct io_uring_buf_reg),
 	       "struct io_uring_buf_reg changed");
-
-/* The system call @nr with six arguments, the kernel's result (-errno on
- * failure): what syscall() does, without the C library. */
-static long raw_syscall6(long nr, long a1, long a2, long a3, long a4, long a5, long a6)
-{
-#if defined(__x86_64__)
-	register long r10 __asm__("r10") = a4;
-	register long r8 __asm__("r8") = a5;
-	register long r9 __asm__("r9") = a6;
-	long ret;
-
-	__asm__ volatile("syscall"
-			 : "=a"(ret)
-			 : "a"(nr), "D"(a1), "S"(a2), "d"(a3), "r"(r10), "r"(r8), "r"(r9)
-			 : "rcx", "r11", "memory");
-	return ret;
-#else
-	register long x8 __asm__("x8") = nr;
-	register long x0 __asm__("x0") = a1;
-	register long x1 __asm__("x1") = a2;
-	register long x2 __asm__("x2") = a3;
-	register long x3 __asm__("x3") = a4;
-	register long x4 __asm__("x4") = a5;
-	register long x5 __asm__("x5") = a6;
-
-	__asm__ volatile("svc 0"
-			 : "+r"(x0)
-			 : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5)
-			 : "memory", "cc");
-	return x0;
-#endif
-}
 
 /* A kernel result as the C library returns it: -1 and errno. */
 static long libc_result(long ret)
@@ -139,7 +108,7 @@ static long libc_result(long ret)
 static bool read_user(void *dst, const void *src, size_t len)
 {
 	struct iovec local = { dst, len }, remote = { (void *)src, len };
-	long n = raw_syscall6(SYS_process_vm_readv, raw_syscall6(SYS_getpid, 0, 0, 0, 0, 0, 0),
+	long n = ucma_raw_syscall6(SYS_process_vm_readv, ucma_raw_syscall6(SYS_getpid, 0, 0, 0, 0, 0, 0),
 			      (long)&local, 1, (long)&remote, 1, 0);
 
 	if (n == (long)len)
@@ -232,7 +201,7 @@ static long mlock_range(long nr, const void *addr, size_t len, long flags)
 		errno = EAGAIN;
 		return -1;
 	}
-	return libc_result(raw_syscall6(nr, (long)addr, (long)len, flags, 0, 0, 0));
+	return libc_result(ucma_raw_syscall6(nr, (long)addr, (long)len, flags, 0, 0, 0));
 }
 
 static long mlock_all(int flags)
@@ -241,7 +210,7 @@ static long mlock_all(int flags)
 		errno = ENOMEM;
 		return -1;
 	}
-	return libc_result(raw_syscall6(SYS_mlockall, flags, 0, 0, 0, 0, 0));
+	return libc_result(ucma_raw_syscall6(SYS_mlockall, flags, 0, 0, 0, 0, 0));
 }
 
 /* The raw io_uring_register(2): the kernel's result, -errno on failure. */
@@ -249,7 +218,7 @@ static long io_uring_register_raw(long fd, unsigned opcode, const void *arg, uns
 {
 	if (unlend_io_uring(opcode, arg, nr_args) == UNLEND_FAILED)
 		return -EBUSY;
-	return raw_syscall6(SYS_io_uring_register, fd, opcode, (long)arg, nr_args, 0, 0);
+	return ucma_raw_syscall6(SYS_io_uring_register, fd, opcode, (long)arg, nr_args, 0, 0);
 }
 
 LONGTERM_EXPORT int mlock(const void *addr, size_t len)
@@ -290,7 +259,7 @@ LONGTERM_EXPORT long syscall(long nr, ...)
 		return libc_result(io_uring_register_raw(a[0], (unsigned)a[1], (const void *)a[2],
 							 (unsigned)a[3]));
 	default:
-		return libc_result(raw_syscall6(nr, a[0], a[1], a[2], a[3], a[4], a[5]));
+		return libc_result(ucma_raw_syscall6(nr, a[0], a[1], a[2], a[3], a[4], a[5]));
 	}
 }
 

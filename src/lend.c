@@ -131,6 +131,7 @@
 #include "frames.h"
 #include "fork.h"
 #include "memevent.h"
+#include "raw_syscall.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -634,38 +635,6 @@ static bool own_stack_in(const char *lo, const char *hi)
 #if defined(__x86_64__) || defined(__aarch64__)
 #define LEND_OWN_HELPER 1
 
-/* The system call @nr, the kernel's result (-errno on failure), without
- * the C library: nothing here may write errno (see own_helper_fn()). */
-static long raw_syscall6(long nr, long a1, long a2, long a3, long a4, long a5, long a6)
-{
-#if defined(__x86_64__)
-	register long r10 __asm__("r10") = a4;
-	register long r8 __asm__("r8") = a5;
-	register long r9 __asm__("r9") = a6;
-	long ret;
-
-	__asm__ volatile("syscall"
-			 : "=a"(ret)
-			 : "a"(nr), "D"(a1), "S"(a2), "d"(a3), "r"(r10), "r"(r8), "r"(r9)
-			 : "rcx", "r11", "memory");
-	return ret;
-#else
-	register long x8 __asm__("x8") = nr;
-	register long x0 __asm__("x0") = a1;
-	register long x1 __asm__("x1") = a2;
-	register long x2 __asm__("x2") = a3;
-	register long x3 __asm__("x3") = a4;
-	register long x4 __asm__("x4") = a5;
-	register long x5 __asm__("x5") = a6;
-
-	__asm__ volatile("svc 0"
-			 : "+r"(x0)
-			 : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5)
-			 : "memory", "cc");
-	return x0;
-#endif
-}
-
 /*
  * struct own_move - one piece holding the stack or the thread control
  * block of the thread taking it back, moved by a helper task (lend.lock
@@ -707,7 +676,7 @@ static int own_helper_fn(void *arg)
 		.mode = UFFDIO_WRITEPROTECT_MODE_WP,
 	};
 	struct uffdio_range r = { (uintptr_t)m->at, m->len };
-	long rc = raw_syscall6(SYS_ioctl, m->fd, UFFDIO_WRITEPROTECT, (long)&wp, 0, 0, 0);
+	long rc = ucma_raw_syscall6(SYS_ioctl, m->fd, UFFDIO_WRITEPROTECT, (long)&wp, 0, 0, 0);
 
 	if (rc == 0) {
 		volatile uint64_t *to = (volatile uint64_t *)(void *)m->staging;
@@ -715,18 +684,18 @@ static int own_helper_fn(void *arg)
 
 		for (size_t i = 0; i < m->len / sizeof(uint64_t); i++)
 			to[i] = from[i];
-		rc = raw_syscall6(SYS_mremap, (long)m->staging, (long)m->len, (long)m->len,
+		rc = ucma_raw_syscall6(SYS_mremap, (long)m->staging, (long)m->len, (long)m->len,
 				  MREMAP_MAYMOVE | MREMAP_FIXED, (long)m->at, 0);
 		if (rc < 0 && rc > -4096) {
 			wp.mode = 0;	/* unprotect, which wakes them */
-			if (raw_syscall6(SYS_ioctl, m->fd, UFFDIO_WRITEPROTECT, (long)&wp, 0, 0,
+			if (ucma_raw_syscall6(SYS_ioctl, m->fd, UFFDIO_WRITEPROTECT, (long)&wp, 0, 0,
 					 0) != 0) {
-				raw_syscall6(SYS_close, m->fd, 0, 0, 0, 0, 0);
+				ucma_raw_syscall6(SYS_close, m->fd, 0, 0, 0, 0, 0);
 				m->closed = true;
 			}
 		} else {
 			rc = 0;
-			raw_syscall6(SYS_ioctl, m->fd, UFFDIO_WAKE, (long)&r, 0, 0, 0);
+			ucma_raw_syscall6(SYS_ioctl, m->fd, UFFDIO_WAKE, (long)&r, 0, 0, 0);
 		}
 	}
 	m->rc = rc;
@@ -751,7 +720,7 @@ static int move_own_piece(int fd, char *at, char *staging, const char *frame, si
 		  &own_move, NULL, NULL, &own_move.tid) < 0)
 		return -1;
 	while ((v = atomic_load(&own_move.tid)) != 0)
-		raw_syscall6(SYS_futex, (long)&own_move.tid, FUTEX_WAIT, v, 0, 0, 0);
+		ucma_raw_syscall6(SYS_futex, (long)&own_move.tid, FUTEX_WAIT, v, 0, 0, 0);
 	if (own_move.closed)
 		atomic_store(&lend.uffd, -1);	/* a new one at the next take-back */
 	if (own_move.rc != 0) {

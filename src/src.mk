@@ -17,6 +17,7 @@ UCMA_SOURCES = \
 	src/pcp.c \
 	src/lend.h \
 	src/lend.c \
+	src/raw_syscall.h \
 	src/meta.c \
 	src/handle.h \
 	src/handle.c \
