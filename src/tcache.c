@@ -896,6 +896,9 @@ void ucma_tcache_atfork_child(void)
 						 s->used[idx >> 6] & ~(1ull << (idx & 63)),
 						 __ATOMIC_RELAXED);
 			}
+			/* Still frees the program made: counted as given back,
+			 * or the child's malloc_nfree would lose them. */
+			b->nflush += b->n;
 			b->n = 0;
 		}
 	}

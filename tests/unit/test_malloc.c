@@ -857,6 +857,75 @@ static void test_fork(void)
 	   "free and start a thread", good, rounds);
 }
 
+/* A thread that freed small blocks into its cache and sleeps there. */
+static pthread_mutex_t parked_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t parked_cond = PTHREAD_COND_INITIALIZER;
+static int parked_state;	/* 1: its frees are parked; 2: may end */
+
+static void *parking_thread(void *arg)
+{
+	void *p[100];
+
+	for (int i = 0; i < 100; i++)
+		p[i] = ucma_malloc(64);
+	for (int i = 0; i < 100; i++)
+		ucma_free(p[i]);
+	pthread_mutex_lock(&parked_lock);
+	parked_state = 1;
+	pthread_cond_broadcast(&parked_cond);
+	while (parked_state != 2)
+		pthread_cond_wait(&parked_cond, &parked_lock);
+	pthread_mutex_unlock(&parked_lock);
+	return arg;
+}
+
+/*
+ * The child of a fork gives the blocks parked in the caches of threads it
+ * does not have back to their slabs: those were frees all the same, so
+ * malloc_nmalloc - malloc_nfree is the same in the child as in the parent
+ * at the fork (it used to grow by the parked blocks).
+ */
+static void test_fork_counts(void)
+{
+	uint64_t live_parent, live_child = 0;
+	pthread_t t;
+	int pipefd[2], status = -1;
+	pid_t pid;
+
+	if (pipe(pipefd) != 0 || pthread_create(&t, NULL, parking_thread, NULL) != 0) {
+		ok(0, "set-up: %s", strerror(errno));
+		return;
+	}
+	pthread_mutex_lock(&parked_lock);
+	while (parked_state != 1)
+		pthread_cond_wait(&parked_cond, &parked_lock);
+	pthread_mutex_unlock(&parked_lock);
+	live_parent = stat_of("malloc_nmalloc") - stat_of("malloc_nfree");
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		uint64_t live = stat_of("malloc_nmalloc") - stat_of("malloc_nfree");
+
+		_exit(write(pipefd[1], &live, sizeof(live)) == (ssize_t)sizeof(live) ? 0 : 1);
+	}
+	if (pid > 0) {
+		if (read(pipefd[0], &live_child, sizeof(live_child)) != (ssize_t)sizeof(live_child))
+			live_child = UINT64_MAX;
+		waitpid(pid, &status, 0);
+	}
+	close(pipefd[0]);
+	close(pipefd[1]);
+	pthread_mutex_lock(&parked_lock);
+	parked_state = 2;
+	pthread_cond_broadcast(&parked_cond);
+	pthread_mutex_unlock(&parked_lock);
+	pthread_join(t, NULL);
+	ok(pid > 0 && status == 0 && live_child == live_parent,
+	   "a fork's child counts the frees parked in other threads' caches: live blocks "
+	   "%llu in the child, %llu in the parent at the fork",
+	   (unsigned long long)live_child, (unsigned long long)live_parent);
+}
+
 int main(void)
 {
 	if (getenv("UCMA_TEST_LONG"))
@@ -875,5 +944,6 @@ int main(void)
 	test_threads();
 	test_remote_reuse();
 	test_fork();
+	test_fork_counts();
 	return done();
 }
