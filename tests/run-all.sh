@@ -17,6 +17,11 @@ fuzz_seconds=${UCMA_FUZZ_SECONDS:-60}
 # tests' environment, where the library would warn about unknown UCMA_*
 # names and tests comparing standard error would fail.
 unset UCMA_JOBS UCMA_BUILD_ROOT UCMA_QUICK UCMA_CHECK_ARGS UCMA_FUZZ_SECONDS
+# RUN_ALL_COUNTS=FILE (.ci/run sets it): the counts so far are kept there
+# before every step, and "printed" is added once the closing line is out,
+# so that a caller can still give the line if this script is killed
+# outright (SIGKILL from an outside time limit runs no trap).
+counts_file=${RUN_ALL_COUNTS:-}
 
 deps="build-essential autoconf automake libtool pkg-config libnuma-dev liburcu-dev \
 liburing-dev libjemalloc-dev libjemalloc2 libmimalloc-dev libgoogle-perftools-dev \
@@ -32,6 +37,13 @@ summary() {
 	[ -n "$summary_done" ] && return
 	summary_done=1
 	echo "$pass passed, $fail failed, $skip skipped"
+	[ -n "$counts_file" ] && echo printed >>"$counts_file"
+}
+
+# record: the counts so far, for RUN_ALL_COUNTS.
+record() {
+	[ -n "$counts_file" ] && echo "$pass $fail $skip" >"$counts_file"
+	return 0
 }
 trap summary EXIT
 trap 'fail=$((fail + 1)); exit 130' INT TERM
@@ -61,6 +73,7 @@ count_trs() {
 # step NAME COMMAND...: run a build step; a failure counts as one failed test.
 step() {
 	name=$1; shift
+	record
 	echo "== $name"
 	if ! "$@" > "$out/$name.log" 2>&1; then
 		echo "!! $name failed; last lines of $out/$name.log:"
