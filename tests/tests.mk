@@ -14,7 +14,7 @@ AM_TESTS_ENVIRONMENT = \
 	LSAN_OPTIONS="suppressions=$(abs_top_srcdir)/tests/lsan.supp:print_suppressions=0"; export LSAN_OPTIONS; \
 	TSAN_OPTIONS="suppressions=$(abs_top_srcdir)/tests/tsan.supp:halt_on_error=1:second_deadlock_stack=1"; export TSAN_OPTIONS; \
 	UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"; export UBSAN_OPTIONS;
-EXTRA_DIST += tests/tap.h tests/testutil.h tests/lsan.supp tests/tsan.supp tests/time-limit.sh
+EXTRA_DIST += tests/tap.h tests/testutil.h tests/unit/zones.h tests/lsan.supp tests/tsan.supp tests/time-limit.sh
 
 include tests/unit/unit.mk
 include tests/unit/compact.mk

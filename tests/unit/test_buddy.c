@@ -14,6 +14,7 @@
 #include "pcp.h"
 #include "tap.h"
 #include "testutil.h"
+#include "zones.h"
 
 #include <errno.h>
 #include <string.h>
@@ -32,21 +33,7 @@ static unsigned char *owned;	/* model: 1 if the page is allocated */
 static struct ucma_zone *normal(void) { return &a->zones[UCMA_ZONE_NORMAL]; }
 static struct ucma_zone *cma(void) { return &a->zones[UCMA_ZONE_CMA]; }
 
-/* Free pages of a zone: its buddy lists and its per-CPU lists (pcp.c). */
-static uint64_t nfree(struct ucma_zone *z) { return z->free_pages + ucma_pcp_pages(z); }
 
-static bool check_zones(const char *when)
-{
-	char why[256];
-
-	for (int z = 0; z < UCMA_ZONE_NR; z++) {
-		if (ucma_zone_check(&a->zones[z], why, sizeof(why)) != 0) {
-			diag("%s: zone %s: %s", when, a->zones[z].name, why);
-			return false;
-		}
-	}
-	return true;
-}
 
 static bool mark(struct run *r, unsigned char v)
 {
@@ -112,8 +99,8 @@ static void test_random(void)
 			runs[i] = runs[--nruns];
 		}
 		if (step % 2000 == 0) {
-			checks_ok &= check_zones("random step");
-			checks_ok &= model_free_pages() == nfree(normal()) + nfree(cma());
+			checks_ok &= tu_zones_ok(a, "random step");
+			checks_ok &= model_free_pages() == tu_zone_free(normal()) + tu_zone_free(cma());
 		}
 	}
 	ok(overlaps == 0, "no page handed out twice in %d steps", STEPS);
@@ -124,14 +111,14 @@ static void test_random(void)
 		mark(&runs[nruns - 1], 0);
 		ucma_pages_free(a, runs[--nruns].pfn);
 	}
-	ok(check_zones("after freeing all"), "invariants hold after freeing everything");
-	ok(nfree(normal()) == normal()->managed_pages && nfree(cma()) == cma()->managed_pages,
+	ok(tu_zones_ok(a, "after freeing all"), "invariants hold after freeing everything");
+	ok(tu_zone_free(normal()) == normal()->managed_pages && tu_zone_free(cma()) == cma()->managed_pages,
 	   "every page is free again");
 	/* The runs left on per-CPU lists merge once drained. */
 	ucma_pcp_drain_zone(normal());
 	ucma_pcp_drain_zone(cma());
 	ok(normal()->free_pages == normal()->managed_pages &&
-		   cma()->free_pages == cma()->managed_pages && check_zones("after the drain"),
+		   cma()->free_pages == cma()->managed_pages && tu_zones_ok(a, "after the drain"),
 	   "every page is on the buddy lists after a drain");
 	{
 		uint64_t counts[UCMA_NR_ORDERS];
@@ -148,23 +135,23 @@ static void test_random(void)
 
 static void test_exact_split(void)
 {
-	uint64_t before = nfree(normal());
+	uint64_t before = tu_zone_free(normal());
 	uint32_t pfn = ucma_pages_alloc(a, 768, UCMA_GFP_UNMOVABLE);	/* 3 MiB */
 	uint32_t p5;
 
 	ok(pfn != UCMA_PFN_NONE, "3 MiB unmovable run allocated");
-	ok(before - nfree(normal()) == 768, "3 MiB consumed exactly 768 pages (took %llu)",
-	   (unsigned long long)(before - nfree(normal())));
+	ok(before - tu_zone_free(normal()) == 768, "3 MiB consumed exactly 768 pages (took %llu)",
+	   (unsigned long long)(before - tu_zone_free(normal())));
 	ok(pfn % UCMA_PAGEBLOCK_PAGES == 0, "a run longer than a pageblock starts on one");
 	ok(ucma_run_head(a, pfn + 700) == pfn && ucma_run_head(a, pfn) == pfn,
 	   "tail pages lead to the head");
-	before = nfree(normal());
+	before = tu_zone_free(normal());
 	p5 = ucma_pages_alloc(a, 5, UCMA_GFP_UNMOVABLE);
-	ok(p5 != UCMA_PFN_NONE && before - nfree(normal()) == 5,
+	ok(p5 != UCMA_PFN_NONE && before - tu_zone_free(normal()) == 5,
 	   "5 pages consume exactly 5 pages");
 	ucma_pages_free(a, p5);
 	ucma_pages_free(a, pfn);
-	ok(check_zones("exact split"), "invariants hold after exact splits");
+	ok(tu_zones_ok(a, "exact split"), "invariants hold after exact splits");
 }
 
 static void test_zone_rules(void)
@@ -188,7 +175,7 @@ static void test_zone_rules(void)
 		list[n++] = pfn;
 	}
 	ok(pfn != UCMA_PFN_NONE && ucma_pfn_zone(a, pfn)->id == UCMA_ZONE_NORMAL &&
-		   nfree(cma()) == 0,
+		   tu_zone_free(cma()) == 0,
 	   "movable pages overflow to NORMAL once CMA is full");
 	if (pfn != UCMA_PFN_NONE)
 		ucma_pages_free(a, pfn);
@@ -196,7 +183,7 @@ static void test_zone_rules(void)
 		ucma_pages_free(a, list[--n]);
 
 	/* Fill NORMAL with unmovable pages: they never spill into CMA. */
-	cma_free = nfree(cma());
+	cma_free = tu_zone_free(cma());
 	for (;;) {
 		pfn = ucma_pages_alloc(a, 37, UCMA_GFP_UNMOVABLE);
 		if (pfn == UCMA_PFN_NONE)
@@ -206,7 +193,7 @@ static void test_zone_rules(void)
 		list[n++] = pfn;
 	}
 	ok(in_cma && errno == ENOMEM, "unmovable allocation fails with ENOMEM when NORMAL is full");
-	ok(nfree(cma()) == cma_free, "no unmovable page ever landed in the CMA zone");
+	ok(tu_zone_free(cma()) == cma_free, "no unmovable page ever landed in the CMA zone");
 	{
 		uint64_t counts[UCMA_MT_NR];
 
@@ -231,7 +218,7 @@ static void test_zone_rules(void)
 	ucma_opt.cma_policy = UCMA_CMA_LEND_HANDLES;
 	while (n)
 		ucma_pages_free(a, list[--n]);
-	ok(check_zones("zone rules"), "invariants hold after the zone-rule tests");
+	ok(tu_zones_ok(a, "zone rules"), "invariants hold after the zone-rule tests");
 	free(list);
 }
 
@@ -241,7 +228,7 @@ static void test_isolation(void)
 	uint32_t pfn, *list = calloc(a->npages, sizeof(*list));
 	size_t n = 0;
 	bool outside = true;
-	uint64_t free_before = nfree(cma());
+	uint64_t free_before = tu_zone_free(cma());
 
 	ok(ucma_isolate_range(a, start, end) == 0, "isolate two CMA pageblocks");
 	ok(cma()->isolated_free_pages == 2 * UCMA_PAGEBLOCK_PAGES,
@@ -269,22 +256,22 @@ static void test_isolation(void)
 	ucma_pages_free(a, pfn);
 	while (n)
 		ucma_pages_free(a, list[--n]);
-	ok(nfree(cma()) == free_before, "CMA free pages back to %llu",
+	ok(tu_zone_free(cma()) == free_before, "CMA free pages back to %llu",
 	   (unsigned long long)free_before);
 
 	/* Claiming a free range splits blocks exactly at both ends. */
 	ok(ucma_claim_free_range(a, start + 3, start + 700, UCMA_OWN_CONTIG, 1) == 0,
 	   "claim an unaligned free range [3, 700)");
-	ok(nfree(cma()) == free_before - 697, "exactly 697 pages were taken");
+	ok(tu_zone_free(cma()) == free_before - 697, "exactly 697 pages were taken");
 	ok(ucma_claim_free_range(a, start + 600, start + 800, UCMA_OWN_CONTIG, 1) == -1 &&
 		   errno == EBUSY,
 	   "claiming a range that is not free fails with EBUSY");
-	ok(nfree(cma()) == free_before - 697, "and takes nothing");
+	ok(tu_zone_free(cma()) == free_before - 697, "and takes nothing");
 	ok(a->pages[start + 3].owner_type == UCMA_OWN_CONTIG &&
 		   a->pages[start + 650].owner_type == UCMA_OWN_CONTIG,
 	   "the owner is recorded on head and tail pages");
 	ucma_pages_free(a, start + 3);
-	ok(check_zones("isolation"), "invariants hold after isolation and claims");
+	ok(tu_zones_ok(a, "isolation"), "invariants hold after isolation and claims");
 	free(list);
 }
 
@@ -308,7 +295,7 @@ int main(void)
 	ok(a && a->size == ARENA && cma()->managed_pages == CMA >> UCMA_PAGE_SHIFT,
 	   "arena of 64 MiB with a 16 MiB CMA zone");
 	ok(a->base % UCMA_PAGEBLOCK_SIZE == 0, "arena is 2 MiB aligned");
-	ok(check_zones("start"), "invariants hold at start");
+	ok(tu_zones_ok(a, "start"), "invariants hold at start");
 	test_exact_split();
 	test_random();
 	test_zone_rules();

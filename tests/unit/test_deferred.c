@@ -25,6 +25,7 @@
 #include "lend.h"
 #include "tap.h"
 #include "testutil.h"
+#include "zones.h"
 
 #include <errno.h>
 #include <string.h>
@@ -83,18 +84,6 @@ static uint32_t untouched_free_pb(const struct ucma_zone *z, bool highest)
 	return UCMA_PFN_NONE;
 }
 
-static bool check_zones(const char *when)
-{
-	char why[256];
-
-	for (int z = 0; z < UCMA_ZONE_NR; z++) {
-		if (ucma_zone_check(&a->zones[z], why, sizeof(why)) != 0) {
-			diag("%s: zone %s: %s", when, a->zones[z].name, why);
-			return false;
-		}
-	}
-	return true;
-}
 
 /*
  * buddyinfo against the pageblocks: the free counts per order add up to
@@ -102,12 +91,6 @@ static bool check_zones(const char *when)
  * wholly free pageblocks (each is one order-9 block) and at most that,
  * and the statistic says the same.
  */
-/* Free pages of a zone: on its buddy lists and its per-CPU lists (pcp.c). */
-static uint64_t nfree(struct ucma_zone *z)
-{
-	return z->free_pages + ucma_pcp_pages(z);
-}
-
 static bool buddyinfo_agrees(struct ucma_zone *z, const char *stat)
 {
 	uint64_t counts[UCMA_NR_ORDERS], pages = 0, whole = 0, v = 0;
@@ -142,12 +125,12 @@ static void test_start(void)
 	     tn, pb_end(normal()) - pb_first(normal()), tc, pb_end(cma()) - pb_first(cma()));
 	ok(tn <= 2 && tc == 0, "start-up touches the metadata of at most 2 pageblocks (%u + %u)",
 	   tn, tc);
-	ok(nfree(normal()) + nfree(cma()) + (uint64_t)tn * PB >= a->npages,
+	ok(tu_zone_free(normal()) + tu_zone_free(cma()) + (uint64_t)tn * PB >= a->npages,
 	   "the untouched pageblocks count as free");
 	ok(buddyinfo_agrees(normal(), "nr_free_pages_normal") &&
 		   buddyinfo_agrees(cma(), "nr_free_pages_cma"),
 	   "buddyinfo counts the untouched pageblocks as order-9 blocks");
-	ok(check_zones("start"), "zone check passes at start");
+	ok(tu_zones_ok(a, "start"), "zone check passes at start");
 }
 
 static void test_small(void)
@@ -175,7 +158,7 @@ static void test_small(void)
 	   "they touch the metadata of the pageblocks they use only (NORMAL %u -> %u, CMA %u -> "
 	   "%u)",
 	   tn0, tn, tc0, tc);
-	ok(check_zones("small allocations"), "zone check passes");
+	ok(tu_zones_ok(a, "small allocations"), "zone check passes");
 	ok(buddyinfo_agrees(normal(), "nr_free_pages_normal") &&
 		   buddyinfo_agrees(cma(), "nr_free_pages_cma"),
 	   "buddyinfo agrees");
@@ -183,13 +166,13 @@ static void test_small(void)
 		ucma_pages_free(a, pfns[i]);
 	for (int i = 0; i < 1000; i++)
 		ucma_free(blocks[i]);
-	ok(check_zones("small frees"), "zone check passes after freeing them");
+	ok(tu_zones_ok(a, "small frees"), "zone check passes after freeing them");
 }
 
 static void test_contig(void)
 {
 	uint32_t b = untouched_free_pb(cma(), false), start;
-	uint64_t before = nfree(cma());
+	uint64_t before = tu_zone_free(cma());
 	char *p;
 	bool zero = true;
 
@@ -203,15 +186,15 @@ static void test_contig(void)
 	   "a never-used range is free, and asking does not touch it");
 	ok(ucma_claim_free_range(a, start + 3, start + PB + 200, UCMA_OWN_CONTIG, 1) == 0,
 	   "claim [3, 712) of two never-used CMA pageblocks");
-	ok(nfree(cma()) == before - (PB + 197), "exactly %u pages were taken (%llu)", PB + 197,
-	   (unsigned long long)(before - nfree(cma())));
+	ok(tu_zone_free(cma()) == before - (PB + 197), "exactly %u pages were taken (%llu)", PB + 197,
+	   (unsigned long long)(before - tu_zone_free(cma())));
 	ok(a->pages[start + 3].kind == UCMA_PK_RUN && a->pages[start + 3].aux == PB + 197 &&
 		   a->pages[start + PB + 199].kind == UCMA_PK_TAIL,
 	   "the run is recorded");
-	ok(check_zones("claim"), "zone check passes with the claimed range");
+	ok(tu_zones_ok(a, "claim"), "zone check passes with the claimed range");
 	ok(buddyinfo_agrees(cma(), "nr_free_pages_cma"), "buddyinfo agrees");
 	ucma_pages_free(a, start + 3);
-	ok(nfree(cma()) == before && check_zones("claim freed"),
+	ok(tu_zone_free(cma()) == before && tu_zones_ok(a, "claim freed"),
 	   "freed: the free count is back and the zone check passes");
 	ok(buddyinfo_agrees(cma(), "nr_free_pages_cma"),
 	   "buddyinfo agrees: the two pageblocks merged whole again");
@@ -231,8 +214,8 @@ static void test_contig(void)
 		zero &= p[i] == 0;
 	memset(p, 0x5a, 8u << 20);
 	ok(zero, "it reads zeros and takes writes");
-	ok(check_zones("ucma_alloc"), "zone check passes");
-	ok(ucma_release(p) == 0 && check_zones("ucma_release"), "ucma_release; zone check passes");
+	ok(tu_zones_ok(a, "ucma_alloc"), "zone check passes");
+	ok(ucma_release(p) == 0 && tu_zones_ok(a, "ucma_release"), "ucma_release; zone check passes");
 	ok(buddyinfo_agrees(cma(), "nr_free_pages_cma"), "buddyinfo agrees");
 }
 
@@ -256,7 +239,7 @@ static void test_isolation(void)
 		   a->blocks[b - 1].mt == UCMA_MT_ISOLATE,
 	   "their free pages are on the isolate lists (%llu)",
 	   (unsigned long long)normal()->isolated_free_pages);
-	ok(check_zones("isolated"), "zone check passes while they are isolated");
+	ok(tu_zones_ok(a, "isolated"), "zone check passes while they are isolated");
 	ok(buddyinfo_agrees(normal(), "nr_free_pages_normal"), "buddyinfo agrees");
 	while (n < UCMA_ARRAY_SIZE(list) &&
 	       (pfn = ucma_pages_alloc(a, 64, UCMA_GFP_UNMOVABLE)) != UCMA_PFN_NONE) {
@@ -269,10 +252,10 @@ static void test_isolation(void)
 	ucma_undo_isolate_range(a, start, end);
 	ok(normal()->isolated_free_pages == 0 && a->blocks[b].mt == mt, "undone: type %d again",
 	   a->blocks[b].mt);
-	ok(check_zones("isolation undone"), "zone check passes");
+	ok(tu_zones_ok(a, "isolation undone"), "zone check passes");
 	while (n)
 		ucma_pages_free(a, list[--n]);
-	ok(check_zones("isolation freed"), "zone check passes after freeing");
+	ok(tu_zones_ok(a, "isolation freed"), "zone check passes after freeing");
 	ok(buddyinfo_agrees(normal(), "nr_free_pages_normal"), "buddyinfo agrees");
 }
 
@@ -298,7 +281,7 @@ static void test_placement(void)
 	ok(pfn != UCMA_PFN_NONE && pfn >= b * PB + 100 && pfn + 8 <= b * PB + 300,
 	   "ucma_pages_alloc_in() finds room inside a never-used range (pfn %u)", pfn);
 	ok(touched_in(normal()) == before + 1, "touching that pageblock only");
-	ok(check_zones("alloc_in"), "zone check passes");
+	ok(tu_zones_ok(a, "alloc_in"), "zone check passes");
 	if (pfn != UCMA_PFN_NONE)
 		ucma_pages_free(a, pfn);
 
@@ -313,10 +296,10 @@ static void test_placement(void)
 	   "the highest free CMA pageblock, never used, is picked whole and clean (pfn %u, "
 	   "pageblock %u)",
 	   pfn, b);
-	ok(check_zones("take_free_pageblock"), "zone check passes");
+	ok(tu_zones_ok(a, "take_free_pageblock"), "zone check passes");
 	if (pfn != UCMA_PFN_NONE)
 		ucma_pages_free(a, pfn);
-	ok(check_zones("take_free_pageblock freed"), "and after giving it back");
+	ok(tu_zones_ok(a, "take_free_pageblock freed"), "and after giving it back");
 }
 
 static void test_compaction(void)
@@ -355,7 +338,7 @@ static void test_compaction(void)
 	for (uint32_t b = 0; b < a->nr_pageblocks; b++)
 		idle += !before[b] && touched(b) && a->blocks[b].nr_free == PB;
 	ok(idle == 0, "compaction touches no never-used pageblock it does not fill (%u did)", idle);
-	ok(check_zones("compaction"), "zone check passes");
+	ok(tu_zones_ok(a, "compaction"), "zone check passes");
 	for (int i = 1; i < N; i += 2)
 		ucma_hfree(h[i]);
 }
@@ -375,7 +358,7 @@ static void test_fork(void)
 			rc = 3;
 		if (!rc && (p1 == UCMA_PFN_NONE || p2 == UCMA_PFN_NONE))
 			rc = 4;
-		if (!rc && !check_zones("child"))
+		if (!rc && !tu_zones_ok(a, "child"))
 			rc = 5;
 		_exit(rc);
 	}
@@ -407,8 +390,8 @@ static void test_whole(void)
 	/* What is still cached (slabs kept for reuse) stays; freed objects
 	 * waiting for readers are freed first. */
 	ucma_defer_drain();
-	free_n = nfree(normal());
-	free_c = nfree(cma());
+	free_n = tu_zone_free(normal());
+	free_c = tu_zone_free(cma());
 	whole_n = whole_free(normal());
 	whole_c = whole_free(cma());
 	while ((pfn = ucma_pages_alloc_zone(cma(), 64, UCMA_GFP_MOVABLE)) != UCMA_PFN_NONE)
@@ -425,7 +408,7 @@ static void test_whole(void)
 	ok(touched_in(normal()) == pb_end(normal()) - pb_first(normal()) &&
 		   touched_in(cma()) == pb_end(cma()) - pb_first(cma()),
 	   "every pageblock's metadata is in use now");
-	ok(check_zones("full"), "zone check passes with the zones full");
+	ok(tu_zones_ok(a, "full"), "zone check passes with the zones full");
 	ok(buddyinfo_agrees(normal(), "nr_free_pages_normal") &&
 		   buddyinfo_agrees(cma(), "nr_free_pages_cma"),
 	   "buddyinfo agrees");
@@ -433,10 +416,10 @@ static void test_whole(void)
 		ucma_pages_free(a, list[--n]);
 	ucma_pcp_drain_zone(normal());
 	ucma_pcp_drain_zone(cma());
-	ok(check_zones("emptied"), "zone check passes after freeing everything");
-	ok(nfree(normal()) == free_n && nfree(cma()) == free_c,
+	ok(tu_zones_ok(a, "emptied"), "zone check passes after freeing everything");
+	ok(tu_zone_free(normal()) == free_n && tu_zone_free(cma()) == free_c,
 	   "the free counts are back (NORMAL %llu, CMA %llu)",
-	   (unsigned long long)nfree(normal()), (unsigned long long)nfree(cma()));
+	   (unsigned long long)tu_zone_free(normal()), (unsigned long long)tu_zone_free(cma()));
 	ucma_zone_free_counts(normal(), counts);
 	ok(counts[UCMA_MAX_ORDER] == whole_n && whole_free(normal()) == whole_n,
 	   "NORMAL merged back to %llu whole pageblocks (%llu before)",

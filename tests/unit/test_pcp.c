@@ -20,6 +20,7 @@
 #include "pcp.h"
 #include "tap.h"
 #include "testutil.h"
+#include "zones.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -35,18 +36,6 @@ static struct ucma_arena *a;
 static struct ucma_zone *normal(void) { return &a->zones[UCMA_ZONE_NORMAL]; }
 static struct ucma_zone *cma(void) { return &a->zones[UCMA_ZONE_CMA]; }
 
-static bool zones_ok(const char *when)
-{
-	char why[256];
-
-	for (int z = 0; z < UCMA_ZONE_NR; z++) {
-		if (ucma_zone_check(&a->zones[z], why, sizeof(why)) != 0) {
-			diag("%s: zone %s: %s", when, a->zones[z].name, why);
-			return false;
-		}
-	}
-	return true;
-}
 
 static uint64_t free_total(struct ucma_zone *z)
 {
@@ -117,7 +106,7 @@ static void test_reuse(void)
 				ucma_pages_free(a, p2);
 		}
 	}
-	ok(zones_ok("reuse"), "invariants hold with runs on the lists");
+	ok(tu_zones_ok(a, "reuse"), "invariants hold with runs on the lists");
 	if (pinned)
 		sched_setaffinity(0, sizeof(saved), &saved);
 }
@@ -160,7 +149,7 @@ static void test_isolation_drains(void)
 	ok(buf != NULL, "ucma_alloc() of the whole area succeeds while its pages were listed (%s)",
 	   buf ? "ok" : strerror(errno));
 	ok(ucma_pcp_pages(z) == 0, "no page of the area is left on a list");
-	ok(zones_ok("contiguous allocation"), "invariants hold with the area allocated");
+	ok(tu_zones_ok(a, "contiguous allocation"), "invariants hold with the area allocated");
 	if (buf)
 		ucma_release(buf);
 
@@ -184,7 +173,7 @@ static void test_isolation_drains(void)
 	ok(listed_in_pb > 0, "%u runs of pageblock %u are listed", listed_in_pb,
 	   pb >> UCMA_PAGEBLOCK_ORDER);
 	ok(ucma_isolate_range(a, pb, pb + UCMA_PAGEBLOCK_PAGES) == 0, "pageblock isolated");
-	ok(zones_ok("isolated"), "invariants hold: no list holds a page of it");
+	ok(tu_zones_ok(a, "isolated"), "invariants hold: no list holds a page of it");
 	{
 		unsigned n = 0;
 
@@ -209,7 +198,7 @@ static void test_isolation_drains(void)
 	   "all of the isolated pageblock is free on the ISOLATE lists (%llu)",
 	   (unsigned long long)cma()->isolated_free_pages);
 	ucma_undo_isolate_range(a, pb, pb + UCMA_PAGEBLOCK_PAGES);
-	ok(zones_ok("isolation undone"), "invariants hold after the isolation is undone");
+	ok(tu_zones_ok(a, "isolation undone"), "invariants hold after the isolation is undone");
 }
 
 /* ---- many threads at once ---------------------------------------------- */
@@ -274,7 +263,7 @@ static void *checker_thread(void *arg)
 	bool *good = arg;
 
 	while (!atomic_load(&storm_done)) {
-		if (!zones_ok("during the storm"))
+		if (!tu_zones_ok(a, "during the storm"))
 			*good = false;
 		sched_yield();
 	}
@@ -305,7 +294,7 @@ static void test_storm(void)
 	diag("%d threads x %d steps, %u allocations failed", STORM_THREADS, STORM_STEPS, fails);
 	ok(!overlap, "no run handed to two threads at once");
 	ok(during_ok, "zone invariants, lists included, hold during the storm");
-	ok(zones_ok("after the storm"), "and after it");
+	ok(tu_zones_ok(a, "after the storm"), "and after it");
 	ok(free_total(normal()) == normal()->managed_pages && free_total(cma()) == cma()->managed_pages,
 	   "every page counts as free again, listed or not");
 }
@@ -354,7 +343,7 @@ static void test_counts_drain(void)
 	ok(ucma_pcp_pages(normal()) == 0 && ucma_pcp_pages(cma()) == 0, "the lists are empty");
 	ok(exact && buddy[0] == normal()->free_pages && buddy[1] == cma()->free_pages,
 	   "free blocks per order are the buddy lists' alone after the drain");
-	ok(zones_ok("after the drain"), "invariants hold after the drain");
+	ok(tu_zones_ok(a, "after the drain"), "invariants hold after the drain");
 	for (unsigned i = 1; i < UCMA_ARRAY_SIZE(pfns); i += 2)
 		if (pfns[i] != UCMA_PFN_NONE)
 			ucma_pages_free(a, pfns[i]);
