@@ -233,18 +233,33 @@ static int init_areas(struct ucma_arena *a, const struct ucma_options *o, uint32
 int ucma_arena_create(const struct ucma_options *o, struct ucma_arena **out)
 {
 	struct ucma_arena *a = &the_arena_storage;
-	size_t cma_size = o->cma_size, normal_size, cma_align;
+	size_t cma_size = o->cma_size, normal_size, own_size, heap_window, cma_align;
 	uintptr_t res;
 	int cma_backing, normal_backing;
 
 	if (o->arena_size < 2 * UCMA_PAGEBLOCK_SIZE || o->arena_size % UCMA_PAGEBLOCK_SIZE ||
-	    cma_size % UCMA_PAGEBLOCK_SIZE || cma_size >= o->arena_size ||
-	    (o->arena_size >> UCMA_PAGE_SHIFT) >= UCMA_PFN_NONE) {
+	    cma_size % UCMA_PAGEBLOCK_SIZE || cma_size >= o->arena_size) {
+		errno = EINVAL;
+		return -1;
+	}
+	/*
+	 * Lending to the heap: the NORMAL zone's address range is the whole
+	 * arena size, not what the CMA areas leave of it, so that the heap
+	 * can grow onto as much as they lend.  Otherwise a heap larger than
+	 * arena - CMA overflows to mappings of its own while the CMA frames
+	 * it could borrow sit idle, and the reserve is paid twice: lending
+	 * would only change which frames back the same 2 MiB pageblocks.
+	 * The window is address space: its pageblocks cost nothing until
+	 * the heap uses them, lent frames first (zone.c).
+	 */
+	own_size = o->arena_size - cma_size;
+	heap_window = ucma_lend_wants_frames(o) ? cma_size : 0;
+	normal_size = own_size + heap_window;
+	if (((o->arena_size + heap_window) >> UCMA_PAGE_SHIFT) >= UCMA_PFN_NONE) {
 		errno = EINVAL;
 		return -1;
 	}
 	memset(a, 0, sizeof(*a));
-	normal_size = o->arena_size - cma_size;
 	/* A 1 GiB-backed CMA zone must start on a 1 GiB boundary. */
 	cma_align = (o->hugepages == UCMA_BACKING_AUTO || o->hugepages == UCMA_BACKING_HUGETLB_1G) &&
 				    cma_size && cma_size % UCMA_HUGE_1G == 0 ?
@@ -253,7 +268,7 @@ int ucma_arena_create(const struct ucma_options *o, struct ucma_arena **out)
 	 * 1 GiB, aligning the CMA zone aligns the base too. */
 	if (o->hugepages_normal == UCMA_BACKING_HUGETLB_1G && normal_size % UCMA_HUGE_1G == 0)
 		cma_align = UCMA_HUGE_1G;
-	a->reservation_size = o->arena_size + cma_align;
+	a->reservation_size = o->arena_size + heap_window + cma_align;
 	a->reservation = ucma_os.mmap(NULL, a->reservation_size, PROT_NONE,
 				      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 	if (a->reservation == MAP_FAILED) {
@@ -265,7 +280,7 @@ int ucma_arena_create(const struct ucma_options *o, struct ucma_arena **out)
 	a->base = UCMA_ALIGN_UP(res + normal_size, cma_align) - normal_size;
 	if (a->base < res)
 		a->base += cma_align;
-	a->size = o->arena_size;
+	a->size = o->arena_size + heap_window;
 	a->npages = (uint32_t)(a->size >> UCMA_PAGE_SHIFT);
 	a->nr_pageblocks = a->npages >> UCMA_PAGEBLOCK_ORDER;
 	a->node = UCMA_NODE_DEFAULT;
@@ -291,8 +306,10 @@ int ucma_arena_create(const struct ucma_options *o, struct ucma_arena **out)
 	/* Placement before any page is allocated: hugetlb files are
 	 * allocated whole right after, where the policy says. */
 	place(a, (void *)a->base, a->size, o->node);
-	if (o->populate && normal_size &&
-	    ucma_os.madvise((void *)a->base, normal_size, MADV_POPULATE_WRITE) != 0)
+	/* Not the heap window: lent frames are to back it, and lending takes
+	 * only pageblocks that have no memory behind them yet. */
+	if (o->populate && own_size &&
+	    ucma_os.madvise((void *)a->base, own_size, MADV_POPULATE_WRITE) != 0)
 		ucma_log("UCMA_POPULATE: could not prefault the arena: %s", strerror(errno));
 
 	init_zone(a, UCMA_ZONE_NORMAL, 0, (uint32_t)(normal_size >> UCMA_PAGE_SHIFT),
@@ -317,9 +334,10 @@ int ucma_arena_create(const struct ucma_options *o, struct ucma_arena **out)
 		a->zones[UCMA_ZONE_NORMAL].thp_deferred = true;
 	ucma_arena_poison(a, true);
 	if (o->verbose)
-		ucma_log("arena %p: %zu MiB, normal %zu MiB (%s), cma %zu MiB (%s), %d area(s)",
+		ucma_log("arena %p: %zu MiB, normal %zu MiB (%s; %zu MiB of it the heap's window "
+			 "onto lent frames), cma %zu MiB (%s), %d area(s)",
 			 (void *)a->base, a->size >> 20, normal_size >> 20,
-			 ucma_backing_str(normal_backing), cma_size >> 20,
+			 ucma_backing_str(normal_backing), heap_window >> 20, cma_size >> 20,
 			 ucma_backing_str(cma_backing), a->nr_areas);
 	ucma_lend_init(a, o);
 	ucma_frames_announce(a);

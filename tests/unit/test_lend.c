@@ -277,6 +277,89 @@ static void case_return_free(void)
 	ok(zones_ok(), "zone invariants hold");
 }
 
+/*
+ * The heap's window onto lent frames: with lending, the NORMAL zone spans
+ * the whole arena size, so a heap larger than arena - CMA lives in the
+ * arena on borrowed frames instead of overflowing while they sit idle.
+ * Without lending it keeps arena - CMA and the rest overflows.
+ */
+static bool heap_fill(char **b, int n, size_t size, bool *framed)
+{
+	bool all = true;
+
+	*framed = false;
+	for (int i = 0; i < n; i++) {
+		b[i] = block_new(size, 7000 + (uint64_t)i * 100);
+		all &= b[i] != NULL;
+		*framed |= b[i] && on_frame(b[i]);
+	}
+	return all;
+}
+
+static void case_heap_window(void)
+{
+	/* 56 MiB of heap in a 64 MiB arena of which 16 MiB is CMA: more
+	 * than the 48 MiB the CMA area leaves to NORMAL. */
+	enum { NB = 28 };
+	const size_t bs = 2 * MiB;
+	char *b[NB], *buf;
+	bool good = true, framed, filled;
+	uint64_t ovf, lent;
+
+	if (!start()) {
+		ok(0, "ucma_init: %s", strerror(errno));
+		return;
+	}
+	ok(a->zones[UCMA_ZONE_NORMAL].managed_pages == (64 * MiB) / PAGE &&
+		   a->zones[UCMA_ZONE_CMA].managed_pages == (CMA_MB * MiB) / PAGE,
+	   "lending: NORMAL spans the whole 64 MiB arena size (%llu pages), the CMA area "
+	   "its 16 MiB beside it",
+	   (unsigned long long)a->zones[UCMA_ZONE_NORMAL].managed_pages);
+	ovf = stat_of("overflow_alloc");
+	filled = heap_fill(b, NB, bs, &framed);
+	ovf = stat_of("overflow_alloc") - ovf;
+	lent = stat_of("lend_heap_pageblocks");
+	ok(filled && framed && ovf == 0 && lent == NFRAMES,
+	   "a 56 MiB heap fits in the arena: %llu pageblocks on lent frames, %llu blocks "
+	   "overflowed", (unsigned long long)lent, (unsigned long long)ovf);
+	buf = ucma_alloc(CMA_MB * MiB, 0, 0);
+	for (int i = 0; i < NB; i++)
+		good &= b[i] && block_good(b[i], bs, 7000 + (uint64_t)i * 100) && !on_frame(b[i]);
+	ok(buf && good && stat_of("lend_heap_pageblocks") == 0,
+	   "ucma_alloc of the whole area takes the frames back from under the heap, data "
+	   "intact");
+	ucma_release(buf);
+	blocks_free(b, NB);
+	ok(zones_ok(), "zone invariants hold");
+}
+
+/* The same heap without lending: the CMA area is reserved beside it. */
+static void case_no_heap_window(void)
+{
+	enum { NB = 28 };
+	const size_t bs = 2 * MiB;
+	char *b[NB];
+	bool framed, filled;
+	uint64_t ovf;
+
+	setenv("UCMA_CMA_POLICY", "lend-handles", 1);
+	if (!start()) {
+		ok(0, "ucma_init: %s", strerror(errno));
+		setenv("UCMA_CMA_POLICY", "lend", 1);
+		return;
+	}
+	ok(a->zones[UCMA_ZONE_NORMAL].managed_pages == ((64 - CMA_MB) * MiB) / PAGE,
+	   "without lending NORMAL keeps what the CMA area leaves (%llu pages)",
+	   (unsigned long long)a->zones[UCMA_ZONE_NORMAL].managed_pages);
+	ovf = stat_of("overflow_alloc");
+	filled = heap_fill(b, NB, bs, &framed);
+	ovf = stat_of("overflow_alloc") - ovf;
+	ok(filled && !framed && ovf > 0, "and the same heap overflows (%llu blocks)",
+	   (unsigned long long)ovf);
+	blocks_free(b, NB);
+	setenv("UCMA_CMA_POLICY", "lend", 1);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Writers during take-backs                                                 */
 /* ------------------------------------------------------------------------ */
@@ -1464,6 +1547,8 @@ int main(void)
 	plan_no_plan();
 	run("basic", case_basic);
 	run("return free", case_return_free);
+	run("heap window", case_heap_window);
+	run("no heap window", case_no_heap_window);
 	run("writers", case_writers);
 	run("kernel writes", case_kernel_writes);
 	run("signal handler", case_signal);
