@@ -91,20 +91,30 @@
  * copies while the parent's threads run would see their later writes: the
  * first version did, and tests/integration/fork_threads caught it.)
  *
- * Not solved (one reason lending is off by default): a futex waiter keyed
- * by the frame.  A shared futex on a MAP_SHARED page is keyed by the file
- * and offset, on private memory by the address: a thread waiting before a
- * take-back is never woken by a wake after it.  Measured: pthread_join()
- * (glibc waits on the thread's tid word as a shared futex) of a thread
- * whose descriptor lies on a borrowed pageblock (pthread_attr_setstack()
- * on malloc memory), waiting while that pageblock is taken back, hangs
- * after the thread exits.  Process-shared mutexes and condition variables
- * in the heap are exposed the same way; private futexes are not.  Nor the
- * kernel's clear_child_tid write at a thread's exit into a write-protected
- * page: measured, it is lost (the kernel does not wait on a userfaultfd
- * for an exiting task), and a pthread_join() of that thread would hang;
- * glibc keeps that word in the thread's descriptor, on the heap only for
- * threads given a malloc'd stack.
+ * Futex words: a shared futex on a MAP_SHARED page is keyed by the file
+ * and offset, on private memory by the address, so a thread waiting before
+ * a take-back is never woken by a wake after it (measured: pthread_join(),
+ * which glibc waits in as a shared futex on the thread's tid word, of a
+ * thread whose descriptor lies on a borrowed pageblock because its stack
+ * came from malloc, hung after the thread exited; process-shared mutexes,
+ * condition variables and semaphores time out the same way; private
+ * futexes are keyed by address and unaffected).  Nor does the kernel wait
+ * on a userfaultfd for an exiting task: its clear_child_tid write into a
+ * write-protected page is lost (measured), and so is a robust-list write;
+ * the priority-inheritance calls' writes fail there.  The kernel holds
+ * such a word by its frame, as a long-term pin holds memory, and it gets
+ * the same treatment: preload/futex_guard.c takes the pageblocks of a
+ * heap thread stack (pthread_attr_setstack(), pthread_attr_setstackaddr(),
+ * pthread_create()), of a process-shared, robust or priority-inheritance
+ * object (the pthread_*_init() calls, sem_init()) and of the words of
+ * futex system calls made through syscall() back when the program sets
+ * them up, and a pageblock holding live blocks is never lent again.  Not
+ * seen, so still exposed (one reason lending is off by default): futex
+ * calls made with the system call instruction (statically linked code,
+ * inline calls on words set up by hand), a process-shared object copied
+ * into place (memcpy()) rather than initialised, a raw clone() with its
+ * stack or CLONE_CHILD_CLEARTID word on the heap, and programs that use
+ * libucma.so's own heap for such words without the preloaded library.
  *
  * Memory that the kernel or a device holds on to (mlock, io_uring fixed
  * buffers, RDMA, CUDA host registration, O_DIRECT) must not be copied
@@ -181,11 +191,14 @@ static struct ucma_lend {
 	uint32_t nr_pb;
 	bool lendable[UCMA_MAX_CMA_AREAS];	/* area has 2 MiB frames on a file */
 	_Atomic bool on;		/* new pageblocks may be lent */
-	_Atomic uint32_t nr_borrowed;	/* NORMAL pageblocks in state borrowed or taking */
 	_Atomic int uffd;		/* the process's userfaultfd while lending is on, or -1;
 					 * changed under @lock, or single-threaded (start-up,
 					 * the child of a fork) */
 } lend = { .lock = PTHREAD_MUTEX_INITIALIZER, .uffd = -1 };
+
+/* NORMAL pageblocks in state borrowed or taking (lend.h): written under
+ * the NORMAL zone lock or single-threaded, read anywhere. */
+_Atomic uint32_t ucma_lend_nr_borrowed;
 
 /* The userfaultfd probe, once per process: 1 usable, 0 not, -1 not asked. */
 static int uffd_usable = -1;
@@ -374,7 +387,7 @@ void ucma_lend_init(struct ucma_arena *a, const struct ucma_options *o)
 	lend.a = a;
 	lend.of = NULL;
 	atomic_store(&lend.on, false);
-	atomic_store(&lend.nr_borrowed, 0);
+	atomic_store(&ucma_lend_nr_borrowed, 0);
 	for (int k = 0; k < a->nr_areas; k++) {
 		const struct ucma_frames *f = ucma_area_frames(&a->areas[k]);
 
@@ -416,7 +429,7 @@ void ucma_lend_fini(struct ucma_arena *a)
 		ucma_meta_free(lend.of, (size_t)lend.nr_pb * sizeof(*lend.of));
 	lend.of = NULL;
 	lend.a = NULL;
-	atomic_store(&lend.nr_borrowed, 0);
+	atomic_store(&ucma_lend_nr_borrowed, 0);
 	uffd_drop();
 #ifdef UCMA_TEST_HOOKS
 	/* Tests start again with other userfaultfd calls (ucma_os). */
@@ -533,7 +546,7 @@ bool ucma_lend_commit(struct ucma_arena *a, uint32_t pb)
 		if (s & LEND_DIRTY)
 			ucma_zone_set_free_dirty_locked(z, pb, true);
 		of_set(pb, cma_pb);
-		atomic_fetch_add(&lend.nr_borrowed, 1);
+		atomic_fetch_add(&ucma_lend_nr_borrowed, 1);
 	} else {
 		/* Whatever half of a mapping is there: private memory again,
 		 * clean (the pageblock is free and isolated). */
@@ -567,7 +580,7 @@ bool ucma_lend_borrowed(const struct ucma_arena *a, uint32_t pb)
 
 uint64_t ucma_lend_borrowed_now(void)
 {
-	return atomic_load_explicit(&lend.nr_borrowed, memory_order_relaxed);
+	return atomic_load_explicit(&ucma_lend_nr_borrowed, memory_order_relaxed);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -588,7 +601,7 @@ static uint32_t return_free_locked(struct ucma_zone *z, uint32_t pb)
 		return LEND_NONE;
 	ucma_zone_set_free_dirty_locked(z, pb, false);
 	of_set(pb, LEND_NONE);
-	atomic_fetch_sub(&lend.nr_borrowed, 1);
+	atomic_fetch_sub(&ucma_lend_nr_borrowed, 1);
 	return s & LEND_PB_MASK;
 }
 
@@ -984,7 +997,7 @@ static int take_back_locked(struct ucma_arena *a, uint32_t pb)
 	pthread_mutex_lock(&z->lock);
 	of_set(pb, rc == 0 ? LEND_NONE : cma_pb | (uint32_t)moved << LEND_MOVED_SHIFT);
 	if (rc == 0)
-		atomic_fetch_sub(&lend.nr_borrowed, 1);
+		atomic_fetch_sub(&ucma_lend_nr_borrowed, 1);
 	pthread_mutex_unlock(&z->lock);
 	ucma_count(UCMA_STAT_LEND_HEAP_BYTES_COPIED,
 		   (uint64_t)(moved - LEND_MOVED_OF(s)) * piece_of(a, cma_pb));
@@ -1056,7 +1069,7 @@ int ucma_unlend(const void *addr, size_t len)
 	/* The library's own memory calls (a preloaded madvise() seen from
 	 * inside) never take anything back. */
 	if (len == 0 || !a || !lend.of || lend.a != a || ucma_os_in_call() ||
-	    atomic_load_explicit(&lend.nr_borrowed, memory_order_acquire) == 0)
+	    atomic_load_explicit(&ucma_lend_nr_borrowed, memory_order_acquire) == 0)
 		return 0;
 	zlo = (uintptr_t)ucma_pfn_to_addr(a, a->zones[UCMA_ZONE_NORMAL].start_pfn);
 	zhi = (uintptr_t)ucma_pfn_to_addr(a, a->zones[UCMA_ZONE_NORMAL].end_pfn);
@@ -1234,7 +1247,7 @@ void ucma_lend_fork_prepare(void)
 	sigset_t all, saved;
 
 	pthread_mutex_lock(&lend.lock);
-	if (!a || !lend.of || atomic_load(&lend.nr_borrowed) == 0 || single_threaded())
+	if (!a || !lend.of || atomic_load(&ucma_lend_nr_borrowed) == 0 || single_threaded())
 		return;
 	/* As in take_back(): a handler writing a piece being moved would
 	 * wait for this thread. */
@@ -1407,7 +1420,7 @@ void ucma_lend_frames_fork_child(void)
 	char done = 1;
 
 	for_each_borrowed(fork_copy);
-	atomic_store(&lend.nr_borrowed, 0);
+	atomic_store(&ucma_lend_nr_borrowed, 0);
 	if (lend_fork.wait_rd >= 0)
 		close(lend_fork.wait_rd);
 	if (lend_fork.wait_wr >= 0) {
