@@ -63,12 +63,14 @@
  * puts glibc's thread control block, errno and the library's TLS there)
  * would fault on its own write-protected stack with nobody left to wake
  * it.  The pieces holding its stack or TLS are moved by a helper task
- * instead: clone() of a task sharing the address space, on a static stack,
- * that write-protects, copies, remaps and wakes with its own system calls
- * and calls nothing that writes TLS (it has the thread's thread pointer),
- * while the thread waits on a word in static memory (the helper's
- * CLONE_CHILD_CLEARTID word) and, should it touch its stack meanwhile,
- * on the write-protection, which the helper lifts.  Signals are blocked.
+ * instead: a task sharing the address space, made with the clone system
+ * call itself (no C library or sanitizer code runs in it) on a static
+ * stack, that write-protects, copies, remaps and wakes with its own system
+ * calls and calls nothing that writes TLS (it has the thread's thread
+ * pointer), while the thread waits on a word in static memory (the
+ * helper's CLONE_CHILD_CLEARTID word) and, should it touch its stack
+ * meanwhile, on the write-protection, which the helper lifts.  Signals
+ * are blocked.
  *
  * Fork: the child must not share borrowed pageblocks with the parent (they
  * are MAP_SHARED), and must see the heap as it was at the fork.  They
@@ -716,6 +718,73 @@ static int own_helper_fn(void *arg)
 }
 
 /*
+ * clone() of a task that runs @fn(@arg) on @stack_top and ends with
+ * exit(2), made with the system call instruction: the C library's clone()
+ * is interposed by sanitizer runtimes (ThreadSanitizer's runs its own code
+ * in the new task, which writes the very thread state the helper has
+ * write-protected).  Returns the new task's id, or -errno.  The new task
+ * shares the caller's registers but for its stack: it touches nothing of
+ * the caller's stack.
+ */
+__attribute__((no_sanitize_address, no_sanitize("thread")))
+static long raw_clone(unsigned long flags, void *stack_top, _Atomic int *child_tid,
+		      int (*fn)(void *), void *arg)
+{
+#if defined(__x86_64__)
+	register long r10 __asm__("r10") = (long)child_tid;
+	register long r8 __asm__("r8") = 0;		/* tls: not CLONE_SETTLS */
+	register long r9 __asm__("r9") = (long)arg;
+	register long r12 __asm__("r12") = (long)fn;
+	long ret;
+
+	__asm__ volatile("syscall\n\t"
+			 "test %%rax, %%rax\n\t"
+			 "jnz 1f\n\t"
+			 /* The new task, on @stack_top (16-byte aligned). */
+			 "xor %%ebp, %%ebp\n\t"
+			 "mov %%r9, %%rdi\n\t"
+			 "call *%%r12\n\t"
+			 "mov %%eax, %%edi\n\t"
+			 "mov %[exit], %%eax\n\t"
+			 "syscall\n\t"
+			 "hlt\n\t"
+			 "1:"
+			 : "=a"(ret)
+			 : "a"((long)SYS_clone), "D"(flags), "S"(stack_top), "d"(0L), "r"(r10),
+			   "r"(r8), "r"(r9), "r"(r12), [exit] "i"(SYS_exit)
+			 : "rcx", "r11", "memory", "cc");
+	return ret;
+#else
+	/* AArch64: clone(flags, stack, parent_tid, tls, child_tid). */
+	register long x8 __asm__("x8") = SYS_clone;
+	register long x0 __asm__("x0") = (long)flags;
+	register long x1 __asm__("x1") = (long)stack_top;
+	register long x2 __asm__("x2") = 0;
+	register long x3 __asm__("x3") = 0;
+	register long x4 __asm__("x4") = (long)child_tid;
+	register long x10 __asm__("x10") = (long)fn;
+	register long x11 __asm__("x11") = (long)arg;
+
+	__asm__ volatile("svc 0\n\t"
+			 "cbnz x0, 1f\n\t"
+			 /* The new task, on @stack_top (16-byte aligned). */
+			 "mov x29, xzr\n\t"
+			 "mov x30, xzr\n\t"
+			 "mov x0, x11\n\t"
+			 "blr x10\n\t"
+			 "mov x8, %[exit]\n\t"
+			 "svc 0\n\t"
+			 "brk #0\n\t"
+			 "1:"
+			 : "+r"(x0)
+			 : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x10), "r"(x11),
+			   [exit] "i"(SYS_exit)
+			 : "memory", "cc");
+	return x0;
+#endif
+}
+
+/*
  * Move piece [@at, @at + @len) holding this thread's own stack or thread
  * control block through the helper, this thread waiting on a word in
  * static memory meanwhile (a write of its own to the piece would wait
@@ -724,14 +793,18 @@ static int own_helper_fn(void *arg)
  */
 static int move_own_piece(int fd, char *at, char *staging, const char *frame, size_t len)
 {
+	long tid;
 	int v;
 
 	own_move = (struct own_move){ fd, at, staging, frame, len, 0, false, 1 };
-	if (clone(own_helper_fn, own_move_stack + sizeof(own_move_stack),
-		  CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM |
-			  CLONE_CHILD_CLEARTID,
-		  &own_move, NULL, NULL, &own_move.tid) < 0)
+	tid = raw_clone(CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD |
+				CLONE_SYSVSEM | CLONE_CHILD_CLEARTID,
+			own_move_stack + sizeof(own_move_stack), &own_move.tid, own_helper_fn,
+			&own_move);
+	if (tid < 0) {
+		errno = (int)-tid;
 		return -1;
+	}
 	while ((v = atomic_load(&own_move.tid)) != 0)
 		ucma_raw_syscall6(SYS_futex, (long)&own_move.tid, FUTEX_WAIT, v, 0, 0, 0);
 	if (own_move.closed)
