@@ -150,7 +150,7 @@ static bool attr_stack(const pthread_attr_t *attr, const char **top, size_t *siz
 
 	if (pthread_attr_getstack(attr, &lo, &sz) != 0)
 		return false;
-	*top = (const char *)lo + sz;
+	*top = (const char *)((uintptr_t)lo + sz);	/* wraps back to NULL when unset */
 	return *top && pthread_attr_getstacksize(attr, size) == 0;
 }
 
