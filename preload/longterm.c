@@ -63,6 +63,7 @@
 
 #include "ucma.h"
 #include "raw_syscall.h"
+#include "interpose.h"
 
 #define LONGTERM_EXPORT __attribute__((visibility("default")))
 
@@ -99,13 +100,10 @@ static long libc_result(long ret)
 /* ------------------------------------------------------------------------ */
 
 /*
- * Copy @len bytes of the program's memory at @src to @dst, as the kernel
- * would read them: false with EFAULT when the address is bad (the kernel
- * then refuses the call itself, so the caller forwards it), never a crash.
  * process_vm_readv() on oneself is always permitted; where it is not
  * available (seccomp), the memory is read directly.
  */
-static bool read_user(void *dst, const void *src, size_t len)
+bool ucma_preload_read_user(void *dst, const void *src, size_t len)
 {
 	struct iovec local = { dst, len }, remote = { (void *)src, len };
 	long n = ucma_raw_syscall6(SYS_process_vm_readv, ucma_raw_syscall6(SYS_getpid, 0, 0, 0, 0, 0, 0),
@@ -137,7 +135,7 @@ static enum unlend_result unlend_iovecs(const struct iovec *uiov, unsigned long 
 	for (unsigned long i = 0; i < nr;) {
 		size_t n = nr - i < 32 ? nr - i : 32;
 
-		if (!read_user(v, uiov + i, n * sizeof(v[0])))
+		if (!ucma_preload_read_user(v, uiov + i, n * sizeof(v[0])))
 			return UNLEND_BAD;
 		for (size_t k = 0; k < n; k++)
 			if (v[k].iov_base && v[k].iov_len &&
@@ -162,21 +160,21 @@ static enum unlend_result unlend_io_uring(unsigned opcode, const void *arg, unsi
 	case IORING_REGISTER_BUFFERS2: {
 		struct io_uring_rsrc_register r;
 
-		if (nr_args != sizeof(r) || !read_user(&r, arg, sizeof(r)))
+		if (nr_args != sizeof(r) || !ucma_preload_read_user(&r, arg, sizeof(r)))
 			return UNLEND_BAD;
 		return r.data ? unlend_iovecs((const void *)(uintptr_t)r.data, r.nr) : UNLEND_DONE;
 	}
 	case IORING_REGISTER_BUFFERS_UPDATE: {
 		struct io_uring_rsrc_update2 u;
 
-		if (nr_args != sizeof(u) || !read_user(&u, arg, sizeof(u)))
+		if (nr_args != sizeof(u) || !ucma_preload_read_user(&u, arg, sizeof(u)))
 			return UNLEND_BAD;
 		return u.data ? unlend_iovecs((const void *)(uintptr_t)u.data, u.nr) : UNLEND_DONE;
 	}
 	case IORING_REGISTER_PBUF_RING: {
 		struct pbuf_ring_reg reg;
 
-		if (!read_user(&reg, arg, sizeof(reg)))
+		if (!ucma_preload_read_user(&reg, arg, sizeof(reg)))
 			return UNLEND_BAD;
 		if ((reg.flags & IOU_PBUF_RING_MMAP_FLAG) || !reg.ring_addr || !reg.ring_entries)
 			return UNLEND_DONE;
@@ -237,7 +235,9 @@ LONGTERM_EXPORT int mlockall(int flags)
 }
 
 /*
- * syscall(): the calls above by number, everything else forwarded as is.
+ * syscall(): the calls above by number, and the futex calls whose words
+ * must not be on a lent frame (futex_guard.c); everything else forwarded
+ * as is.
  * Like the C library's, it reads six arguments whatever the call takes.
  */
 LONGTERM_EXPORT long syscall(long nr, ...)
@@ -258,6 +258,17 @@ LONGTERM_EXPORT long syscall(long nr, ...)
 	case SYS_io_uring_register:
 		return libc_result(io_uring_register_raw(a[0], (unsigned)a[1], (const void *)a[2],
 							 (unsigned)a[3]));
+	case SYS_futex:
+	case UCMA_SYS_futex_waitv:
+	case UCMA_SYS_futex_wake:
+	case UCMA_SYS_futex_wait:
+	case UCMA_SYS_futex_requeue: {
+		long rc = ucma_preload_futex_unlend(nr, a);
+
+		if (rc != 0)
+			return libc_result(rc);
+		return libc_result(ucma_raw_syscall6(nr, a[0], a[1], a[2], a[3], a[4], a[5]));
+	}
 	default:
 		return libc_result(ucma_raw_syscall6(nr, a[0], a[1], a[2], a[3], a[4], a[5]));
 	}
@@ -276,14 +287,21 @@ LONGTERM_EXPORT long syscall(long nr, ...)
  */
 struct io_uring;
 
-static void *liburing_fn(const char *name)
+void *ucma_preload_next(void **cache, const char *name)
 {
-	return dlsym(RTLD_NEXT, name);
+	void *fn = __atomic_load_n(cache, __ATOMIC_ACQUIRE);
+
+	if (!fn) {
+		fn = dlsym(RTLD_NEXT, name);
+		__atomic_store_n(cache, fn, __ATOMIC_RELEASE);
+	}
+	return fn;
 }
 
 #define LIBURING_CALL(type, name, ...)                                             \
 	do {                                                                       \
-		type fn = (type)liburing_fn(name);                                \
+		static void *cache;                                                \
+		type fn = (type)ucma_preload_next(&cache, name);                   \
 		return fn ? fn(__VA_ARGS__) : -ENOSYS;                             \
 	} while (0)
 

@@ -71,12 +71,14 @@
  * puts glibc's thread control block, errno and the library's TLS there)
  * would fault on its own write-protected stack with nobody left to wake
  * it.  The pieces holding its stack or TLS are moved by a helper task
- * instead: clone() of a task sharing the address space, on a static stack,
- * that write-protects, copies, remaps and wakes with its own system calls
- * and calls nothing that writes TLS (it has the thread's thread pointer),
- * while the thread waits on a word in static memory (the helper's
- * CLONE_CHILD_CLEARTID word) and, should it touch its stack meanwhile,
- * on the write-protection, which the helper lifts.  Signals are blocked.
+ * instead: a task sharing the address space, made with the clone system
+ * call itself (no C library or sanitizer code runs in it) on a static
+ * stack, that write-protects, copies, remaps and wakes with its own system
+ * calls and calls nothing that writes TLS (it has the thread's thread
+ * pointer), while the thread waits on a word in static memory (the
+ * helper's CLONE_CHILD_CLEARTID word) and, should it touch its stack
+ * meanwhile, on the write-protection, which the helper lifts.  Signals
+ * are blocked.
  *
  * Fork: the child must not share borrowed pageblocks with the parent (they
  * are MAP_SHARED), and must see the heap as it was at the fork.  They
@@ -99,20 +101,30 @@
  * copies while the parent's threads run would see their later writes: the
  * first version did, and tests/integration/fork_threads caught it.)
  *
- * Not solved (one reason lending is off by default): a futex waiter keyed
- * by the frame.  A shared futex on a MAP_SHARED page is keyed by the file
- * and offset, on private memory by the address: a thread waiting before a
- * take-back is never woken by a wake after it.  Measured: pthread_join()
- * (glibc waits on the thread's tid word as a shared futex) of a thread
- * whose descriptor lies on a borrowed pageblock (pthread_attr_setstack()
- * on malloc memory), waiting while that pageblock is taken back, hangs
- * after the thread exits.  Process-shared mutexes and condition variables
- * in the heap are exposed the same way; private futexes are not.  Nor the
- * kernel's clear_child_tid write at a thread's exit into a write-protected
- * page: measured, it is lost (the kernel does not wait on a userfaultfd
- * for an exiting task), and a pthread_join() of that thread would hang;
- * glibc keeps that word in the thread's descriptor, on the heap only for
- * threads given a malloc'd stack.
+ * Futex words: a shared futex on a MAP_SHARED page is keyed by the file
+ * and offset, on private memory by the address, so a thread waiting before
+ * a take-back is never woken by a wake after it (measured: pthread_join(),
+ * which glibc waits in as a shared futex on the thread's tid word, of a
+ * thread whose descriptor lies on a borrowed pageblock because its stack
+ * came from malloc, hung after the thread exited; process-shared mutexes,
+ * condition variables and semaphores time out the same way; private
+ * futexes are keyed by address and unaffected).  Nor does the kernel wait
+ * on a userfaultfd for an exiting task: its clear_child_tid write into a
+ * write-protected page is lost (measured), and so is a robust-list write;
+ * the priority-inheritance calls' writes fail there.  The kernel holds
+ * such a word by its frame, as a long-term pin holds memory, and it gets
+ * the same treatment: preload/futex_guard.c takes the pageblocks of a
+ * heap thread stack (pthread_attr_setstack(), pthread_attr_setstackaddr(),
+ * pthread_create()), of a process-shared, robust or priority-inheritance
+ * object (the pthread_*_init() calls, sem_init()) and of the words of
+ * futex system calls made through syscall() back when the program sets
+ * them up, and a pageblock holding live blocks is never lent again.  Not
+ * seen, so still exposed (one reason lending is off by default): futex
+ * calls made with the system call instruction (statically linked code,
+ * inline calls on words set up by hand), a process-shared object copied
+ * into place (memcpy()) rather than initialised, a raw clone() with its
+ * stack or CLONE_CHILD_CLEARTID word on the heap, and programs that use
+ * libucma.so's own heap for such words without the preloaded library.
  *
  * Memory that the kernel or a device holds on to (mlock, io_uring fixed
  * buffers, RDMA, CUDA host registration, O_DIRECT) must not be copied
@@ -189,11 +201,14 @@ static struct ucma_lend {
 	uint32_t nr_pb;
 	bool lendable[UCMA_MAX_CMA_AREAS];	/* area has 2 MiB frames on a file */
 	_Atomic bool on;		/* new pageblocks may be lent */
-	_Atomic uint32_t nr_borrowed;	/* NORMAL pageblocks in state borrowed or taking */
 	_Atomic int uffd;		/* the process's userfaultfd while lending is on, or -1;
 					 * changed under @lock, or single-threaded (start-up,
 					 * the child of a fork) */
 } lend = { .lock = PTHREAD_MUTEX_INITIALIZER, .uffd = -1 };
+
+/* NORMAL pageblocks in state borrowed or taking (lend.h): written under
+ * the NORMAL zone lock or single-threaded, read anywhere. */
+_Atomic uint32_t ucma_lend_nr_borrowed;
 
 /* The userfaultfd probe, once per process: 1 usable, 0 not, -1 not asked. */
 static int uffd_usable = -1;
@@ -382,7 +397,7 @@ void ucma_lend_init(struct ucma_arena *a, const struct ucma_options *o)
 	lend.a = a;
 	lend.of = NULL;
 	atomic_store(&lend.on, false);
-	atomic_store(&lend.nr_borrowed, 0);
+	atomic_store(&ucma_lend_nr_borrowed, 0);
 	for (int k = 0; k < a->nr_areas; k++) {
 		const struct ucma_frames *f = ucma_area_frames(&a->areas[k]);
 
@@ -424,7 +439,7 @@ void ucma_lend_fini(struct ucma_arena *a)
 		ucma_meta_free(lend.of, (size_t)lend.nr_pb * sizeof(*lend.of));
 	lend.of = NULL;
 	lend.a = NULL;
-	atomic_store(&lend.nr_borrowed, 0);
+	atomic_store(&ucma_lend_nr_borrowed, 0);
 	uffd_drop();
 #ifdef UCMA_TEST_HOOKS
 	/* Tests start again with other userfaultfd calls (ucma_os). */
@@ -541,7 +556,7 @@ bool ucma_lend_commit(struct ucma_arena *a, uint32_t pb)
 		if (s & LEND_DIRTY)
 			ucma_zone_set_free_dirty_locked(z, pb, true);
 		of_set(pb, cma_pb);
-		atomic_fetch_add(&lend.nr_borrowed, 1);
+		atomic_fetch_add(&ucma_lend_nr_borrowed, 1);
 	} else {
 		/* Whatever half of a mapping is there: private memory again,
 		 * clean (the pageblock is free and isolated). */
@@ -575,7 +590,7 @@ bool ucma_lend_borrowed(const struct ucma_arena *a, uint32_t pb)
 
 uint64_t ucma_lend_borrowed_now(void)
 {
-	return atomic_load_explicit(&lend.nr_borrowed, memory_order_relaxed);
+	return atomic_load_explicit(&ucma_lend_nr_borrowed, memory_order_relaxed);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -596,7 +611,7 @@ static uint32_t return_free_locked(struct ucma_zone *z, uint32_t pb)
 		return LEND_NONE;
 	ucma_zone_set_free_dirty_locked(z, pb, false);
 	of_set(pb, LEND_NONE);
-	atomic_fetch_sub(&lend.nr_borrowed, 1);
+	atomic_fetch_sub(&ucma_lend_nr_borrowed, 1);
 	return s & LEND_PB_MASK;
 }
 
@@ -711,6 +726,73 @@ static int own_helper_fn(void *arg)
 }
 
 /*
+ * clone() of a task that runs @fn(@arg) on @stack_top and ends with
+ * exit(2), made with the system call instruction: the C library's clone()
+ * is interposed by sanitizer runtimes (ThreadSanitizer's runs its own code
+ * in the new task, which writes the very thread state the helper has
+ * write-protected).  Returns the new task's id, or -errno.  The new task
+ * shares the caller's registers but for its stack: it touches nothing of
+ * the caller's stack.
+ */
+__attribute__((no_sanitize_address, no_sanitize("thread")))
+static long raw_clone(unsigned long flags, void *stack_top, _Atomic int *child_tid,
+		      int (*fn)(void *), void *arg)
+{
+#if defined(__x86_64__)
+	register long r10 __asm__("r10") = (long)child_tid;
+	register long r8 __asm__("r8") = 0;		/* tls: not CLONE_SETTLS */
+	register long r9 __asm__("r9") = (long)arg;
+	register long r12 __asm__("r12") = (long)fn;
+	long ret;
+
+	__asm__ volatile("syscall\n\t"
+			 "test %%rax, %%rax\n\t"
+			 "jnz 1f\n\t"
+			 /* The new task, on @stack_top (16-byte aligned). */
+			 "xor %%ebp, %%ebp\n\t"
+			 "mov %%r9, %%rdi\n\t"
+			 "call *%%r12\n\t"
+			 "mov %%eax, %%edi\n\t"
+			 "mov %[exit], %%eax\n\t"
+			 "syscall\n\t"
+			 "hlt\n\t"
+			 "1:"
+			 : "=a"(ret)
+			 : "a"((long)SYS_clone), "D"(flags), "S"(stack_top), "d"(0L), "r"(r10),
+			   "r"(r8), "r"(r9), "r"(r12), [exit] "i"(SYS_exit)
+			 : "rcx", "r11", "memory", "cc");
+	return ret;
+#else
+	/* AArch64: clone(flags, stack, parent_tid, tls, child_tid). */
+	register long x8 __asm__("x8") = SYS_clone;
+	register long x0 __asm__("x0") = (long)flags;
+	register long x1 __asm__("x1") = (long)stack_top;
+	register long x2 __asm__("x2") = 0;
+	register long x3 __asm__("x3") = 0;
+	register long x4 __asm__("x4") = (long)child_tid;
+	register long x10 __asm__("x10") = (long)fn;
+	register long x11 __asm__("x11") = (long)arg;
+
+	__asm__ volatile("svc 0\n\t"
+			 "cbnz x0, 1f\n\t"
+			 /* The new task, on @stack_top (16-byte aligned). */
+			 "mov x29, xzr\n\t"
+			 "mov x30, xzr\n\t"
+			 "mov x0, x11\n\t"
+			 "blr x10\n\t"
+			 "mov x8, %[exit]\n\t"
+			 "svc 0\n\t"
+			 "brk #0\n\t"
+			 "1:"
+			 : "+r"(x0)
+			 : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x10), "r"(x11),
+			   [exit] "i"(SYS_exit)
+			 : "memory", "cc");
+	return x0;
+#endif
+}
+
+/*
  * Move piece [@at, @at + @len) holding this thread's own stack or thread
  * control block through the helper, this thread waiting on a word in
  * static memory meanwhile (a write of its own to the piece would wait
@@ -719,14 +801,18 @@ static int own_helper_fn(void *arg)
  */
 static int move_own_piece(int fd, char *at, char *staging, const char *frame, size_t len)
 {
+	long tid;
 	int v;
 
 	own_move = (struct own_move){ fd, at, staging, frame, len, 0, false, 1 };
-	if (clone(own_helper_fn, own_move_stack + sizeof(own_move_stack),
-		  CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM |
-			  CLONE_CHILD_CLEARTID,
-		  &own_move, NULL, NULL, &own_move.tid) < 0)
+	tid = raw_clone(CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD |
+				CLONE_SYSVSEM | CLONE_CHILD_CLEARTID,
+			own_move_stack + sizeof(own_move_stack), &own_move.tid, own_helper_fn,
+			&own_move);
+	if (tid < 0) {
+		errno = (int)-tid;
 		return -1;
+	}
 	while ((v = atomic_load(&own_move.tid)) != 0)
 		ucma_raw_syscall6(SYS_futex, (long)&own_move.tid, FUTEX_WAIT, v, 0, 0, 0);
 	if (own_move.closed)
@@ -992,7 +1078,7 @@ static int take_back_locked(struct ucma_arena *a, uint32_t pb)
 	pthread_mutex_lock(&z->lock);
 	of_set(pb, rc == 0 ? LEND_NONE : cma_pb | (uint32_t)moved << LEND_MOVED_SHIFT);
 	if (rc == 0)
-		atomic_fetch_sub(&lend.nr_borrowed, 1);
+		atomic_fetch_sub(&ucma_lend_nr_borrowed, 1);
 	pthread_mutex_unlock(&z->lock);
 	ucma_count(UCMA_STAT_LEND_HEAP_BYTES_COPIED,
 		   (uint64_t)(moved - LEND_MOVED_OF(s)) * piece_of(a, cma_pb));
@@ -1064,7 +1150,7 @@ int ucma_unlend(const void *addr, size_t len)
 	/* The library's own memory calls (a preloaded madvise() seen from
 	 * inside) never take anything back. */
 	if (len == 0 || !a || !lend.of || lend.a != a || ucma_os_in_call() ||
-	    atomic_load_explicit(&lend.nr_borrowed, memory_order_acquire) == 0)
+	    atomic_load_explicit(&ucma_lend_nr_borrowed, memory_order_acquire) == 0)
 		return 0;
 	zlo = (uintptr_t)ucma_pfn_to_addr(a, a->zones[UCMA_ZONE_NORMAL].start_pfn);
 	zhi = (uintptr_t)ucma_pfn_to_addr(a, a->zones[UCMA_ZONE_NORMAL].end_pfn);
@@ -1242,7 +1328,7 @@ void ucma_lend_fork_prepare(void)
 	sigset_t all, saved;
 
 	pthread_mutex_lock(&lend.lock);
-	if (!a || !lend.of || atomic_load(&lend.nr_borrowed) == 0 || single_threaded())
+	if (!a || !lend.of || atomic_load(&ucma_lend_nr_borrowed) == 0 || single_threaded())
 		return;
 	/* As in take_back(): a handler writing a piece being moved would
 	 * wait for this thread. */
@@ -1415,7 +1501,7 @@ void ucma_lend_frames_fork_child(void)
 	char done = 1;
 
 	for_each_borrowed(fork_copy);
-	atomic_store(&lend.nr_borrowed, 0);
+	atomic_store(&ucma_lend_nr_borrowed, 0);
 	if (lend_fork.wait_rd >= 0)
 		close(lend_fork.wait_rd);
 	if (lend_fork.wait_wr >= 0) {

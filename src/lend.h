@@ -109,6 +109,20 @@ UCMA_INTERNAL void ucma_pages_free_locked(struct ucma_zone *z, uint32_t pfn);
 UCMA_INTERNAL int ucma_lend_owned_fds(int *fds);
 UCMA_INTERNAL int ucma_lend_move_fd(int fd);
 
+/*
+ * NORMAL pageblocks borrowed now (or being taken back); 0 whenever lending
+ * is off.  ucma_lend_any_borrowed() is the one load with which the
+ * preloaded interposers (preload/futex_guard.c) learn that nothing can be
+ * on a frame: memory that is in use when it reads 0 never will be (only
+ * wholly free pageblocks are lent).
+ */
+UCMA_INTERNAL extern _Atomic uint32_t ucma_lend_nr_borrowed;
+
+static inline bool ucma_lend_any_borrowed(void)
+{
+	return atomic_load_explicit(&ucma_lend_nr_borrowed, memory_order_acquire) != 0;
+}
+
 /* Counted for the statistics (stats.c): pageblocks borrowed now. */
 UCMA_INTERNAL uint64_t ucma_lend_borrowed_now(void);
 

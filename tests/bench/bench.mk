@@ -63,3 +63,18 @@ EXTRA_DIST += tests/bench/heap_lend.sh
 bench: bench-heap-lend
 bench-heap-lend: tests/bench/heap_lend_workload$(EXEEXT) libucma-preload.la
 	top_builddir=$(top_builddir) $(SHELL) $(top_srcdir)/tests/bench/heap_lend.sh
+
+## The cost of the preloaded futex guards: interposed calls against the C
+## library's own, without the library, with lending off and on.
+## futex_guard_cost links nothing of ucma.  `make bench-futex-guard`.
+check_PROGRAMS += tests/bench/futex_guard_cost
+tests_bench_futex_guard_cost_SOURCES = tests/bench/futex_guard_cost.c
+tests_bench_futex_guard_cost_CPPFLAGS =
+tests_bench_futex_guard_cost_LDADD = -ldl -lpthread
+tests_bench_futex_guard_cost_LDFLAGS = -no-install
+EXTRA_DIST += tests/bench/futex_guard.sh
+
+.PHONY: bench-futex-guard
+bench: bench-futex-guard
+bench-futex-guard: tests/bench/futex_guard_cost$(EXEEXT) libucma-preload.la
+	top_builddir=$(top_builddir) $(SHELL) $(top_srcdir)/tests/bench/futex_guard.sh

@@ -29,6 +29,13 @@ tests_integration_preload_lendguard_CFLAGS = $(AM_CFLAGS) -fno-builtin
 tests_integration_preload_lendguard_LDADD = libucma.la
 tests_integration_preload_lendguard_LDFLAGS = -no-install
 
+check_PROGRAMS += tests/integration/preload_futex
+tests_integration_preload_futex_SOURCES = tests/integration/preload_futex.c
+tests_integration_preload_futex_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests
+tests_integration_preload_futex_CFLAGS = $(AM_CFLAGS) -fno-builtin
+tests_integration_preload_futex_LDADD = libucma.la -ldl
+tests_integration_preload_futex_LDFLAGS = -no-install
+
 check_PROGRAMS += tests/integration/fork_threads tests/integration/cxx_workload
 tests_integration_fork_threads_SOURCES = tests/integration/fork_threads.c
 tests_integration_fork_threads_CFLAGS = $(AM_CFLAGS) -fno-builtin
@@ -39,6 +46,7 @@ TESTS += \
 	tests/integration/preload_api.sh \
 	tests/integration/preload_longterm.sh \
 	tests/integration/preload_lendguard.sh \
+	tests/integration/preload_futex.sh \
 	tests/integration/preload_contig.sh \
 	tests/integration/preload_python.sh \
 	tests/integration/preload_tools.sh \
@@ -52,6 +60,7 @@ EXTRA_DIST += \
 	tests/integration/preload_api.sh \
 	tests/integration/preload_longterm.sh \
 	tests/integration/preload_lendguard.sh \
+	tests/integration/preload_futex.sh \
 	tests/integration/preload_contig.sh \
 	tests/integration/preload_python.sh \
 	tests/integration/preload_tools.sh \

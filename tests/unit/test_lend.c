@@ -719,14 +719,6 @@ static void case_own_stack(void)
 	char *b;
 	int joined;
 
-#if defined(__SANITIZE_THREAD__)
-	/* ThreadSanitizer's runtime interposes clone(): its code then runs in
-	 * the helper task and writes the very thread state the helper has
-	 * write-protected, so the helper waits for the thread that waits for
-	 * it (RELIABILITY.md).  A runtime's doing, not the library's. */
-	skip(3, "ThreadSanitizer's clone() interceptor runs in the helper task");
-	return;
-#endif
 	if (!start()) {
 		ok(0, "ucma_init: %s", strerror(errno));
 		return;

@@ -1,0 +1,45 @@
+/*
+ * interpose.h - what the preloaded interposers share (preload/longterm.c
+ * defines these; preload/futex_guard.c uses them too).
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef UCMA_PRELOAD_INTERPOSE_H
+#define UCMA_PRELOAD_INTERPOSE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#define UCMA_PRELOAD_HIDDEN __attribute__((visibility("hidden")))
+
+/* The futex2 calls by number, the same on x86-64 and AArch64 (Linux 5.16
+ * and 6.7; newer than some headers). */
+#define UCMA_SYS_futex_waitv	449
+#define UCMA_SYS_futex_wake	454
+#define UCMA_SYS_futex_wait	455
+#define UCMA_SYS_futex_requeue	456
+
+/*
+ * The next definition of @name after this library's (the C library's or
+ * liburing's), found with dlsym(RTLD_NEXT) on first use and kept in
+ * *@cache; NULL when there is none.  Not on the library's start-up path
+ * (the first malloc may come before the C library's constructors).
+ */
+UCMA_PRELOAD_HIDDEN void *ucma_preload_next(void **cache, const char *name);
+
+/*
+ * Copy @len bytes of the program's memory at @src to @dst as the kernel
+ * would read them: false with EFAULT when the address is bad (the kernel
+ * then refuses the call itself, so the caller forwards it), never a crash.
+ */
+UCMA_PRELOAD_HIDDEN bool ucma_preload_read_user(void *dst, const void *src, size_t len);
+
+/*
+ * syscall() of a futex call (SYS_futex, futex_waitv, futex_wait,
+ * futex_wake, futex_requeue) with arguments @a: the words it names that
+ * are not process-private leave the frames lent to the heap first.
+ * Returns 0, or -errno when one stays lent (the call is then refused).
+ */
+UCMA_PRELOAD_HIDDEN long ucma_preload_futex_unlend(long nr, const long a[6]);
+
+#endif /* UCMA_PRELOAD_INTERPOSE_H */

@@ -1,0 +1,35 @@
+#!/bin/sh
+# futex_guard.sh - the cost of the preloaded futex guards (preload/
+# futex_guard.c): futex_guard_cost without the library, under it with
+# heap lending off (the default), and with lending on and a pageblock
+# borrowed.  Each row compares the interposed call with the C library's
+# own, measured in the same run.  `make bench-futex-guard`; lending needs
+# a userfaultfd (root).
+#
+# SPDX-License-Identifier: MIT
+: "${top_builddir:=.}"
+W=$top_builddir/tests/bench/futex_guard_cost
+P=$(cd "$top_builddir" && pwd)/.libs/libucma-preload.so
+[ -x "$W" ] && [ -f "$P" ] || { echo "futex_guard: build $W and $P first" >&2; exit 1; }
+
+field() {	# field KEY LINE
+	echo "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"
+}
+
+echo "futex_guard: ns per call, best of 5 rounds; interposed / the C library's own, same run"
+echo
+echo "| run | pthread_mutex_init(pshared) | sem_init(pshared) | syscall(SYS_futex, FUTEX_WAKE) |"
+echo "| --- | ---: | ---: | ---: |"
+for run in glibc lend-off lend-on; do
+	case $run in
+	glibc) line=$("$W") ;;
+	lend-off) line=$(env LD_PRELOAD="$P" "$W") ;;
+	lend-on)
+		line=$(env LD_PRELOAD="$P" UCMA_ARENA_SIZE=96M UCMA_CMA_SIZE=32M \
+			UCMA_CMA_POLICY=lend UCMA_HUGEPAGES=none "$W") ;;
+	esac
+	[ -n "$line" ] || { echo "| $run | failed |"; continue; }
+	echo "| $run | $(field mutex_init_ns "$line") / $(field mutex_init_libc_ns "$line") |" \
+		"$(field sem_init_ns "$line") / $(field sem_init_libc_ns "$line") |" \
+		"$(field futex_wake_ns "$line") / $(field futex_wake_libc_ns "$line") |"
+done
