@@ -55,13 +55,12 @@ enum ucma_backing {
 
 /* CMA policy (UCMA_CMA_POLICY). */
 enum ucma_cma_policy {
-	UCMA_CMA_LEND = 0,	/* free CMA memory serves movable objects and the heap;
-				 * in struct ucma_config, 0 keeps UCMA_CMA_POLICY or the
-				 * default, lend-handles: heap lending is asked for
-				 * with UCMA_CMA_POLICY=lend */
+	UCMA_CMA_LEND = 0,	/* free CMA memory serves movable objects and, where
+				 * the areas have 2 MiB frames on a file, the heap
+				 * (the default); in struct ucma_config, 0 keeps
+				 * UCMA_CMA_POLICY or the default */
 	UCMA_CMA_RESERVED,	/* CMA areas serve ucma_alloc() only */
-	UCMA_CMA_LEND_HANDLES	/* free CMA memory serves movable objects only (the
-				 * default) */
+	UCMA_CMA_LEND_HANDLES	/* free CMA memory serves movable objects only */
 };
 
 /**

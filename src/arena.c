@@ -250,10 +250,12 @@ int ucma_arena_create(const struct ucma_options *o, struct ucma_arena **out)
 	 * it could borrow sit idle, and the reserve is paid twice: lending
 	 * would only change which frames back the same 2 MiB pageblocks.
 	 * The window is address space: its pageblocks cost nothing until
-	 * the heap uses them, lent frames first (zone.c).
+	 * the heap uses them, lent frames first (zone.c).  Where the areas
+	 * will have no frames to lend (private memory, 1 GiB pages), NORMAL
+	 * keeps what they leave, as without lending.
 	 */
 	own_size = o->arena_size - cma_size;
-	heap_window = ucma_lend_wants_frames(o) ? cma_size : 0;
+	heap_window = ucma_lend_wants_frames(o) && ucma_frames_expect_lendable(o) ? cma_size : 0;
 	normal_size = own_size + heap_window;
 	if (((o->arena_size + heap_window) >> UCMA_PAGE_SHIFT) >= UCMA_PFN_NONE) {
 		errno = EINVAL;

@@ -215,7 +215,7 @@ static const struct opt_def opt_table[O_NR] = {
 		"children of fork() get empty CMA areas instead of a copy of the parent's "
 		"(and private hugetlb areas need no free pool pages at fork)" },
 	[O_CMA_POLICY] = {
-		"cma_policy", "UCMA_CMA_POLICY", T_ENUM, 0, "lend-handles", 0, 0, policy_words,
+		"cma_policy", "UCMA_CMA_POLICY", T_ENUM, 0, "lend", 0, 0, policy_words,
 		OFF(cma_policy), 0, "lend, lend-handles or reserved",
 		"lend: free CMA memory serves movable objects and backs the malloc heap until "
 		"ucma_alloc() needs it; lend-handles: movable objects only; reserved: it serves "

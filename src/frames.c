@@ -5,10 +5,12 @@
  * (MFD_HUGETLB, 1 GiB or 2 MiB pages) when the pool can hold the area, a
  * shmem file otherwise (with MADV_HUGEPAGE where the kernel gives shmem
  * huge pages).  Where shmem gets no huge pages the transparent-huge-page
- * step is private memory without frames, as before; but when the heap is
- * to borrow frames (lend.c: UCMA_CMA_POLICY=lend and a userfaultfd), the
- * automatic choice skips it for a shmem file of plain pages: frames the
- * heap can use are worth more than huge pages in the areas.  The area's addresses are that file mapped MAP_SHARED |
+ * step is private memory without frames, also when the heap would borrow
+ * frames (lend.c): huge pages in the areas, with their 2 MiB physical
+ * runs for devices, and freed memory given back, are worth more than
+ * frames the heap could borrow (a shmem file of plain pages, whose
+ * written pages stay in the file: UCMA_HUGEPAGES=none asks for it).
+ * The area's addresses are that file mapped MAP_SHARED |
  * MAP_FIXED over the arena's reservation, so any frame (page of the file)
  * can be mapped at any address ucma owns: the foundation for lending
  * frames to the heap (DESIGN.md) and for mapping frames in physical order.
@@ -62,7 +64,6 @@
 #include "internal.h"
 #include "frames.h"
 #include "fork.h"
-#include "lend.h"
 #include "memevent.h"
 #include "pcp.h"
 #include "slab.h"
@@ -493,13 +494,13 @@ static int map_next_step(void)
 	for (; fb.step < UCMA_ARRAY_SIZE(chain); fb.step++) {
 		int backing = chain[fb.step], i;
 
+		/* Heap lending does not change this choice: a CMA area of
+		 * private transparent huge pages keeps its 2 MiB physical runs
+		 * and gives freed memory back, where a shmem file of 4 KiB
+		 * pages (which lending could borrow) would do neither; lending
+		 * is then off (lend.c says why), and UCMA_HUGEPAGES=none asks
+		 * for that file. */
 		if (!step_possible(a, backing))
-			continue;
-		/* Where shmem gets no huge pages, this step would be private
-		 * memory without frames; when the heap is to borrow frames
-		 * (lend.c), a file of plain pages serves better. */
-		if (backing == UCMA_BACKING_THP && !step_has_file(backing) &&
-		    fb.o->hugepages == UCMA_BACKING_AUTO && ucma_lend_wants_frames(fb.o))
 			continue;
 		for (i = 0; i < a->nr_areas; i++) {
 			int rc = step_has_file(backing) ? map_area_file(&a->areas[i], backing) :
@@ -518,6 +519,39 @@ static int map_next_step(void)
 	return -1;
 }
 
+
+bool ucma_frames_expect_lendable(const struct ucma_options *o)
+{
+	size_t total = o->cma_size;
+	int backing = o->hugepages;
+	bool all_1g = total % UCMA_HUGE_1G == 0;
+
+	for (int i = 0; i < o->nr_areas; i++)
+		all_1g &= o->areas[i].size % UCMA_HUGE_1G == 0;
+	/* chain[] as map_next_step() will walk it, with the pools as they
+	 * are now. */
+	if (backing == UCMA_BACKING_AUTO) {
+		if (all_1g && total &&
+		    ucma_os_hugetlb_free_pages(UCMA_HUGE_1G) >= (long)(total / UCMA_HUGE_1G))
+			backing = UCMA_BACKING_HUGETLB_1G;
+		else if (ucma_os_hugetlb_free_pages(UCMA_PAGEBLOCK_SIZE) >=
+			 (long)(total / UCMA_PAGEBLOCK_SIZE))
+			backing = UCMA_BACKING_HUGETLB_2M;
+		else if (ucma_os_shmem_thp_available() || ucma_os_thp_available())
+			backing = UCMA_BACKING_THP;
+		else
+			backing = UCMA_BACKING_NONE;
+	}
+	switch (backing) {
+	case UCMA_BACKING_HUGETLB_2M:
+	case UCMA_BACKING_NONE:
+		return true;
+	case UCMA_BACKING_THP:
+		return step_has_file(backing);
+	default:
+		return false;
+	}
+}
 
 int ucma_frames_map_areas(struct ucma_arena *a, const struct ucma_options *o)
 {

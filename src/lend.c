@@ -119,7 +119,8 @@
  * object (the pthread_*_init() calls, sem_init()) and of the words of
  * futex system calls made through syscall() back when the program sets
  * them up, and a pageblock holding live blocks is never lent again.  Not
- * seen, so still exposed (one reason lending is off by default): futex
+ * seen, so still exposed (UCMA_CMA_POLICY=lend-handles is the setting for
+ * programs that do such things): futex
  * calls made with the system call instruction (statically linked code,
  * inline calls on words set up by hand), a process-shared object copied
  * into place (memcpy()) rather than initialised, a raw clone() with its
@@ -384,8 +385,9 @@ static const char *off_reason(struct ucma_arena *a, const struct ucma_options *o
 	for (int k = 0; k < a->nr_areas; k++)
 		any |= lend.lendable[k];
 	if (!any)
-		return "no CMA area has 2 MiB frames on a file (UCMA_HUGEPAGES chose private "
-		       "memory or 1 GiB pages)";
+		return "no CMA area has 2 MiB frames on a file: the areas are private memory or "
+		       "1 GiB pages (free 2 MiB hugetlb pages, shmem with huge pages, or "
+		       "UCMA_HUGEPAGES=none give them frames; none means 4 KiB pages)";
 	return NULL;
 }
 

@@ -32,11 +32,11 @@
 #include "internal.h"
 
 /*
- * Before the CMA areas are made (frames.c): will the heap borrow their
- * frames, so that areas should be files even where shmem gets no huge
- * pages?  True with UCMA_CMA_POLICY=lend, a NORMAL zone of private memory,
- * and a userfaultfd with write-protection for shmem and hugetlbfs that
- * this process may open (asked once, cached).
+ * Before the arena is laid out (arena.c): may the heap borrow the CMA
+ * areas' frames, if they have any?  True with UCMA_CMA_POLICY=lend, a
+ * NORMAL zone of private memory, and a userfaultfd with write-protection
+ * for shmem and hugetlbfs that this process may open (asked once,
+ * cached).
  */
 UCMA_INTERNAL bool ucma_lend_wants_frames(const struct ucma_options *o);
 

@@ -192,7 +192,9 @@ static int cma_objects(int *idx, void **addr)
 static void test_reserved(void)
 {
 	uint64_t seed = 7, bytes;
-	uint64_t normal = (uint64_t)(ARENA - CMA);
+	/* ARENA - CMA, or all of ARENA where the heap may borrow the CMA
+	 * area's frames (lend.c: the heap's window). */
+	uint64_t normal = (uint64_t)a->zones[UCMA_ZONE_NORMAL].managed_pages << UCMA_PAGE_SHIFT;
 
 	uint64_t cma_free = a->zones[UCMA_ZONE_CMA].free_pages;
 

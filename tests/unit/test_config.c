@@ -187,8 +187,8 @@ static void test_defaults(void)
 	ok(def.arena_size == G(1) && def.cma_size == M(256) && def.nr_areas == 0,
 	   "defaults: arena 1G, one CMA area of 256M");
 	ok(def.hugepages == UCMA_BACKING_AUTO && def.hugepages_normal == UCMA_BACKING_THP &&
-	   def.node == UCMA_NODE_DEFAULT && def.cma_policy == UCMA_CMA_LEND_HANDLES,
-	   "defaults: hugepages auto, NORMAL thp, no node policy, lend-handles");
+	   def.node == UCMA_NODE_DEFAULT && def.cma_policy == UCMA_CMA_LEND,
+	   "defaults: hugepages auto, NORMAL thp, no node policy, lend");
 	ok(!def.populate && !def.strict && !def.cma_dontfork && def.compact &&
 	   def.compact_direct && !def.stats && !def.verbose,
 	   "defaults: booleans");
@@ -295,8 +295,8 @@ static void test_words(void)
 	GOOD("UCMA_CMA_POLICY", "reserved", o.cma_policy == UCMA_CMA_RESERVED);
 	GOOD("UCMA_CMA_POLICY", "LEND", o.cma_policy == UCMA_CMA_LEND);
 	GOOD("UCMA_CMA_POLICY", "lend-handles", o.cma_policy == UCMA_CMA_LEND_HANDLES);
-	BAD("UCMA_CMA_POLICY", "borrow", o.cma_policy == UCMA_CMA_LEND_HANDLES,
-	    "unknown value (accepted: lend, lend-handles or reserved); using lend-handles");
+	BAD("UCMA_CMA_POLICY", "borrow", o.cma_policy == UCMA_CMA_LEND,
+	    "unknown value (accepted: lend, lend-handles or reserved); using lend");
 }
 
 static void test_node(void)
@@ -598,7 +598,7 @@ static void test_from_config(void)
 	cfg.reserved[3] = 1;
 	ucma_options_defaults(&o);
 	ok(cfg_run(&o, &cfg) == 4 && nlines == 4 && o.hugepages == UCMA_BACKING_AUTO &&
-	   o.cma_policy == UCMA_CMA_LEND_HANDLES && o.node == UCMA_NODE_DEFAULT,
+	   o.cma_policy == UCMA_CMA_LEND && o.node == UCMA_NODE_DEFAULT,
 	   "bad enum, node and reserved fields: four counted, defaults kept");
 	ok(strstr(out, "ucma: ucma_config.hugepages=9: unknown value (accepted: "
 		       "UCMA_BACKING_AUTO to UCMA_BACKING_NONE); using auto\n") &&

@@ -1218,6 +1218,59 @@ static void case_no_uffd(void)
 /* ------------------------------------------------------------------------ */
 
 /* The process's userfaultfds (/proc/self/fd): how many, the last one. */
+/*
+ * The automatic backing where the CMA area gets no frames on a file (no
+ * free 2 MiB hugetlb pages, shmem without huge pages): lending does not
+ * turn the area into a shmem file of 4 KiB pages; it stays on private
+ * transparent huge pages, the heap borrows nothing and says why, and
+ * NORMAL keeps what the area leaves (no heap window).
+ */
+static long no_hugetlb_pages(size_t page_size)
+{
+	(void)page_size;
+	return 0;
+}
+
+static void case_auto_no_frames(void)
+{
+	FILE *cap = tmpfile();
+	char msg[4096] = "";
+	int saved = dup(2);
+	size_t n;
+
+	if (ucma_os_shmem_thp_available() || !ucma_os_thp_available()) {
+		skip(1, "shmem gets huge pages here (the area would have frames), or there are "
+			"no transparent huge pages");
+		return;
+	}
+	ucma_os.hugetlb_free_pages = no_hugetlb_pages;	/* whoever holds the pool now */
+	setenv("UCMA_VERBOSE", "1", 1);
+	fflush(stderr);
+	dup2(fileno(cap), 2);
+	cma_backing = UCMA_BACKING_AUTO;
+	start();
+	cma_backing = UCMA_BACKING_NONE;
+	dup2(saved, 2);
+	unsetenv("UCMA_VERBOSE");
+	rewind(cap);
+	n = fread(msg, 1, sizeof(msg) - 1, cap);
+	msg[n] = '\0';
+	fclose(cap);
+	ok(a && a->zones[UCMA_ZONE_CMA].backing == UCMA_BACKING_THP &&
+		   ucma_area_frames(&a->areas[0])->fd < 0,
+	   "automatic backing, no frames to be had: the area stays on private transparent "
+	   "huge pages (%s)", a ? ucma_backing_str(a->zones[UCMA_ZONE_CMA].backing) : "no arena");
+	ok(strstr(msg, "lending the CMA areas to the heap is off: no CMA area has 2 MiB frames") !=
+		   NULL,
+	   "UCMA_VERBOSE says lending to the heap is off, and why");
+	if (!a)
+		return;
+	ok(a->zones[UCMA_ZONE_NORMAL].managed_pages == ((64 - CMA_MB) * MiB) / PAGE,
+	   "NORMAL keeps what the area leaves: no heap window (%llu pages)",
+	   (unsigned long long)a->zones[UCMA_ZONE_NORMAL].managed_pages);
+	ucma_os_reset();
+}
+
 static int uffds_open(int *last)
 {
 	int n = 0;
@@ -1551,6 +1604,7 @@ int main(void)
 	run("vfork and posix_spawn", case_vfork_spawn);
 	run("program calls", case_program_calls);
 	run("no userfaultfd", case_no_uffd);
+	run("automatic backing without frames", case_auto_no_frames);
 	run("faults", case_faults);
 	run("copy source", case_copy_source);
 	run("writers, heap on huge pages", case_writers_thp);
