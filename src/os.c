@@ -226,6 +226,8 @@ int ucma_os_populate(void *addr, size_t len)
 	return -1;
 }
 
+/* The real calls back, and MADV_POPULATE_WRITE asked again: a test that
+ * refused it as unknown leaves the next one a kernel that has it. */
 void ucma_os_reset(void)
 {
 	atomic_store_explicit(&populate_unknown, false, memory_order_relaxed);
