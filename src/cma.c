@@ -208,8 +208,8 @@ static int empty_range(struct ucma_arena *a, uint32_t start, uint32_t end, unsig
 {
 	struct ucma_zone *z = ucma_pfn_zone(a, start);
 	/* No long waits on one pin: the rounds below are the brief retry. */
-	uint32_t ahead = 0;
-	struct ucma_migrate_target t = { start, end, false, false, &ahead };
+	struct ucma_populate_batch batch = { 0, 0, 0 };
+	struct ucma_migrate_target t = { start, end, false, false, &batch };
 	uint32_t pb_start = UCMA_ALIGN_DOWN(start, UCMA_PAGEBLOCK_PAGES);
 
 	for (int round = 0; round < CMA_MIGRATE_ROUNDS; round++) {
@@ -224,7 +224,8 @@ static int empty_range(struct ucma_arena *a, uint32_t start, uint32_t end, unsig
 		}
 		/* The copies of this round: fresh destinations are mapped
 		 * in as few calls as their extents allow (zone.c). */
-		ahead = pages_in_use(a, start, end);
+		batch.pages = pages_in_use(a, start, end);
+		batch.start = batch.end = 0;
 		for (uint32_t pfn = pb_start, head, next; pfn < end; pfn = next) {
 			next = walk_step(a, z, pfn, &head);
 			if (head != UCMA_PFN_NONE && next > start) {

@@ -707,9 +707,9 @@ struct ucma_migrate_target {
 	uint32_t avoid_start, avoid_end;	/* pfn range to stay out of */
 	bool no_cma;				/* long-term pin: NORMAL only */
 	bool wait_pins;				/* wait briefly for pins to drop */
-	/* Pages still to be moved by the caller (NULL: unknown): fresh
-	 * destinations are mapped this far ahead in one call (zone.c). */
-	uint32_t *populate_ahead;
+	/* The copies the caller is about to make (NULL: unknown): fresh
+	 * destinations are mapped that far ahead in one call (zone.c). */
+	struct ucma_populate_batch *batch;
 };
 
 enum ucma_migrate_result {
@@ -773,17 +773,27 @@ UCMA_INTERNAL void ucma_malloc_counters_read(struct ucma_malloc_counters *out);
  * no room, EINVAL for a bad size or range. */
 UCMA_INTERNAL uint32_t ucma_pages_alloc_in(struct ucma_arena *a, uint32_t npages, unsigned gfp,
 					   uint32_t lo, uint32_t hi);
+/*
+ * struct ucma_populate_batch - the copies one migrating caller is about to
+ * place (ucma_alloc() emptying a range): @pages still to place, and the
+ * pages [@start, @end) last mapped ahead for them, where placing a copy
+ * takes nothing more from @pages.  Owned by the calling thread.
+ */
+struct ucma_populate_batch {
+	uint32_t pages;
+	uint32_t start, end;
+};
+
 /* zone.c: a run outside [avoid_start, avoid_end): the range above it is
  * searched first, then the one below, then the ordinary zone rules (and a
  * run that lands inside is given back: ENOMEM).  An empty range is no
  * constraint.  Used for the copies of migrated objects.  With
- * UCMA_GFP_POPULATE and @ahead (pages the caller still means to place,
- * this run included; may be NULL), a fresh run found by the search is
- * mapped together with up to *@ahead - npages clean free pages right
- * after it; *@ahead is decreased by the run and by those pages. */
+ * UCMA_GFP_POPULATE and a @batch (may be NULL), a fresh run found by the
+ * search is mapped together with the clean free pages right after it, up
+ * to @batch->pages, which the run and those pages are taken from. */
 UCMA_INTERNAL uint32_t ucma_pages_alloc_avoid(struct ucma_arena *a, uint32_t npages, unsigned gfp,
 					      uint32_t avoid_start, uint32_t avoid_end,
-					      uint32_t *ahead);
+					      struct ucma_populate_batch *batch);
 
 /* A movable slab is one run of this many pages (mslab.c): the block that
  * direct compaction must form when a small movable object finds no slot. */

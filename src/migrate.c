@@ -8,7 +8,8 @@
  *   2. allocate the new copy where the caller allows (struct
  *      ucma_migrate_target), copy; fresh pages for the copy are mapped
  *      in one call first (zone.c, UCMA_GFP_POPULATE), and as far ahead
- *      as the caller says more copies follow (populate_ahead);
+ *      as the caller says more copies follow (struct
+ *      ucma_populate_batch);
  *   3. publish the new address (handle.h: a release store inside the
  *      entry's write section);
  *   4. clear the state and wake pinners that sleep on it;
@@ -190,7 +191,7 @@ void *ucma_movable_storage_alloc(size_t size, uint32_t index, const struct ucma_
 	npages = (uint32_t)((size + UCMA_PAGE_SIZE - 1) >> UCMA_PAGE_SHIFT);
 	/* Searched outside the avoided range (zone.c), not allocated and checked. */
 	pfn = ucma_pages_alloc_avoid(a, npages, gfp | (t->no_cma ? UCMA_GFP_NO_CMA : 0),
-				     t->avoid_start, t->avoid_end, t->populate_ahead);
+				     t->avoid_start, t->avoid_end, t->batch);
 	if (pfn == UCMA_PFN_NONE)
 		return NULL;
 	ucma_run_set_owner(a, pfn, UCMA_OWN_MOVABLE, index);

@@ -210,7 +210,7 @@ static struct ucma_mslab *slab_new(struct ucma_arena *a, int cls, bool no_cma,
 
 	pfn = ucma_pages_alloc_avoid(a, UCMA_MSLAB_PAGES,
 				     gfp | UCMA_GFP_MOVABLE | (no_cma ? UCMA_GFP_NO_CMA : 0),
-				     t->avoid_start, t->avoid_end, t->populate_ahead);
+				     t->avoid_start, t->avoid_end, t->batch);
 	if (pfn == UCMA_PFN_NONE)
 		return NULL;
 	s = ucma_meta_alloc(bytes);

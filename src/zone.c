@@ -664,7 +664,7 @@ static void populate_fresh(struct ucma_arena *a, uint32_t pfn, uint32_t n)
  * would keep that pageblock from ever being emptied.
  */
 static uint32_t zone_alloc_in(struct ucma_zone *z, uint32_t npages, unsigned gfp, uint32_t lo,
-			      uint32_t hi, uint32_t *ahead)
+			      uint32_t hi, struct ucma_populate_batch *batch)
 {
 	struct ucma_arena *a = z->arena;
 	unsigned order = order_for(npages);
@@ -720,14 +720,20 @@ static uint32_t zone_alloc_in(struct ucma_zone *z, uint32_t npages, unsigned gfp
 				   z->name);
 		set_run(a, pfn, npages, gfp & UCMA_GFP_MOVABLE);
 		wake = crossed_low_wmark(z, npages);
-		if (ahead) {
-			*ahead -= *ahead < npages ? *ahead : npages;
+		if (batch) {
+			/* A copy placed in pages mapped ahead was counted. */
+			if (pfn < batch->start || pfn + npages > batch->end)
+				batch->pages -= batch->pages < npages ? batch->pages : npages;
 			/* The copies still to come land next to this one
 			 * (best fit keeps the rest of its extent for them):
 			 * one call maps theirs too. */
-			if (populate && fresh < pfn + npages && *ahead) {
-				extra = ucma_buddy_dirty_clean_after(z, pfn + npages, *ahead);
-				*ahead -= extra;
+			if (populate && fresh < pfn + npages && batch->pages) {
+				extra = ucma_buddy_dirty_clean_after(z, pfn + npages, batch->pages);
+				batch->pages -= extra;
+				if (extra) {
+					batch->start = pfn + npages;
+					batch->end = pfn + npages + extra;
+				}
 			}
 		}
 	}
@@ -754,7 +760,7 @@ static uint32_t zone_alloc_in(struct ucma_zone *z, uint32_t npages, unsigned gfp
  * free pages, from the top, and stops a few pageblocks after the first fit.
  */
 static uint32_t alloc_in(struct ucma_arena *a, uint32_t npages, unsigned gfp, uint32_t lo,
-			 uint32_t hi, uint32_t *ahead)
+			 uint32_t hi, struct ucma_populate_batch *batch)
 {
 	int zonelist[UCMA_ZONE_NR], nz = 0;
 
@@ -772,7 +778,7 @@ static uint32_t alloc_in(struct ucma_arena *a, uint32_t npages, unsigned gfp, ui
 
 		if (z->start_pfn >= hi || z->end_pfn <= lo || z->managed_pages == 0)
 			continue;
-		pfn = zone_alloc_in(z, npages, gfp, lo, hi, ahead);
+		pfn = zone_alloc_in(z, npages, gfp, lo, hi, batch);
 		if (pfn != UCMA_PFN_NONE)
 			return pfn;
 	}
@@ -796,7 +802,8 @@ uint32_t ucma_pages_alloc_in(struct ucma_arena *a, uint32_t npages, unsigned gfp
  * UNMOVABLE pageblocks as the last resort, runs of several pageblocks.
  */
 uint32_t ucma_pages_alloc_avoid(struct ucma_arena *a, uint32_t npages, unsigned gfp,
-				uint32_t avoid_start, uint32_t avoid_end, uint32_t *ahead)
+				uint32_t avoid_start, uint32_t avoid_end,
+				struct ucma_populate_batch *batch)
 {
 	uint32_t pfn;
 
@@ -804,12 +811,12 @@ uint32_t ucma_pages_alloc_avoid(struct ucma_arena *a, uint32_t npages, unsigned 
 		return ucma_pages_alloc(a, npages, gfp);
 	if (npages > 0 && npages <= UCMA_PAGEBLOCK_PAGES) {
 		if (avoid_end < a->npages) {
-			pfn = alloc_in(a, npages, gfp, avoid_end, a->npages, ahead);
+			pfn = alloc_in(a, npages, gfp, avoid_end, a->npages, batch);
 			if (pfn != UCMA_PFN_NONE)
 				return pfn;
 		}
 		if (avoid_start > 0) {
-			pfn = alloc_in(a, npages, gfp, 0, avoid_start, ahead);
+			pfn = alloc_in(a, npages, gfp, 0, avoid_start, batch);
 			if (pfn != UCMA_PFN_NONE)
 				return pfn;
 		}
