@@ -312,6 +312,14 @@ static void throughput(size_t arena_mb)
 /* Rounds of the fresh-destination measurement, alternating the two ways. */
 #define FRESH_ROUNDS 40
 
+static unsigned populate_calls;
+
+static int count_populate(void *addr, size_t len, int advice)
+{
+	populate_calls += advice == MADV_POPULATE_WRITE;
+	return madvise(addr, len, advice);
+}
+
 static int refuse_populate(void *addr, size_t len, int advice)
 {
 	if (advice == MADV_POPULATE_WRITE) {
@@ -342,7 +350,7 @@ static void fresh_destinations(size_t arena_mb)
 		.hugepages_normal = UCMA_BACKING_NONE,
 	};
 	static ucma_handle_t h[8192];
-	uint64_t lat[2][FRESH_ROUNDS], pop[2] = { 0, 0 }, moved[2] = { 0, 0 };
+	uint64_t lat[2][FRESH_ROUNDS], pop[2] = { 0, 0 }, moved[2] = { 0, 0 }, calls = 0;
 	unsigned nlat[2] = { 0, 0 };
 
 	if (ucma_init(&cfg) != 0)
@@ -372,8 +380,8 @@ static void fresh_destinations(size_t arena_mb)
 		ucma_defer_drain();
 		ucma_zone_purge(&ucma_arena_peek()->zones[UCMA_ZONE_CMA], true);
 		ucma_zone_purge(&ucma_arena_peek()->zones[UCMA_ZONE_NORMAL], true);
-		if (way == 1)
-			ucma_os.madvise = refuse_populate;
+		ucma_os.madvise = way == 1 ? refuse_populate : count_populate;
+		populate_calls = 0;
 		ucma_stat("pgmigrate_populated", &p0);
 		ucma_stat("pgmigrate_success", &m0);
 		t0 = tu_now_ns();
@@ -402,6 +410,8 @@ static void fresh_destinations(size_t arena_mb)
 		if (m1 == m0)
 			continue;	/* the run was free: nothing measured */
 		lat[way][nlat[way]++] = t1 - t0;
+		if (way == 0)
+			calls += populate_calls;
 		pop[way] += p1 - p0;
 		moved[way] += m1 - m0;
 	}
@@ -415,6 +425,9 @@ static void fresh_destinations(size_t arena_mb)
 		       w == 0 ? "destinations populated in bulk" : "copies fault page by page  ",
 		       pct(lat[w], nlat[w], 0.5), pct(lat[w], nlat[w], 0.99), nlat[w],
 		       nlat[w] ? (double)moved[w] / nlat[w] : 0, nlat[w] ? (double)pop[w] / nlat[w] : 0);
+	if (nlat[0])
+		printf("populated in %.1f calls of MADV_POPULATE_WRITE per round\n",
+		       (double)calls / nlat[0]);
 	if (nlat[0] && nlat[1])
 		printf("median faulting / median populated: %.2f\n",
 		       pct(lat[1], nlat[1], 0.5) / pct(lat[0], nlat[0], 0.5));
