@@ -318,6 +318,10 @@ int ucma_arena_create(const struct ucma_options *o, struct ucma_arena **out)
 		  normal_backing);
 	init_zone(a, UCMA_ZONE_CMA, (uint32_t)(normal_size >> UCMA_PAGE_SHIFT), a->npages,
 		  UCMA_BACKING_NONE);
+	/* Their clean pages are mapped (until a purge): zone.c does not
+	 * populate them again for migration copies. */
+	a->zones[UCMA_ZONE_NORMAL].prefaulted = o->populate;
+	a->zones[UCMA_ZONE_CMA].prefaulted = o->populate;
 	cma_backing = UCMA_BACKING_NONE;
 	if (cma_size) {
 		cma_place_node = o->node;

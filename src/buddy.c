@@ -61,7 +61,10 @@
  * so cost the kernel memory) carries UCMA_PF_DIRTY and, in aux, the purge
  * epoch in which it was freed.  Merging ORs the flag and keeps the older
  * epoch; splitting copies both.  A block that is not dirty is known to be
- * zero-filled (never touched, or returned with MADV_DONTNEED).
+ * zero-filled (never touched, or returned with MADV_DONTNEED), and unmapped
+ * unless the arena was prefaulted or is on hugetlb pages: migration maps
+ * such pages in bulk before copying into them, and marks the free blocks
+ * it maps ahead dirty (ucma_buddy_dirty_clean_after()).
  *
  * SPDX-License-Identifier: MIT
  */
@@ -447,6 +450,75 @@ bool ucma_buddy_take_range(struct ucma_zone *z, uint32_t start, uint32_t end)
 		pfn = bend;
 	}
 	return true;
+}
+
+/*
+ * ucma_buddy_clean_tail() - where the clean end of the free range [start,
+ * end) begins: the first page from which every page up to @end is known
+ * to be zero-filled and unmapped (in blocks without UCMA_PF_DIRTY, or in
+ * deferred pageblocks); @end when the last page is not.  So @start means
+ * the whole range is clean.  Asked before the range is taken, while its
+ * blocks still carry their flags.  A range that starts in pages mapped
+ * ahead of it (ucma_buddy_dirty_clean_after()) and runs on into clean
+ * ones is the usual mixed case.
+ */
+uint32_t ucma_buddy_clean_tail(const struct ucma_zone *z, uint32_t start, uint32_t end)
+{
+	uint32_t tail = end;
+
+	for (uint32_t pfn = start; pfn < end;) {
+		uint32_t h, next;
+		bool clean;
+
+		if (ucma_pageblock_deferred(z->arena, pfn)) {
+			h = UCMA_ALIGN_DOWN(pfn, UCMA_PAGEBLOCK_PAGES);
+			next = h + UCMA_PAGEBLOCK_PAGES;
+			clean = true;
+		} else {
+			h = find_free_head(z, pfn);
+			if (h == UCMA_PFN_NONE)
+				return end;
+			next = h + (1u << pg(z, h)->order);
+			clean = !(pg(z, h)->flags & UCMA_PF_DIRTY);
+		}
+		if (!clean)
+			tail = end;
+		else if (tail == end)
+			tail = pfn;
+		pfn = next;
+	}
+	return tail;
+}
+
+/*
+ * ucma_buddy_dirty_clean_after() - the clean free blocks that follow @pfn
+ * without a gap, inside its pageblock, whole, as many as fit in @max
+ * pages: marked dirty, because the caller is about to map their pages
+ * (they stay free, and the decay purge gives them back if nobody takes
+ * them).  Returns how many pages that is.  @pfn's pageblock is linked.
+ */
+uint32_t ucma_buddy_dirty_clean_after(struct ucma_zone *z, uint32_t pfn, uint32_t max)
+{
+	uint32_t end = UCMA_ALIGN_DOWN(pfn, UCMA_PAGEBLOCK_PAGES) + UCMA_PAGEBLOCK_PAGES;
+	uint32_t n = 0;
+
+	if (pfn >= z->end_pfn || (pfn & (UCMA_PAGEBLOCK_PAGES - 1)) == 0)
+		return 0;	/* the next pageblock: another extent */
+	while (pfn < end) {
+		struct ucma_page *p = pg(z, pfn);
+		uint32_t size;
+
+		if (p->kind != UCMA_PK_FREE || (p->flags & UCMA_PF_DIRTY))
+			break;
+		size = 1u << p->order;
+		if (size > max - n)
+			break;
+		p->flags |= UCMA_PF_DIRTY;
+		UCMA_PG_SET(p, aux, z->purge_epoch);
+		n += size;
+		pfn += size;
+	}
+	return n;
 }
 
 /*

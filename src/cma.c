@@ -180,6 +180,24 @@ static bool range_pinned(struct ucma_arena *a, uint32_t start, uint32_t end, uin
 }
 
 /*
+ * Pages in use in the pageblocks of [start, end): about what emptying the
+ * range moves, so that fresh destinations can be mapped that far ahead
+ * (struct ucma_migrate_target).  An estimate: the partial pageblocks at
+ * the ends count whole.
+ */
+static uint32_t pages_in_use(struct ucma_arena *a, uint32_t start, uint32_t end)
+{
+	struct ucma_zone *z = ucma_pfn_zone(a, start);
+	uint32_t used = 0;
+
+	pthread_mutex_lock(&z->lock);
+	for (uint32_t b = start >> UCMA_PAGEBLOCK_ORDER; b <= (end - 1) >> UCMA_PAGEBLOCK_ORDER; b++)
+		used += UCMA_PAGEBLOCK_PAGES - a->blocks[b].nr_free;
+	pthread_mutex_unlock(&z->lock);
+	return used;
+}
+
+/*
  * Empty [start, end) of every movable object.  Returns 0 when the range is
  * free, else -1 with errno EBUSY (pinned or unmovable content), ENOMEM (no
  * room for the copies) or EDEADLK (no grace period can be waited for).
@@ -190,7 +208,8 @@ static int empty_range(struct ucma_arena *a, uint32_t start, uint32_t end, unsig
 {
 	struct ucma_zone *z = ucma_pfn_zone(a, start);
 	/* No long waits on one pin: the rounds below are the brief retry. */
-	struct ucma_migrate_target t = { start, end, false, false };
+	struct ucma_populate_batch batch = { 0, 0, 0 };
+	struct ucma_migrate_target t = { start, end, false, false, &batch };
 	uint32_t pb_start = UCMA_ALIGN_DOWN(start, UCMA_PAGEBLOCK_PAGES);
 
 	for (int round = 0; round < CMA_MIGRATE_ROUNDS; round++) {
@@ -203,6 +222,10 @@ static int empty_range(struct ucma_arena *a, uint32_t start, uint32_t end, unsig
 			errno = EDEADLK;
 			return -1;
 		}
+		/* The copies of this round: fresh destinations are mapped
+		 * in as few calls as their extents allow (zone.c). */
+		batch.pages = pages_in_use(a, start, end);
+		batch.start = batch.end = 0;
 		for (uint32_t pfn = pb_start, head, next; pfn < end; pfn = next) {
 			next = walk_step(a, z, pfn, &head);
 			if (head != UCMA_PFN_NONE && next > start) {

@@ -231,6 +231,7 @@ struct ucma_zone {
 	uint32_t purge_epoch;		/* decay: epoch of the last purge */
 	bool thp_deferred;		/* THP backing, not yet asked for (zone.c) */
 	bool file_backed;		/* CMA areas on files (frames.c): never purged */
+	bool prefaulted;		/* UCMA_POPULATE: clean pages are mapped until purged */
 
 	/* per-CPU page lists (pcp.h); set once when the zone is made */
 	struct ucma_pcp *pcp;		/* nr_pcp entries, or NULL: none */
@@ -359,6 +360,8 @@ UCMA_INTERNAL struct ucma_cma_area *ucma_area_of_pfn(struct ucma_arena *a, uint3
 #define UCMA_GFP_NO_CMA      0x02u	/* with MOVABLE: skip the CMA zone */
 #define UCMA_GFP_ZERO        0x04u	/* zero the run */
 #define UCMA_GFP_NO_COMPACT  0x08u	/* do not run direct compaction */
+#define UCMA_GFP_POPULATE    0x10u	/* written whole at once (a migration copy): map fresh pages
+					 * in one call first (zone.c, ucma_pages_alloc_in()) */
 
 /* buddy.c: primitives; the caller holds z->lock. */
 UCMA_INTERNAL void ucma_buddy_init_zone(struct ucma_zone *z);
@@ -370,6 +373,12 @@ UCMA_INTERNAL void ucma_buddy_free_clean_range(struct ucma_zone *z, uint32_t pfn
 UCMA_INTERNAL void ucma_buddy_free_block(struct ucma_zone *z, uint32_t pfn, unsigned order);
 UCMA_INTERNAL void ucma_buddy_free_range(struct ucma_zone *z, uint32_t pfn, uint32_t npages);
 UCMA_INTERNAL bool ucma_buddy_take_range(struct ucma_zone *z, uint32_t start, uint32_t end);
+/* Fresh pages (buddy.c, "Dirty tracking"): where the clean end of a free
+ * range begins; mark the clean free blocks right after @pfn dirty, up to
+ * @max pages. */
+UCMA_INTERNAL uint32_t ucma_buddy_clean_tail(const struct ucma_zone *z, uint32_t start,
+					     uint32_t end);
+UCMA_INTERNAL uint32_t ucma_buddy_dirty_clean_after(struct ucma_zone *z, uint32_t pfn, uint32_t max);
 UCMA_INTERNAL void ucma_buddy_move_block_mt(struct ucma_zone *z, uint32_t pb_index, int new_mt);
 /* Deferred pageblocks (see struct ucma_zone): link those of [start, end). */
 UCMA_INTERNAL void ucma_buddy_materialise(struct ucma_zone *z, uint32_t start, uint32_t end);
@@ -475,6 +484,8 @@ struct ucma_os_ops {
 UCMA_INTERNAL extern struct ucma_os_ops ucma_os;
 UCMA_INTERNAL void ucma_os_reset(void);
 UCMA_INTERNAL long ucma_os_hugetlb_free_pages(size_t page_size);
+/* MADV_POPULATE_WRITE, asked no more once the kernel said it lacks it. */
+UCMA_INTERNAL int ucma_os_populate(void *addr, size_t len);
 UCMA_INTERNAL bool ucma_os_thp_available(void);
 UCMA_INTERNAL bool ucma_os_shmem_thp_available(void);
 UCMA_INTERNAL int ucma_os_pagemap(const void *addr, uint64_t *phys);
@@ -585,6 +596,8 @@ enum ucma_vmstat_item {
 	UCMA_STAT_COMPACT_DAEMON_WAKE,
 	UCMA_STAT_PGMIGRATE_SUCCESS,
 	UCMA_STAT_PGMIGRATE_FAIL,
+	UCMA_STAT_PGMIGRATE_POPULATED,
+	UCMA_STAT_PGMIGRATE_POPULATE_FAIL,
 	UCMA_STAT_CMA_ALLOC_SUCCESS,
 	UCMA_STAT_CMA_ALLOC_FAIL,
 	UCMA_STAT_CMA_RELEASE,
@@ -666,8 +679,9 @@ struct ucma_mslab;
 /* Allocate a slot of the class fitting @size for handle @index; returns its
  * address.  Never in an isolated pageblock, nor in [avoid_start, avoid_end).
  * @no_cma keeps it out of the CMA zone. */
-UCMA_INTERNAL void *ucma_mslab_alloc(size_t size, uint32_t index, bool no_cma,
-				     uint32_t avoid_start, uint32_t avoid_end);
+struct ucma_migrate_target;
+UCMA_INTERNAL void *ucma_mslab_alloc(size_t size, uint32_t index,
+				     const struct ucma_migrate_target *t, unsigned gfp);
 /* Free the slot at @addr now (the caller waited for readers). */
 UCMA_INTERNAL void ucma_mslab_free(void *addr);
 UCMA_INTERNAL size_t ucma_mslab_class_size(size_t size);
@@ -693,6 +707,9 @@ struct ucma_migrate_target {
 	uint32_t avoid_start, avoid_end;	/* pfn range to stay out of */
 	bool no_cma;				/* long-term pin: NORMAL only */
 	bool wait_pins;				/* wait briefly for pins to drop */
+	/* The copies the caller is about to make (NULL: unknown): fresh
+	 * destinations are mapped that far ahead in one call (zone.c). */
+	struct ucma_populate_batch *batch;
 };
 
 enum ucma_migrate_result {
@@ -756,12 +773,27 @@ UCMA_INTERNAL void ucma_malloc_counters_read(struct ucma_malloc_counters *out);
  * no room, EINVAL for a bad size or range. */
 UCMA_INTERNAL uint32_t ucma_pages_alloc_in(struct ucma_arena *a, uint32_t npages, unsigned gfp,
 					   uint32_t lo, uint32_t hi);
+/*
+ * struct ucma_populate_batch - the copies one migrating caller is about to
+ * place (ucma_alloc() emptying a range): @pages still to place, and the
+ * pages [@start, @end) last mapped ahead for them, where placing a copy
+ * takes nothing more from @pages.  Owned by the calling thread.
+ */
+struct ucma_populate_batch {
+	uint32_t pages;
+	uint32_t start, end;
+};
+
 /* zone.c: a run outside [avoid_start, avoid_end): the range above it is
  * searched first, then the one below, then the ordinary zone rules (and a
  * run that lands inside is given back: ENOMEM).  An empty range is no
- * constraint.  Used for the copies of migrated objects. */
+ * constraint.  Used for the copies of migrated objects.  With
+ * UCMA_GFP_POPULATE and a @batch (may be NULL), a fresh run found by the
+ * search is mapped together with the clean free pages right after it, up
+ * to @batch->pages, which the run and those pages are taken from. */
 UCMA_INTERNAL uint32_t ucma_pages_alloc_avoid(struct ucma_arena *a, uint32_t npages, unsigned gfp,
-					      uint32_t avoid_start, uint32_t avoid_end);
+					      uint32_t avoid_start, uint32_t avoid_end,
+					      struct ucma_populate_batch *batch);
 
 /* A movable slab is one run of this many pages (mslab.c): the block that
  * direct compaction must form when a small movable object finds no slot. */

@@ -6,7 +6,10 @@
  *   1. compare-and-swap the entry state from 0 to MIGRATING; a pinned (or
  *      otherwise busy) object is not moved: pgmigrate_fail;
  *   2. allocate the new copy where the caller allows (struct
- *      ucma_migrate_target), copy;
+ *      ucma_migrate_target), copy; fresh pages for the copy are mapped
+ *      in one call first (zone.c, UCMA_GFP_POPULATE), and as far ahead
+ *      as the caller says more copies follow (struct
+ *      ucma_populate_batch);
  *   3. publish the new address (handle.h: a release store inside the
  *      entry's write section);
  *   4. clear the state and wake pinners that sleep on it;
@@ -170,20 +173,25 @@ void ucma_defer_fork_child_unprepared(void)
 
 void *ucma_movable_storage_alloc(size_t size, uint32_t index, const struct ucma_migrate_target *t)
 {
-	static const struct ucma_migrate_target anywhere = { 0, 0, false, false };
+	static const struct ucma_migrate_target anywhere = { 0, 0, false, false, NULL };
 	struct ucma_arena *a = ucma_arena_get();
 	uint32_t npages, pfn;
+	unsigned gfp = UCMA_GFP_MOVABLE;
 
 	if (!a)
 		return NULL;
-	if (!t)
+	/* A target is a migration, whose copy writes the whole object at
+	 * once: fresh pages are better mapped in one call (zone.c). */
+	if (t)
+		gfp |= UCMA_GFP_POPULATE;
+	else
 		t = &anywhere;
 	if (size <= UCMA_MSLAB_MAX_SIZE)
-		return ucma_mslab_alloc(size, index, t->no_cma, t->avoid_start, t->avoid_end);
+		return ucma_mslab_alloc(size, index, t, gfp);
 	npages = (uint32_t)((size + UCMA_PAGE_SIZE - 1) >> UCMA_PAGE_SHIFT);
 	/* Searched outside the avoided range (zone.c), not allocated and checked. */
-	pfn = ucma_pages_alloc_avoid(a, npages, UCMA_GFP_MOVABLE | (t->no_cma ? UCMA_GFP_NO_CMA : 0),
-				     t->avoid_start, t->avoid_end);
+	pfn = ucma_pages_alloc_avoid(a, npages, gfp | (t->no_cma ? UCMA_GFP_NO_CMA : 0),
+				     t->avoid_start, t->avoid_end, t->batch);
 	if (pfn == UCMA_PFN_NONE)
 		return NULL;
 	ucma_run_set_owner(a, pfn, UCMA_OWN_MOVABLE, index);

@@ -199,8 +199,8 @@ static void *slot_take(struct ucma_arena *a, struct mslab_class *c, struct ucma_
 	ucma_fatal("internal error: movable slab %p has no free slot", (void *)s);
 }
 
-static struct ucma_mslab *slab_new(struct ucma_arena *a, int cls, bool no_cma, uint32_t avoid_start,
-				   uint32_t avoid_end)
+static struct ucma_mslab *slab_new(struct ucma_arena *a, int cls, bool no_cma,
+				   const struct ucma_migrate_target *t, unsigned gfp)
 {
 	uint32_t nr_objs = (UCMA_MSLAB_PAGES << UCMA_PAGE_SHIFT) / class_sizes[cls];
 	size_t words = (nr_objs + 63u) / 64u;
@@ -209,8 +209,8 @@ static struct ucma_mslab *slab_new(struct ucma_arena *a, int cls, bool no_cma, u
 	uint32_t pfn;
 
 	pfn = ucma_pages_alloc_avoid(a, UCMA_MSLAB_PAGES,
-				     UCMA_GFP_MOVABLE | (no_cma ? UCMA_GFP_NO_CMA : 0), avoid_start,
-				     avoid_end);
+				     gfp | UCMA_GFP_MOVABLE | (no_cma ? UCMA_GFP_NO_CMA : 0),
+				     t->avoid_start, t->avoid_end, t->batch);
 	if (pfn == UCMA_PFN_NONE)
 		return NULL;
 	s = ucma_meta_alloc(bytes);
@@ -241,11 +241,13 @@ static void slab_destroy(struct ucma_arena *a, struct ucma_mslab *s)
 	ucma_defer_meta_free(s, s->alloc_size);
 }
 
-void *ucma_mslab_alloc(size_t size, uint32_t index, bool no_cma, uint32_t avoid_start,
-		       uint32_t avoid_end)
+void *ucma_mslab_alloc(size_t size, uint32_t index, const struct ucma_migrate_target *t,
+		       unsigned gfp)
 {
 	struct ucma_arena *a = ucma_arena_get();
 	int cls = class_of(size ? size : 1);
+	uint32_t avoid_start = t->avoid_start, avoid_end = t->avoid_end;
+	bool no_cma = t->no_cma;
 	struct mslab_class *c;
 	struct ucma_mslab *s, *fresh;
 
@@ -267,7 +269,7 @@ void *ucma_mslab_alloc(size_t size, uint32_t index, bool no_cma, uint32_t avoid_
 	}
 	pthread_mutex_unlock(&c->lock);
 
-	fresh = slab_new(a, cls, no_cma, avoid_start, avoid_end);
+	fresh = slab_new(a, cls, no_cma, t, gfp);
 	if (!fresh)
 		return NULL;
 	if (fresh->pfn < avoid_end && fresh->pfn + UCMA_MSLAB_PAGES > avoid_start) {
@@ -506,7 +508,7 @@ static unsigned plan_class(struct mslab_class *c, struct ucma_mslab **arr, uint3
 unsigned ucma_mslab_consolidate(int prio)
 {
 	struct ucma_arena *a = ucma_arena_peek();
-	struct ucma_migrate_target t = { 0, 0, false, prio == UCMA_COMPACT_SYNC_FULL };
+	struct ucma_migrate_target t = { 0, 0, false, prio == UCMA_COMPACT_SYNC_FULL, NULL };
 	unsigned max_src = prio == UCMA_COMPACT_ASYNC ? CONSOLIDATE_ASYNC_SLABS
 						       : CONSOLIDATE_MAX_SLABS;
 	struct ucma_mslab **arr;

@@ -199,8 +199,38 @@ struct ucma_os_ops ucma_os = {
 	.uffd_ioctl = os_uffd_ioctl,
 };
 
+/* Set once MADV_POPULATE_WRITE was refused as unknown (EINVAL: a kernel
+ * before 5.14): ucma_os_populate() stops asking. */
+static _Atomic bool populate_unknown;
+
+/*
+ * ucma_os_populate() - map and zero-fill the pages of [addr, addr + len)
+ * in one call (MADV_POPULATE_WRITE), so that the writes which follow do
+ * not fault page by page.  An optimisation only: where the kernel lacks
+ * the advice it is not asked again, and the writes fault as they would
+ * have.  Returns 0; -1 with errno ENOTSUP where the kernel lacks it, or
+ * the error of the call (ENOMEM, EFAULT, EINTR...) for the caller to count.
+ */
+int ucma_os_populate(void *addr, size_t len)
+{
+	if (atomic_load_explicit(&populate_unknown, memory_order_relaxed)) {
+		errno = ENOTSUP;
+		return -1;
+	}
+	if (ucma_os.madvise(addr, len, MADV_POPULATE_WRITE) == 0)
+		return 0;
+	if (errno == EINVAL) {
+		atomic_store_explicit(&populate_unknown, true, memory_order_relaxed);
+		errno = ENOTSUP;
+	}
+	return -1;
+}
+
+/* The real calls back, and MADV_POPULATE_WRITE asked again: a test that
+ * refused it as unknown leaves the next one a kernel that has it. */
 void ucma_os_reset(void)
 {
+	atomic_store_explicit(&populate_unknown, false, memory_order_relaxed);
 	ucma_os.mmap = os_mmap;
 	ucma_os.munmap = os_munmap;
 	ucma_os.mremap = os_mremap;

@@ -26,7 +26,10 @@
  * of adjacent free blocks, so they need not be aligned to their order: a
  * run is any pages [pfn, pfn + n) inside one pageblock, and frees as such.
  * An allocation that takes a zone below a quarter free wakes the
- * compaction thread (compactd.c).
+ * compaction thread (compactd.c).  The copies of migrated objects ask
+ * UCMA_GFP_POPULATE: the fresh (clean) part of their run, and the clean
+ * free pages after it up to what the caller still moves, are mapped with
+ * one MADV_POPULATE_WRITE before the copy (zone_alloc_in()).
  *
  * Decay: freed pages are dirty; once per decay interval the zone's purge
  * epoch advances and dirty free blocks of an older epoch are returned to the
@@ -635,6 +638,22 @@ static uint32_t find_free_extent(struct ucma_zone *z, uint32_t npages, int mt, u
 }
 
 /*
+ * Map the fresh (clean) pages [pfn, pfn + n) in one call before a
+ * migration copy writes them: the copy would otherwise take one kernel
+ * fault per page (zeroing and charging it), which costs far more than
+ * the copy itself where faults are expensive (virtual machines).  A
+ * failure leaves the copy to fault, as before: counted, except where the
+ * kernel lacks MADV_POPULATE_WRITE (os.c stops asking).
+ */
+static void populate_fresh(struct ucma_arena *a, uint32_t pfn, uint32_t n)
+{
+	if (ucma_os_populate(ucma_pfn_to_addr(a, pfn), (size_t)n << UCMA_PAGE_SHIFT) == 0)
+		ucma_count(UCMA_STAT_PGMIGRATE_POPULATED, n);
+	else if (errno != ENOTSUP)
+		ucma_count(UCMA_STAT_PGMIGRATE_POPULATE_FAIL, 1);
+}
+
+/*
  * One run of @npages inside [lo, hi) of zone @z, in pageblocks a request
  * of kind @gfp may use here: the best-fitting extent of free pages (buddy
  * alignment leaves holes that no aligned block of the run's order fits,
@@ -645,12 +664,21 @@ static uint32_t find_free_extent(struct ucma_zone *z, uint32_t npages, int mt, u
  * would keep that pageblock from ever being emptied.
  */
 static uint32_t zone_alloc_in(struct ucma_zone *z, uint32_t npages, unsigned gfp, uint32_t lo,
-			      uint32_t hi)
+			      uint32_t hi, struct ucma_populate_batch *batch)
 {
 	struct ucma_arena *a = z->arena;
 	unsigned order = order_for(npages);
-	bool dirty = true, wake = false;
-	uint32_t pfn = UCMA_PFN_NONE;
+	bool dirty = true, wake = false, extent = false;
+	/*
+	 * Clean pages are unmapped (never touched, or purged), except on
+	 * hugetlb pages (allocated at start-up, mapped a huge page per fault:
+	 * nothing to gain) and in a prefaulted zone (mapped until a purge).
+	 * Mapping mapped pages again is not free: a page-table walk per page.
+	 * A shmem file's clean pages were never touched: populated too.
+	 */
+	bool populate = (gfp & UCMA_GFP_POPULATE) && !z->prefaulted &&
+			z->backing != UCMA_BACKING_HUGETLB_1G && z->backing != UCMA_BACKING_HUGETLB_2M;
+	uint32_t pfn = UCMA_PFN_NONE, extra = 0, fresh = 0;
 	int mt;
 
 	if (z->id == UCMA_ZONE_CMA)
@@ -658,8 +686,10 @@ static uint32_t zone_alloc_in(struct ucma_zone *z, uint32_t npages, unsigned gfp
 	else
 		mt = (gfp & UCMA_GFP_MOVABLE) ? UCMA_MT_MOVABLE : UCMA_MT_UNMOVABLE;
 	pthread_mutex_lock(&z->lock);
-	if (order > 0)
+	if (order > 0) {
 		pfn = find_free_extent(z, npages, mt, lo, hi);
+		extent = pfn != UCMA_PFN_NONE;
+	}
 	for (unsigned o = order; o < UCMA_NR_ORDERS && pfn == UCMA_PFN_NONE; o++) {
 		for (uint32_t b = z->free_area[o].head[mt]; b != UCMA_PFN_NONE;
 		     b = a->pages[b].link.next) {
@@ -676,12 +706,36 @@ static uint32_t zone_alloc_in(struct ucma_zone *z, uint32_t npages, unsigned gfp
 		dirty = false;
 	}
 	if (pfn != UCMA_PFN_NONE) {
+		/* Fresh from here on.  An extent may span blocks of either
+		 * kind: often pages mapped ahead for the copies before it,
+		 * then clean ones. */
+		if (extent)
+			fresh = ucma_buddy_clean_tail(z, pfn, pfn + npages);
+		else
+			fresh = dirty ? pfn + npages : pfn;
+		dirty = fresh != pfn;
 		/* Takes [pfn, pfn + npages) and frees the rest of the block. */
 		if (!ucma_buddy_take_range(z, pfn, pfn + npages))
 			ucma_fatal("internal error: free block %u of zone %s is not free", pfn,
 				   z->name);
 		set_run(a, pfn, npages, gfp & UCMA_GFP_MOVABLE);
 		wake = crossed_low_wmark(z, npages);
+		if (batch) {
+			/* A copy placed in pages mapped ahead was counted. */
+			if (pfn < batch->start || pfn + npages > batch->end)
+				batch->pages -= batch->pages < npages ? batch->pages : npages;
+			/* The copies still to come land next to this one
+			 * (best fit keeps the rest of its extent for them):
+			 * one call maps theirs too. */
+			if (populate && fresh < pfn + npages && batch->pages) {
+				extra = ucma_buddy_dirty_clean_after(z, pfn + npages, batch->pages);
+				batch->pages -= extra;
+				if (extra) {
+					batch->start = pfn + npages;
+					batch->end = pfn + npages + extra;
+				}
+			}
+		}
 	}
 	pthread_mutex_unlock(&z->lock);
 	if (pfn == UCMA_PFN_NONE)
@@ -692,6 +746,8 @@ static uint32_t zone_alloc_in(struct ucma_zone *z, uint32_t npages, unsigned gfp
 	ucma_count(UCMA_STAT_PAGE_ALLOC, 1);
 	if ((gfp & UCMA_GFP_ZERO) && dirty)
 		memset(ucma_pfn_to_addr(a, pfn), 0, (size_t)npages << UCMA_PAGE_SHIFT);
+	if (populate && fresh < pfn + npages)
+		populate_fresh(a, fresh, pfn + npages + extra - fresh);
 	return pfn;
 }
 
@@ -703,8 +759,8 @@ static uint32_t zone_alloc_in(struct ucma_zone *z, uint32_t npages, unsigned gfp
  * broken; the search walks the pageblocks of the range that have enough
  * free pages, from the top, and stops a few pageblocks after the first fit.
  */
-uint32_t ucma_pages_alloc_in(struct ucma_arena *a, uint32_t npages, unsigned gfp, uint32_t lo,
-			     uint32_t hi)
+static uint32_t alloc_in(struct ucma_arena *a, uint32_t npages, unsigned gfp, uint32_t lo,
+			 uint32_t hi, struct ucma_populate_batch *batch)
 {
 	int zonelist[UCMA_ZONE_NR], nz = 0;
 
@@ -722,12 +778,18 @@ uint32_t ucma_pages_alloc_in(struct ucma_arena *a, uint32_t npages, unsigned gfp
 
 		if (z->start_pfn >= hi || z->end_pfn <= lo || z->managed_pages == 0)
 			continue;
-		pfn = zone_alloc_in(z, npages, gfp, lo, hi);
+		pfn = zone_alloc_in(z, npages, gfp, lo, hi, batch);
 		if (pfn != UCMA_PFN_NONE)
 			return pfn;
 	}
 	errno = ENOMEM;
 	return UCMA_PFN_NONE;
+}
+
+uint32_t ucma_pages_alloc_in(struct ucma_arena *a, uint32_t npages, unsigned gfp, uint32_t lo,
+			     uint32_t hi)
+{
+	return alloc_in(a, npages, gfp, lo, hi, NULL);
 }
 
 /*
@@ -740,7 +802,8 @@ uint32_t ucma_pages_alloc_in(struct ucma_arena *a, uint32_t npages, unsigned gfp
  * UNMOVABLE pageblocks as the last resort, runs of several pageblocks.
  */
 uint32_t ucma_pages_alloc_avoid(struct ucma_arena *a, uint32_t npages, unsigned gfp,
-				uint32_t avoid_start, uint32_t avoid_end)
+				uint32_t avoid_start, uint32_t avoid_end,
+				struct ucma_populate_batch *batch)
 {
 	uint32_t pfn;
 
@@ -748,12 +811,12 @@ uint32_t ucma_pages_alloc_avoid(struct ucma_arena *a, uint32_t npages, unsigned 
 		return ucma_pages_alloc(a, npages, gfp);
 	if (npages > 0 && npages <= UCMA_PAGEBLOCK_PAGES) {
 		if (avoid_end < a->npages) {
-			pfn = ucma_pages_alloc_in(a, npages, gfp, avoid_end, a->npages);
+			pfn = alloc_in(a, npages, gfp, avoid_end, a->npages, batch);
 			if (pfn != UCMA_PFN_NONE)
 				return pfn;
 		}
 		if (avoid_start > 0) {
-			pfn = ucma_pages_alloc_in(a, npages, gfp, 0, avoid_start);
+			pfn = alloc_in(a, npages, gfp, 0, avoid_start, batch);
 			if (pfn != UCMA_PFN_NONE)
 				return pfn;
 		}

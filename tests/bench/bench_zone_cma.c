@@ -48,6 +48,7 @@ struct result {
 	uint64_t lat_free[MAXLAT], lat_mig[MAXLAT];
 	unsigned nfree, nmig;
 	uint64_t phys_contig, phys_checked;
+	uint64_t populated;	/* destination pages mapped in bulk during ucma_alloc() */
 	char backing[32];
 };
 
@@ -148,13 +149,16 @@ static void workload(int policy, int populate, size_t arena_mb, uint64_t ops, st
 			dev = NULL;
 		}
 		if (!dev && op % 2000 == 1999) {
-			uint64_t m0, m1, t0, t1;
+			uint64_t m0, m1, t0, t1, p0, p1;
 
+			ucma_stat("pgmigrate_populated", &p0);
 			ucma_stat("pgmigrate_success", &m0);
 			t0 = tu_now_ns();
 			dev = ucma_alloc(16u << 20, 0, UCMA_ALLOC_POPULATE);
 			t1 = tu_now_ns();
 			ucma_stat("pgmigrate_success", &m1);
+			ucma_stat("pgmigrate_populated", &p1);
+			r->populated += p1 - p0;
 			r->cma_try++;
 			if (dev) {
 				r->cma_ok++;
@@ -305,6 +309,130 @@ static void throughput(size_t arena_mb)
 	free(h);
 }
 
+/* Rounds of the fresh-destination measurement, alternating the two ways. */
+#define FRESH_ROUNDS 40
+
+static unsigned populate_calls;
+
+static int count_populate(void *addr, size_t len, int advice)
+{
+	populate_calls += advice == MADV_POPULATE_WRITE;
+	return madvise(addr, len, advice);
+}
+
+static int refuse_populate(void *addr, size_t len, int advice)
+{
+	if (advice == MADV_POPULATE_WRITE) {
+		errno = EINVAL;	/* as a kernel before 5.14 answers */
+		return -1;
+	}
+	return madvise(addr, len, advice);
+}
+
+/*
+ * ucma_alloc(16 MiB) whose objects move to pages never touched or given
+ * back to the kernel (rare in the workload above, where the CMA area is
+ * on hugetlb pages as root and never purged): each round fills the lowest
+ * 16 MiB of a CMA area on private memory (transparent huge pages, split
+ * into 4 KiB pages where pieces were purged) with objects of 4-256 KiB,
+ * gives every free page back (as the decay purge does after its time),
+ * then takes that run.  Rounds alternate between mapping the destinations
+ * in bulk before the copies (MADV_POPULATE_WRITE) and leaving the copies
+ * to fault page by page (the advice refused through the ucma_os table, as
+ * a kernel that lacks it does), in one process.
+ */
+static void fresh_destinations(size_t arena_mb)
+{
+	struct ucma_config cfg = {
+		.arena_size = arena_mb << 20,
+		.cma_size = (arena_mb / 2) << 20,
+		.hugepages = UCMA_BACKING_THP,	/* private memory, purged */
+		.hugepages_normal = UCMA_BACKING_NONE,
+	};
+	static ucma_handle_t h[8192];
+	uint64_t lat[2][FRESH_ROUNDS], pop[2] = { 0, 0 }, moved[2] = { 0, 0 }, calls = 0;
+	unsigned nlat[2] = { 0, 0 };
+
+	if (ucma_init(&cfg) != 0)
+		exit(1);
+	for (int r = 0; r < FRESH_ROUNDS; r++) {
+		int way = r % 2;	/* 0: populate in bulk, 1: copies fault */
+		uint64_t bytes = 0, p0, p1, m0, m1, t0, t1;
+		unsigned n = 0;
+		void *b;
+
+		while (bytes < (15u << 20) && n < 8192) {
+			uint32_t size = 4096u << (n % 7);
+			void *p;
+
+			h[n] = ucma_halloc(size, 0);
+			if (!h[n])
+				break;
+			p = ucma_pin(h[n], 0);
+			memset(p, (int)n, size);
+			ucma_unpin(h[n]);
+			bytes += size;
+			n++;
+		}
+		/* The last round's objects wait for a grace period; then
+		 * every free page goes back to the kernel, as after the decay
+		 * time (ucma_trim() purges the NORMAL zone only). */
+		ucma_defer_drain();
+		ucma_zone_purge(&ucma_arena_peek()->zones[UCMA_ZONE_CMA], true);
+		ucma_zone_purge(&ucma_arena_peek()->zones[UCMA_ZONE_NORMAL], true);
+		ucma_os.madvise = way == 1 ? refuse_populate : count_populate;
+		populate_calls = 0;
+		ucma_stat("pgmigrate_populated", &p0);
+		ucma_stat("pgmigrate_success", &m0);
+		t0 = tu_now_ns();
+		b = ucma_alloc(16u << 20, 0, 0);
+		t1 = tu_now_ns();
+		ucma_stat("pgmigrate_populated", &p1);
+		ucma_stat("pgmigrate_success", &m1);
+		ucma_os_reset();
+		if (!b) {
+			printf("fresh destinations: round %d: ucma_alloc(16 MiB) failed: %s\n", r + 1,
+			       strerror(errno));
+			exit(1);
+		}
+		for (unsigned i = 0; i < n; i++) {
+			const unsigned char *p = ucma_pin(h[i], 0);
+			bool ok = p && p[0] == (unsigned char)i;
+
+			ucma_unpin(h[i]);
+			if (!ok) {
+				printf("fresh destinations: object %u CORRUPTED\n", i);
+				exit(1);
+			}
+			ucma_hfree(h[i]);
+		}
+		ucma_release(b);
+		if (m1 == m0)
+			continue;	/* the run was free: nothing measured */
+		lat[way][nlat[way]++] = t1 - t0;
+		if (way == 0)
+			calls += populate_calls;
+		pop[way] += p1 - p0;
+		moved[way] += m1 - m0;
+	}
+	printf("\nfresh destinations: %d rounds of ucma_alloc(16 MiB) over objects of 4-256 KiB whose "
+	       "copies go to pages given back to the kernel (CMA area on private memory, %s), "
+	       "alternating:\n",
+	       FRESH_ROUNDS, ucma_backing_name("cma"));
+	for (int w = 0; w < 2; w++)
+		printf("%s: p50/p99 %.0f / %.0f us over %u rounds, %.0f objects moved and %.0f pages "
+		       "populated per round\n",
+		       w == 0 ? "destinations populated in bulk" : "copies fault page by page  ",
+		       pct(lat[w], nlat[w], 0.5), pct(lat[w], nlat[w], 0.99), nlat[w],
+		       nlat[w] ? (double)moved[w] / nlat[w] : 0, nlat[w] ? (double)pop[w] / nlat[w] : 0);
+	if (nlat[0])
+		printf("populated in %.1f calls of MADV_POPULATE_WRITE per round\n",
+		       (double)calls / nlat[0]);
+	if (nlat[0] && nlat[1])
+		printf("median faulting / median populated: %.2f\n",
+		       pct(lat[1], nlat[1], 0.5) / pct(lat[0], nlat[0], 0.5));
+}
+
 int main(void)
 {
 	const char *e = getenv("UCMA_BENCH_ARENA_MB");
@@ -362,10 +490,21 @@ int main(void)
 		       pct(r->lat_free, r->nfree, 0.5), pct(r->lat_free, r->nfree, 0.99), r->nfree,
 		       pct(r->lat_mig, r->nmig, 0.5), pct(r->lat_mig, r->nmig, 0.99), r->nmig, phys);
 	}
+	printf("\ndestination pages mapped in bulk before their copies (fresh: never touched or "
+	       "purged), all ucma_alloc() calls: %llu, %llu, %llu\n",
+	       (unsigned long long)res[0].populated, (unsigned long long)res[1].populated,
+	       (unsigned long long)res[2].populated);
 	fflush(stdout);
 	pid = fork();
 	if (pid == 0) {
 		throughput(arena_mb);
+		fflush(stdout);
+		_exit(0);
+	}
+	waitpid(pid, &st, 0);
+	pid = fork();
+	if (pid == 0) {
+		fresh_destinations(arena_mb);
 		fflush(stdout);
 		_exit(0);
 	}

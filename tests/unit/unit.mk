@@ -44,3 +44,10 @@ check_PROGRAMS += tests/unit/test_pcp
 TESTS += tests/unit/test_pcp
 tests_unit_test_pcp_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_pcp_LDADD = $(TEST_LDADD)
+
+## Migration destinations mapped in bulk before the copies (zone.c), and
+## migration when MADV_POPULATE_WRITE fails or is unknown.
+check_PROGRAMS += tests/unit/test_populate
+TESTS += tests/unit/test_populate
+tests_unit_test_populate_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_populate_LDADD = $(TEST_LDADD)

@@ -1,0 +1,345 @@
+/*
+ * test_populate.c - ucma_alloc() maps the fresh destinations of the objects
+ * it migrates in bulk (MADV_POPULATE_WRITE) before copying them, and still
+ * migrates when that call fails.
+ *
+ * Each case runs in a child process with an arena of its own (64 MiB, a
+ * 32 MiB CMA area on private memory, never touched), fills the lowest
+ * 4 MiB of the CMA area with stamped objects of 4 KiB to 256 KiB, and
+ * takes that run with ucma_alloc(), whose copies go to pages above it
+ * that were never touched.  The madvise entry of the ucma_os table
+ * (os.c) watches or refuses MADV_POPULATE_WRITE:
+ *
+ *  - watched: every page of every moved object lies inside a range
+ *    populated during the call, each such range still held only zeros when it was populated
+ *    (so before its copy) and was resident right after (mincore), the
+ *    calls are fewer than the objects (in bulk), and pgmigrate_populated
+ *    counts the pages;
+ *  - refused with ENOMEM, then EFAULT: the migration succeeds, every
+ *    object holds its stamp, and pgmigrate_populate_fail counts;
+ *  - refused with EINVAL (a kernel without the advice): the migration
+ *    succeeds, the advice is asked once, never again, and nothing counts
+ *    as a failure;
+ *  - arena prefaulted (UCMA_POPULATE=1): its clean pages are mapped
+ *    already, and nothing is populated again.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "internal.h"
+#include "pcp.h"
+#include "tap.h"
+#include "testutil.h"
+#include "zones.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define MiB ((size_t)1 << 20)
+#define FILL (4 * MiB)
+#define MAXOBJ 1024
+#define MAXRANGES 4096
+
+extern char **environ;
+
+/* What a child saw, in memory shared with the parent. */
+struct result {
+	int init_ok, alloc_ok, alloc_errno, zones_ok;
+	unsigned nobj, moved, intact, uncovered;
+	unsigned calls, calls_later;	/* POPULATE_WRITE asked: first, second ucma_alloc() */
+	unsigned written_before, absent_after;	/* ranges not zero / not resident */
+	uint64_t populated, populate_fail;	/* counter deltas */
+	int cma_private;
+};
+
+/* The watched calls: ranges populated, and what the hook does with them. */
+static struct {
+	int refuse;			/* errno to fail with, 0 to pass through */
+	unsigned calls;
+	unsigned nranges;
+	uintptr_t start[MAXRANGES], end[MAXRANGES];
+	unsigned written_before, absent_after;
+} watch;
+
+/* Pages populated ahead are still free, and poisoned in AddressSanitizer
+ * builds (zone.c): read them uninstrumented. */
+__attribute__((no_sanitize_address)) static bool all_zero(const unsigned char *p, size_t len)
+{
+	for (size_t i = 0; i < len; i++)
+		if (p[i])
+			return false;
+	return true;
+}
+
+static int watch_madvise(void *addr, size_t len, int advice)
+{
+	unsigned char vec[512];
+	int rc;
+
+	if (advice != MADV_POPULATE_WRITE)
+		return madvise(addr, len, advice);
+	watch.calls++;
+	if (watch.refuse) {
+		errno = watch.refuse;
+		return -1;
+	}
+	rc = madvise(addr, len, advice);
+	if (rc != 0)
+		return rc;
+	if (!all_zero(addr, len))
+		watch.written_before++;
+	for (size_t off = 0; off < len; off += sizeof(vec) * UCMA_PAGE_SIZE) {
+		size_t n = (len - off) / UCMA_PAGE_SIZE;
+
+		if (n > sizeof(vec))
+			n = sizeof(vec);
+		if (mincore((char *)addr + off, n * UCMA_PAGE_SIZE, vec) != 0)
+			watch.absent_after++;
+		for (size_t i = 0; i < n; i++)
+			if (!(vec[i] & 1))
+				watch.absent_after++;
+	}
+	if (watch.nranges < MAXRANGES) {
+		watch.start[watch.nranges] = (uintptr_t)addr;
+		watch.end[watch.nranges++] = (uintptr_t)addr + len;
+	}
+	return 0;
+}
+
+/* Does every page of [p, p + len) lie in a range populated meanwhile?
+ * (An object may take pages populated ahead by an earlier call and pages
+ * of its own call.) */
+static bool covered(const void *p, size_t len)
+{
+	for (uintptr_t pg = (uintptr_t)p; pg < (uintptr_t)p + len; pg += UCMA_PAGE_SIZE) {
+		unsigned i = 0;
+
+		while (i < watch.nranges && !(pg >= watch.start[i] && pg < watch.end[i]))
+			i++;
+		if (i == watch.nranges)
+			return false;
+	}
+	return true;
+}
+
+static ucma_handle_t h[MAXOBJ];
+static uint32_t sizes[MAXOBJ];
+static void *before[MAXOBJ];
+
+/* Stamped objects until @bytes are placed; returns how many. */
+static unsigned fill(size_t bytes)
+{
+	size_t placed = 0;
+	unsigned n = 0;
+
+	while (placed < bytes && n < MAXOBJ) {
+		uint32_t size = 4096u << (n % 7);
+		void *p;
+
+		h[n] = ucma_halloc(size, 0);
+		if (!h[n])
+			break;
+		p = ucma_pin(h[n], 0);
+		tu_fill(p, size, n);
+		before[n] = p;
+		ucma_unpin(h[n]);
+		sizes[n++] = size;
+		placed += size;
+	}
+	return n;
+}
+
+static void empty(unsigned n)
+{
+	for (unsigned i = 0; i < n; i++)
+		ucma_hfree(h[i]);
+	ucma_defer_drain();
+}
+
+static uint64_t stat_of(const char *name)
+{
+	uint64_t v = 0;
+
+	ucma_stat(name, &v);
+	return v;
+}
+
+/* One ucma_alloc() over freshly filled objects, the hook set up by the
+ * caller; fills @r. */
+static void *migrate_once(struct result *r)
+{
+	uint64_t m0 = stat_of("pgmigrate_success"), p0 = stat_of("pgmigrate_populated");
+	uint64_t f0 = stat_of("pgmigrate_populate_fail");
+	void *b;
+
+	r->nobj = fill(FILL);
+	ucma_os.madvise = watch_madvise;
+	b = ucma_alloc(FILL, 0, 0);
+	r->alloc_errno = b ? 0 : errno;
+	r->alloc_ok = b != NULL;
+	r->moved = (unsigned)(stat_of("pgmigrate_success") - m0);
+	r->populated = stat_of("pgmigrate_populated") - p0;
+	r->populate_fail = stat_of("pgmigrate_populate_fail") - f0;
+	for (unsigned i = 0; i < r->nobj; i++) {
+		const void *p = ucma_pin(h[i], 0);
+
+		if (p && tu_check(p, sizes[i], i))
+			r->intact++;
+		if (p && p != before[i] && !covered(p, sizes[i]))
+			r->uncovered++;
+		ucma_unpin(h[i]);
+	}
+	return b;
+}
+
+static void child(struct result *r, int refuse, bool prefault)
+{
+	struct ucma_config cfg = {
+		.arena_size = 64 * MiB,
+		.cma_size = 32 * MiB,
+		.hugepages = UCMA_BACKING_THP,	/* private memory where THP exists */
+		.hugepages_normal = UCMA_BACKING_NONE,
+		.populate = prefault,
+	};
+	void *b;
+
+	/* No purge behind the test's back; no background compaction. */
+	setenv("UCMA_DECAY_MS", "0", 1);
+	setenv("UCMA_COMPACT_PROACTIVENESS", "0", 1);
+	if (ucma_init(&cfg) != 0)
+		_exit(1);
+	r->init_ok = 1;
+	r->cma_private = !ucma_arena_get()->zones[UCMA_ZONE_CMA].file_backed;
+	watch.refuse = refuse;
+	b = migrate_once(r);
+	r->calls = watch.calls;
+	r->written_before = watch.written_before;
+	r->absent_after = watch.absent_after;
+	if (b && refuse == EINVAL) {
+		/* Once refused as unknown, never asked again. */
+		ucma_release(b);
+		empty(r->nobj);
+		watch.calls = 0;
+		b = ucma_alloc(FILL, 0, 0);
+		r->calls_later = watch.calls;
+		if (!b)
+			r->alloc_ok = 0;
+	}
+	ucma_os_reset();
+	r->zones_ok = tu_zones_ok(ucma_arena_get(), "after the migration");
+	_exit(0);
+}
+
+static struct result *run(int refuse, bool prefault)
+{
+	static struct result *shared;
+	pid_t pid;
+	int st;
+
+	if (!shared) {
+		shared = mmap(NULL, sizeof(*shared), PROT_READ | PROT_WRITE,
+			      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		if (shared == MAP_FAILED)
+			bail_out("mmap: %s", strerror(errno));
+	}
+	memset(shared, 0, sizeof(*shared));
+	fflush(stdout);
+	pid = fork();
+	if (pid < 0)
+		bail_out("fork: %s", strerror(errno));
+	if (pid == 0)
+		child(shared, refuse, prefault);
+	waitpid(pid, &st, 0);
+	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || !shared->init_ok)
+		diag("child: status %#x, init %d", st, shared->init_ok);
+	return shared;
+}
+
+static void test_populated_before_copy(void)
+{
+	struct result *r = run(0, false);
+
+	ok(r->alloc_ok && r->moved > 0,
+	   "ucma_alloc(4 MiB) over %u objects migrates (%u moved, errno %d)", r->nobj, r->moved,
+	   r->alloc_errno);
+	if (!r->cma_private)
+		diag("CMA area on a file here: never-touched pages are populated all the same");
+	ok(r->calls > 0 && r->uncovered == 0,
+	   "every moved object lies in ranges populated during the call (%u calls, %u not)",
+	   r->calls, r->uncovered);
+	ok(r->calls > 0 && r->written_before == 0 && r->absent_after == 0,
+	   "each range held zeros when populated, before its copies (%u did not), and was "
+	   "resident after (%u pages absent)", r->written_before, r->absent_after);
+	ok(r->calls > 0 && r->calls < r->moved, "in bulk: %u calls for %u objects", r->calls,
+	   r->moved);
+	ok(r->populated >= FILL / UCMA_PAGE_SIZE / 2 && r->populate_fail == 0,
+	   "pgmigrate_populated counts them (%llu pages), no failure",
+	   (unsigned long long)r->populated);
+	ok(r->intact == r->nobj && r->zones_ok, "every object intact (%u/%u), zones check",
+	   r->intact, r->nobj);
+}
+
+static void test_populate_fails(void)
+{
+	static const int errs[] = { ENOMEM, EFAULT };
+
+	for (size_t k = 0; k < UCMA_ARRAY_SIZE(errs); k++) {
+		struct result *r = run(errs[k], false);
+
+		ok(r->alloc_ok && r->moved > 0 && r->intact == r->nobj && r->zones_ok,
+		   "MADV_POPULATE_WRITE fails with %s: ucma_alloc works, %u moved, %u/%u intact",
+		   strerror(errs[k]), r->moved, r->intact, r->nobj);
+		ok(r->calls > 0 && r->populate_fail == r->calls && r->populated == 0,
+		   "each failure is counted in pgmigrate_populate_fail (%llu of %u calls)",
+		   (unsigned long long)r->populate_fail, r->calls);
+	}
+}
+
+static void test_populate_unknown(void)
+{
+	struct result *r = run(EINVAL, false);
+
+	ok(r->alloc_ok && r->moved > 0 && r->intact == r->nobj && r->zones_ok,
+	   "MADV_POPULATE_WRITE unknown (EINVAL): two ucma_alloc() work, %u/%u intact", r->intact,
+	   r->nobj);
+	ok(r->calls == 1 && r->calls_later == 0 && r->populate_fail == 0,
+	   "asked once, then never (%u, then %u calls), no failure counted", r->calls,
+	   r->calls_later);
+}
+
+static void test_prefaulted(void)
+{
+	struct result *r = run(0, true);
+
+	ok(r->alloc_ok && r->moved > 0 && r->intact == r->nobj,
+	   "prefaulted arena: ucma_alloc works (%u moved)", r->moved);
+	ok(r->calls == 0 && r->populated == 0,
+	   "nothing is populated again (%u calls)", r->calls);
+}
+
+int main(void)
+{
+	char **e;
+
+	plan_no_plan();
+	/* Options from the harness's environment would change the cases. */
+	for (;;) {
+		char name[256];
+
+		for (e = environ; *e; e++)
+			if (strncmp(*e, "UCMA_", 5) == 0 && strncmp(*e, "UCMA_TEST_", 10) != 0)
+				break;
+		if (!*e)
+			break;
+		snprintf(name, sizeof(name), "%.*s", (int)strcspn(*e, "="), *e);
+		unsetenv(name);
+	}
+	test_populated_before_copy();
+	test_populate_fails();
+	test_populate_unknown();
+	test_prefaulted();
+	return done();
+}
