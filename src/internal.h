@@ -237,7 +237,8 @@ struct ucma_zone {
 	struct ucma_pcp *pcp;		/* nr_pcp entries, or NULL: none */
 	unsigned nr_pcp;
 	uint32_t pcp_batch;		/* pages one refill or drain moves */
-	uint32_t pcp_high;		/* most pages one CPU's lists keep */
+	uint32_t pcp_high;		/* most pages one CPU's lists of runs keep */
+	uint32_t pcp_pb_high;		/* most whole pageblocks one CPU keeps */
 
 	/* compaction state (compact.c); protected by compact_lock */
 	pthread_mutex_t compact_lock;

@@ -153,6 +153,7 @@
 #include "fork.h"
 #include "memevent.h"
 #include "raw_syscall.h"
+#include "pcp.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -1047,7 +1048,13 @@ static int take_back_locked(struct ucma_arena *a, uint32_t pb)
 	unsigned moved;
 	int advice, rc, err;
 
+	/* Runs of it on per-CPU lists (pcp.c), a whole pageblock among them,
+	 * are free: back to the buddy lists first, so that a pageblock with
+	 * nothing else in it gives its frame back instead of being copied. */
+	ucma_pcp_lock_all(z);
 	pthread_mutex_lock(&z->lock);
+	ucma_pcp_drain_range_locked(z, pb_pfn(pb), pb_pfn(pb) + UCMA_PAGEBLOCK_PAGES);
+	ucma_pcp_unlock_all(z);
 	s = of_get(pb);
 	if (s == LEND_NONE) {
 		pthread_mutex_unlock(&z->lock);

@@ -6,14 +6,31 @@
  * each allocation and merges it back on each free.  Two threads allocating
  * pages took 2.3 times one thread's time per operation, on one lock.
  *
- * Runs of exactly 2^order pages, order 0 to UCMA_PCP_MAX_ORDER, are freed
- * to a list of the CPU the thread runs on and allocated from it again,
- * under a small lock of that list only.  An empty list is refilled with
- * pcp_batch pages' worth of blocks in one visit to the zone lock; a CPU
- * whose lists hold more than pcp_high pages gives pcp_batch back in one
- * visit.  One list per order and migratetype, as in the kernel: a page
- * freed in a MOVABLE pageblock goes to the MOVABLE list, and an unmovable
- * request never takes from it.
+ Runs of 1 to UCMA_PCP_MAX_PAGES pages are freed to a list of the CPU
+ * the thread runs on and allocated from it again, under a small lock of
+ * that list only.  An empty list is refilled with pcp_batch pages' worth
+ * of runs in one visit to the zone lock; a CPU whose lists hold more than
+ * pcp_high pages gives pcp_batch back in one visit.  One list per length
+ * and migratetype: a page freed in a MOVABLE pageblock goes to the
+ * MOVABLE list, and an unmovable request never takes from it.
+ *
+ * Per length, not per order as in the kernel: a run of 3 pages (a 12 KiB
+ * malloc) kept on an order-2 list would hold a fourth page for nothing,
+ * or need splitting under the zone lock each time it is handed out, which
+ * is the lock the lists are there to avoid.  A refill takes each run as a
+ * buddy block of its order and gives the rest of the block back at once,
+ * as an allocation without the lists does, so a listed run is aligned to
+ * its order as callers expect (malloc's aligned runs rely on it).
+ *
+ * Whole pageblocks (2 MiB: large mallocs, huge-page sized buffers) have a
+ * list too, as the kernel keeps one for the THP order: at most
+ * pcp_pb_high pageblocks per CPU, 1, and none in a zone of fewer than 8
+ * pageblocks per CPU, so the lists never hold more than an eighth of a
+ * zone in pageblocks.  It is not refilled in batches: a pageblock freed
+ * is kept for the next allocation of one on that CPU, which is what a
+ * thread that frees and allocates 2 MiB runs in turn needs; past the
+ * bound the free goes to the buddy lists.  Its pages do not count
+ * towards pcp_high, which would otherwise be gone at once.
  *
  * Per CPU, not per thread.  The lists are indexed by sched_getcpu() (an
  * rseq read in glibc, no system call), each behind a lock that is
@@ -52,10 +69,11 @@
  *
  * Sizing: pcp_batch is 32 pages (a 1/1024 of the zone when that is
  * smaller), pcp_high 4 x pcp_batch: about 512 KiB per CPU and zone at most
- * (a refill may add up to a batch past it until the next free drains).
- * Orders up to 4 (64 KiB), one more than the kernel's 3: large mallocs
- * and movable objects of 64 KiB are common here, and pcp_high bounds the
- * lists whatever the orders (tests/bench/RESULTS.md).
+ * in runs (a refill may add up to a batch past it until the next free
+ * drains), plus pcp_pb_high pageblocks.  Runs up to 16 pages (64 KiB),
+ * more than the kernel's order 3: large mallocs and movable objects of up
+ * to 64 KiB are common here, and pcp_high bounds the lists whatever the
+ * lengths (tests/bench/RESULTS.md).
  *
  * Locking: see struct ucma_pcp (pcp.h).
  *
@@ -73,6 +91,8 @@
 #define PCP_MAX_BATCH 32u
 #define PCP_HIGH_BATCHES 4u
 #define PCP_MAX_CPUS 4096
+/* Pageblocks of the zone per CPU below which no pageblock is listed. */
+#define PCP_PB_MIN_PER_CPU 8u
 
 static size_t pcp_bytes(unsigned n)
 {
@@ -98,10 +118,11 @@ int ucma_pcp_init(struct ucma_zone *z)
 	z->nr_pcp = n;
 	z->pcp_batch = batch < 1 ? 1 : batch > PCP_MAX_BATCH ? PCP_MAX_BATCH : (uint32_t)batch;
 	z->pcp_high = PCP_HIGH_BATCHES * z->pcp_batch;
+	z->pcp_pb_high = (z->managed_pages >> UCMA_PAGEBLOCK_ORDER) >= PCP_PB_MIN_PER_CPU * n;
 	for (unsigned c = 0; c < n; c++)
-		for (unsigned o = 0; o < UCMA_PCP_NR_ORDERS; o++)
+		for (unsigned k = 0; k < UCMA_PCP_NR_CLASSES; k++)
 			for (int mt = 0; mt < UCMA_PCP_NR_MT; mt++)
-				z->pcp[c].head[o][mt] = UCMA_PFN_NONE;
+				z->pcp[c].head[k][mt] = UCMA_PFN_NONE;
 	return 0;
 }
 
@@ -120,10 +141,22 @@ static struct ucma_pcp *this_pcp(struct ucma_zone *z)
 	return &z->pcp[cpu < 0 ? 0 : (unsigned)cpu % z->nr_pcp];
 }
 
-/* The count is read without the lock (ucma_pcp_pages()): atomic stores. */
-static void count_add(struct ucma_pcp *pcp, int64_t n)
+/* The list class of a run of @npages (ucma_pcp_eligible()). */
+static unsigned class_of(uint32_t npages)
 {
-	__atomic_store_n(&pcp->count, (uint32_t)((int64_t)pcp->count + n), __ATOMIC_RELAXED);
+	return npages == UCMA_PAGEBLOCK_PAGES ? UCMA_PCP_PB_CLASS : npages - 1;
+}
+
+/* The counts are read without the lock (ucma_pcp_pages()): atomic stores.
+ * A run of class @k joins (@n = 1) or leaves (@n = -1) the lists. */
+static void count_add(struct ucma_pcp *pcp, unsigned k, int n)
+{
+	if (k == UCMA_PCP_PB_CLASS)
+		__atomic_store_n(&pcp->nr_pb, (uint32_t)((int)pcp->nr_pb + n), __ATOMIC_RELAXED);
+	else
+		__atomic_store_n(&pcp->count,
+				 (uint32_t)((int64_t)pcp->count + n * (int64_t)(k + 1)),
+				 __ATOMIC_RELAXED);
 }
 
 uint64_t ucma_pcp_pages(const struct ucma_zone *z)
@@ -131,7 +164,9 @@ uint64_t ucma_pcp_pages(const struct ucma_zone *z)
 	uint64_t n = 0;
 
 	for (unsigned c = 0; c < z->nr_pcp; c++)
-		n += __atomic_load_n(&z->pcp[c].count, __ATOMIC_RELAXED);
+		n += __atomic_load_n(&z->pcp[c].count, __ATOMIC_RELAXED) +
+		     ((uint64_t)__atomic_load_n(&z->pcp[c].nr_pb, __ATOMIC_RELAXED)
+		      << UCMA_PAGEBLOCK_ORDER);
 	return n;
 }
 
@@ -149,102 +184,107 @@ uint64_t ucma_pcp_events(const struct ucma_arena *a, bool alloc)
 	return n;
 }
 
-/* Put the run at @pfn on list (@order, @mt); lock held. */
-static void list_push(struct ucma_zone *z, struct ucma_pcp *pcp, uint32_t pfn, unsigned order,
-		      int mt, bool dirty)
+/* Put the run at @pfn on list (@k, @mt); lock held. */
+static void list_push(struct ucma_zone *z, struct ucma_pcp *pcp, uint32_t pfn, unsigned k, int mt,
+		      bool dirty)
 {
 	struct ucma_page *p = &z->arena->pages[pfn];
 
 	p->flags = (uint8_t)(UCMA_PF_PCP | (dirty ? UCMA_PF_DIRTY : 0));
-	UCMA_PG_SET(p, link.next, pcp->head[order][mt]);
-	pcp->head[order][mt] = pfn;
-	pcp->nr[order][mt]++;
-	count_add(pcp, 1 << order);
+	UCMA_PG_SET(p, link.next, pcp->head[k][mt]);
+	pcp->head[k][mt] = pfn;
+	pcp->nr[k][mt]++;
+	count_add(pcp, k, 1);
 }
 
-/* Take the first run of list (@order, @mt); lock held, list not empty. */
-static uint32_t list_pop(struct ucma_zone *z, struct ucma_pcp *pcp, unsigned order, int mt)
+/* Take the first run of list (@k, @mt); lock held, list not empty. */
+static uint32_t list_pop(struct ucma_zone *z, struct ucma_pcp *pcp, unsigned k, int mt)
 {
-	uint32_t pfn = pcp->head[order][mt];
+	uint32_t pfn = pcp->head[k][mt];
 
-	pcp->head[order][mt] = z->arena->pages[pfn].link.next;
-	pcp->nr[order][mt]--;
-	count_add(pcp, -(1 << order));
+	pcp->head[k][mt] = z->arena->pages[pfn].link.next;
+	pcp->nr[k][mt]--;
+	count_add(pcp, k, -1);
 	return pfn;
 }
 
-/* Give the first run of list (@order, @mt) back; both locks held. */
-static void release_one(struct ucma_zone *z, struct ucma_pcp *pcp, unsigned order, int mt)
+/* Give the first run of list (@k, @mt) back; both locks held. */
+static void release_one(struct ucma_zone *z, struct ucma_pcp *pcp, unsigned k, int mt)
 {
-	uint32_t pfn = list_pop(z, pcp, order, mt);
+	uint32_t pfn = list_pop(z, pcp, k, mt);
 	bool dirty = z->arena->pages[pfn].flags & UCMA_PF_DIRTY;
 
-	ucma_zone_pcp_release_locked(z, pfn, order, dirty);
+	ucma_zone_pcp_release_locked(z, pfn, ucma_pcp_class_pages(k), dirty);
 }
 
 /*
- * Down to pcp_high - pcp_batch pages (lock held): the largest runs of the
- * other lists first (they are what the buddy lists can merge into what
- * others need), then of list (@hot_order, @hot_mt) all but its head, the
- * run just freed, which is the one the next allocation wants.
+ * Down to pcp_high - pcp_batch pages in runs (lock held): the longest
+ * runs of the other lists first (they are what the buddy lists can merge
+ * into what others need), then of list (@hot, @hot_mt) all but its head,
+ * the run just freed, which is the one the next allocation wants.  The
+ * pageblock lists have their own bound and are left alone.
  */
-static void drain_some(struct ucma_zone *z, struct ucma_pcp *pcp, unsigned hot_order, int hot_mt)
+static void drain_some(struct ucma_zone *z, struct ucma_pcp *pcp, unsigned hot, int hot_mt)
 {
 	uint32_t target = z->pcp_high - z->pcp_batch;
 	struct ucma_page *pages = z->arena->pages;
-	uint32_t *hot = &pcp->head[hot_order][hot_mt];
+	uint32_t *head = &pcp->head[hot][hot_mt];
 
 	pthread_mutex_lock(&z->lock);
-	for (int o = UCMA_PCP_MAX_ORDER; o >= 0 && pcp->count > target; o--)
+	for (int k = UCMA_PCP_MAX_PAGES - 1; k >= 0 && pcp->count > target; k--)
 		for (int mt = 0; mt < UCMA_PCP_NR_MT && pcp->count > target; mt++)
-			while (pcp->nr[o][mt] && pcp->count > target &&
-			       !((unsigned)o == hot_order && mt == hot_mt))
-				release_one(z, pcp, (unsigned)o, mt);
-	while (pcp->count > target && pcp->nr[hot_order][hot_mt] > 1) {
-		uint32_t pfn = pages[*hot].link.next;
+			while (pcp->nr[k][mt] && pcp->count > target &&
+			       !((unsigned)k == hot && mt == hot_mt))
+				release_one(z, pcp, (unsigned)k, mt);
+	while (pcp->count > target && pcp->nr[hot][hot_mt] > 1) {
+		uint32_t pfn = pages[*head].link.next;
 		bool dirty = pages[pfn].flags & UCMA_PF_DIRTY;
 
 		/* The head's link word is also its owner word: atomic. */
-		__atomic_store_n(&pages[*hot].link.next, pages[pfn].link.next, __ATOMIC_RELAXED);
-		pcp->nr[hot_order][hot_mt]--;
-		count_add(pcp, -(1 << hot_order));
-		ucma_zone_pcp_release_locked(z, pfn, hot_order, dirty);
+		__atomic_store_n(&pages[*head].link.next, pages[pfn].link.next, __ATOMIC_RELAXED);
+		pcp->nr[hot][hot_mt]--;
+		count_add(pcp, hot, -1);
+		ucma_zone_pcp_release_locked(z, pfn, ucma_pcp_class_pages(hot), dirty);
 	}
 	pthread_mutex_unlock(&z->lock);
 }
 
-uint32_t ucma_pcp_alloc(struct ucma_zone *z, unsigned order, int mt, unsigned gfp,
+uint32_t ucma_pcp_alloc(struct ucma_zone *z, uint32_t npages, int mt, unsigned gfp,
 			uint32_t *lend_pb, bool *dirty, bool *wake, bool *grow)
 {
 	struct ucma_arena *a = z->arena;
 	struct ucma_pcp *pcp = this_pcp(z);
 	uint8_t flags = (gfp & UCMA_GFP_MOVABLE) ? UCMA_PF_MOVABLE : 0;
+	unsigned k = class_of(npages);
 	uint32_t pfn;
 
 	ucma_lock(&pcp->lock);
-	if (pcp->head[order][mt] != UCMA_PFN_NONE) {
-		pfn = list_pop(z, pcp, order, mt);
+	if (pcp->head[k][mt] != UCMA_PFN_NONE) {
+		pfn = list_pop(z, pcp, k, mt);
 		*dirty = a->pages[pfn].flags & UCMA_PF_DIRTY;
+	} else if (k == UCMA_PCP_PB_CLASS) {
+		ucma_unlock(&pcp->lock);
+		return UCMA_PFN_NONE;	/* not refilled: see above */
 	} else {
 		uint32_t pfns[PCP_MAX_BATCH];
 		bool d[PCP_MAX_BATCH];
-		unsigned want = z->pcp_batch >> order, got;
+		unsigned want = z->pcp_batch / npages, got;
 
-		got = ucma_zone_pcp_refill(z, order, gfp, pfns, d, want ? want : 1, lend_pb, wake,
+		got = ucma_zone_pcp_refill(z, npages, gfp, pfns, d, want ? want : 1, lend_pb, wake,
 					   grow);
 		if (got == 0) {
 			ucma_unlock(&pcp->lock);
 			return UCMA_PFN_NONE;
 		}
-		/* The lowest block is handed out, the rest listed so that the
+		/* The lowest run is handed out, the rest listed so that the
 		 * next allocations go up in address. */
 		for (unsigned i = got; i-- > 1;)
-			list_push(z, pcp, pfns[i], order, mt, d[i]);
+			list_push(z, pcp, pfns[i], k, mt, d[i]);
 		pfn = pfns[0];
 		*dirty = d[0];
 	}
 	/* The run's flags are its owner's from here on. */
-	for (uint32_t i = 0; i < (1u << order); i++)
+	for (uint32_t i = 0; i < npages; i++)
 		a->pages[pfn + i].flags = flags;
 	UCMA_PG_SET(&a->pages[pfn], owner, 0);
 	__atomic_store_n(&pcp->nr_alloc, pcp->nr_alloc + 1, __ATOMIC_RELAXED);
@@ -252,16 +292,18 @@ uint32_t ucma_pcp_alloc(struct ucma_zone *z, unsigned order, int mt, unsigned gf
 	return pfn;
 }
 
-int ucma_pcp_free(struct ucma_zone *z, uint32_t pfn, unsigned order)
+int ucma_pcp_free(struct ucma_zone *z, uint32_t pfn, uint32_t npages)
 {
 	struct ucma_arena *a = z->arena;
 	struct ucma_pageblock *pb = ucma_pfn_block(a, pfn);
 	struct ucma_pcp *pcp = this_pcp(z);
+	unsigned k = class_of(npages);
 	int mt, listed = 1;
 
 	ucma_lock(&pcp->lock);
 	/* Stable under any pcp lock: isolation holds all of them. */
-	if (__atomic_load_n(&pb->isolate_count, __ATOMIC_ACQUIRE)) {
+	if (__atomic_load_n(&pb->isolate_count, __ATOMIC_ACQUIRE) ||
+	    (k == UCMA_PCP_PB_CLASS && pcp->nr_pb >= z->pcp_pb_high)) {
 		ucma_unlock(&pcp->lock);
 		return 0;
 	}
@@ -272,15 +314,15 @@ int ucma_pcp_free(struct ucma_zone *z, uint32_t pfn, unsigned order)
 	}
 	/* Forget the owner first, so a stale pointer into the run finds none
 	 * (owner_type with release, as ucma_run_set_owner() writes it). */
-	for (uint32_t i = 0; i < (1u << order); i++) {
+	for (uint32_t i = 0; i < npages; i++) {
 		__atomic_store_n(&a->pages[pfn + i].owner, 0, __ATOMIC_RELAXED);
 		__atomic_store_n(&a->pages[pfn + i].owner_type, (uint8_t)UCMA_OWN_NONE,
 				 __ATOMIC_RELEASE);
 	}
-	list_push(z, pcp, pfn, order, mt, true);
+	list_push(z, pcp, pfn, k, mt, true);
 	__atomic_store_n(&pcp->nr_free, pcp->nr_free + 1, __ATOMIC_RELAXED);
 	if (pcp->count > z->pcp_high) {
-		drain_some(z, pcp, order, mt);
+		drain_some(z, pcp, k, mt);
 		listed = 2;
 	}
 	ucma_unlock(&pcp->lock);
@@ -290,10 +332,10 @@ int ucma_pcp_free(struct ucma_zone *z, uint32_t pfn, unsigned order)
 /* Every list of @pcp back to the buddy lists; both locks held. */
 static void drain_pcp_locked(struct ucma_zone *z, struct ucma_pcp *pcp)
 {
-	for (unsigned o = 0; o < UCMA_PCP_NR_ORDERS; o++)
+	for (unsigned k = 0; k < UCMA_PCP_NR_CLASSES; k++)
 		for (int mt = 0; mt < UCMA_PCP_NR_MT; mt++)
-			while (pcp->nr[o][mt])
-				release_one(z, pcp, o, mt);
+			while (pcp->nr[k][mt])
+				release_one(z, pcp, k, mt);
 }
 
 void ucma_pcp_drain_zone(struct ucma_zone *z)
@@ -302,7 +344,7 @@ void ucma_pcp_drain_zone(struct ucma_zone *z)
 		struct ucma_pcp *pcp = &z->pcp[c];
 
 		ucma_lock(&pcp->lock);
-		if (pcp->count) {
+		if (pcp->count || pcp->nr_pb) {
 			pthread_mutex_lock(&z->lock);
 			drain_pcp_locked(z, pcp);
 			pthread_mutex_unlock(&z->lock);
@@ -330,9 +372,9 @@ void ucma_pcp_drain_range_locked(struct ucma_zone *z, uint32_t start, uint32_t e
 	for (unsigned c = 0; c < z->nr_pcp; c++) {
 		struct ucma_pcp *pcp = &z->pcp[c];
 
-		for (unsigned o = 0; o < UCMA_PCP_NR_ORDERS; o++) {
+		for (unsigned k = 0; k < UCMA_PCP_NR_CLASSES; k++) {
 			for (int mt = 0; mt < UCMA_PCP_NR_MT; mt++) {
-				uint32_t *link = &pcp->head[o][mt];
+				uint32_t *link = &pcp->head[k][mt];
 
 				while (*link != UCMA_PFN_NONE) {
 					uint32_t pfn = *link;
@@ -344,14 +386,16 @@ void ucma_pcp_drain_range_locked(struct ucma_zone *z, uint32_t start, uint32_t e
 					}
 					/* Unlink: the link word is also the
 					 * owner lock-free readers load. */
-					if (link == &pcp->head[o][mt])
+					if (link == &pcp->head[k][mt])
 						*link = pages[pfn].link.next;
 					else
 						__atomic_store_n(link, pages[pfn].link.next,
 								 __ATOMIC_RELAXED);
-					pcp->nr[o][mt]--;
-					count_add(pcp, -(1 << o));
-					ucma_zone_pcp_release_locked(z, pfn, o, dirty);
+					pcp->nr[k][mt]--;
+					count_add(pcp, k, -1);
+					ucma_zone_pcp_release_locked(z, pfn,
+								     ucma_pcp_class_pages(k),
+								     dirty);
 				}
 			}
 		}
@@ -361,9 +405,11 @@ void ucma_pcp_drain_range_locked(struct ucma_zone *z, uint32_t start, uint32_t e
 void ucma_pcp_counts_locked(struct ucma_zone *z, uint64_t counts[UCMA_NR_ORDERS])
 {
 	for (unsigned c = 0; c < z->nr_pcp; c++)
-		for (unsigned o = 0; o < UCMA_PCP_NR_ORDERS; o++)
+		for (unsigned k = 0; k < UCMA_PCP_NR_CLASSES; k++)
 			for (int mt = 0; mt < UCMA_PCP_NR_MT; mt++)
-				counts[o] += z->pcp[c].nr[o][mt];
+				for (unsigned o = 0; o < UCMA_NR_ORDERS; o++)
+					if (ucma_pcp_class_pages(k) & (1u << o))
+						counts[o] += z->pcp[c].nr[k][mt];
 }
 
 #define CHECK(cond, ...)                                      \
@@ -380,50 +426,63 @@ int ucma_pcp_check_locked(struct ucma_zone *z, char *why, size_t whylen)
 
 	for (unsigned c = 0; c < z->nr_pcp; c++) {
 		const struct ucma_pcp *pcp = &z->pcp[c];
-		uint64_t pages = 0;
+		uint64_t pages = 0, pbs = 0;
 
-		for (unsigned o = 0; o < UCMA_PCP_NR_ORDERS; o++) {
+		for (unsigned k = 0; k < UCMA_PCP_NR_CLASSES; k++) {
+			uint32_t len = ucma_pcp_class_pages(k);
+
 			for (int mt = 0; mt < UCMA_PCP_NR_MT; mt++) {
 				uint64_t n = 0;
 
-				for (uint32_t pfn = pcp->head[o][mt]; pfn != UCMA_PFN_NONE;
+				for (uint32_t pfn = pcp->head[k][mt]; pfn != UCMA_PFN_NONE;
 				     pfn = a->pages[pfn].link.next) {
 					const struct ucma_page *p = &a->pages[pfn];
 					const struct ucma_pageblock *pb = ucma_pfn_block(a, pfn);
 
-					CHECK(pfn >= z->start_pfn && pfn + (1u << o) <= z->end_pfn,
-					      "pcp %u order %u mt %d: pfn %u outside the zone", c, o,
+					CHECK(pfn >= z->start_pfn && pfn + len <= z->end_pfn,
+					      "pcp %u list %u mt %d: pfn %u outside the zone", c, len,
 					      mt, pfn);
-					CHECK(p->kind == UCMA_PK_RUN && p->aux == 1u << o &&
+					CHECK(p->kind == UCMA_PK_RUN && p->aux == len &&
 						      (p->flags & UCMA_PF_PCP) &&
 						      p->owner_type == UCMA_OWN_NONE,
-					      "pcp %u order %u mt %d: pfn %u is no unowned run of "
+					      "pcp %u list %u mt %d: pfn %u is no unowned run of "
 					      "%u pages (kind %u aux %u flags %#x owner_type %u)",
-					      c, o, mt, pfn, 1u << o, p->kind, p->aux, p->flags,
+					      c, len, mt, pfn, len, p->kind, p->aux, p->flags,
 					      p->owner_type);
-					for (uint32_t i = 1; i < (1u << o); i++)
+					for (uint32_t i = 1; i < len; i++)
 						CHECK(a->pages[pfn + i].kind == UCMA_PK_TAIL &&
 							      a->pages[pfn + i].aux == pfn,
 						      "pcp %u: run %u has a bad tail %u", c, pfn,
 						      pfn + i);
 					CHECK(!pb->isolate_count && pb->mt != UCMA_MT_ISOLATE,
-					      "pcp %u order %u mt %d: pfn %u in an isolated "
-					      "pageblock", c, o, mt, pfn);
+					      "pcp %u list %u mt %d: pfn %u in an isolated "
+					      "pageblock", c, len, mt, pfn);
 					CHECK((pfn >> UCMA_PAGEBLOCK_ORDER) ==
-						      ((pfn + (1u << o) - 1) >> UCMA_PAGEBLOCK_ORDER),
+						      ((pfn + len - 1) >> UCMA_PAGEBLOCK_ORDER),
 					      "pcp %u: run %u crosses a pageblock", c, pfn);
+					/* A whole pageblock has no free page a steal
+					 * could change its type for. */
+					CHECK(k != UCMA_PCP_PB_CLASS || pb->mt == mt,
+					      "pcp %u: pageblock %u of type %d on list %d", c,
+					      pfn >> UCMA_PAGEBLOCK_ORDER, pb->mt, mt);
 					n++;
-					CHECK(n <= z->managed_pages, "pcp %u order %u mt %d: loops",
-					      c, o, mt);
+					CHECK(n <= z->managed_pages, "pcp %u list %u mt %d: loops",
+					      c, len, mt);
 				}
-				CHECK(n == pcp->nr[o][mt], "pcp %u order %u mt %d: %llu runs, "
-				      "counted %u", c, o, mt, (unsigned long long)n,
-				      pcp->nr[o][mt]);
-				pages += n << o;
+				CHECK(n == pcp->nr[k][mt], "pcp %u list %u mt %d: %llu runs, "
+				      "counted %u", c, len, mt, (unsigned long long)n,
+				      pcp->nr[k][mt]);
+				if (k == UCMA_PCP_PB_CLASS)
+					pbs += n;
+				else
+					pages += n * len;
 			}
 		}
 		CHECK(pages == pcp->count, "pcp %u: %llu pages listed, counted %u", c,
 		      (unsigned long long)pages, pcp->count);
+		CHECK(pbs == pcp->nr_pb && pbs <= z->pcp_pb_high,
+		      "pcp %u: %llu pageblocks listed, counted %u, at most %u", c,
+		      (unsigned long long)pbs, pcp->nr_pb, z->pcp_pb_high);
 	}
 	return 0;
 }

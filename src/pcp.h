@@ -10,24 +10,36 @@
 #include "internal.h"
 
 /*
- * Orders with per-CPU lists: runs of exactly 1, 2, 4, 8 and 16 pages
- * (4 to 64 KiB).  A run of another length (3 pages: a block of 4 with a
- * page given back) goes to the buddy lists, as does anything larger.
- * tests/bench/RESULTS.md has the measurement behind the bound.
+ * Runs with per-CPU lists: any length from 1 to UCMA_PCP_MAX_PAGES pages
+ * (4 to 64 KiB), one list per length, so a run of 3 pages is kept as 3
+ * pages (not rounded up to 4); and whole pageblocks (2 MiB), at most
+ * pcp_pb_high of them per CPU, as the kernel keeps lists for the THP
+ * order.  Anything else goes to the buddy lists.  tests/bench/RESULTS.md
+ * has the measurement behind the bounds.
  */
-#define UCMA_PCP_MAX_ORDER 4
-#define UCMA_PCP_NR_ORDERS (UCMA_PCP_MAX_ORDER + 1)
+#define UCMA_PCP_MAX_PAGES 16
+/* List classes: class c < UCMA_PCP_MAX_PAGES holds runs of c + 1 pages,
+ * class UCMA_PCP_PB_CLASS whole pageblocks. */
+#define UCMA_PCP_PB_CLASS UCMA_PCP_MAX_PAGES
+#define UCMA_PCP_NR_CLASSES (UCMA_PCP_MAX_PAGES + 1)
 /* One list per migratetype a run can be allocated from: UNMOVABLE,
  * MOVABLE (NORMAL) and CMA (the CMA zone); ISOLATE never has one. */
 #define UCMA_PCP_NR_MT UCMA_MT_ISOLATE
 
+/* Pages of a run of list class @c. */
+static inline uint32_t ucma_pcp_class_pages(unsigned c)
+{
+	return c == UCMA_PCP_PB_CLASS ? UCMA_PAGEBLOCK_PAGES : c + 1;
+}
+
 /*
  * struct ucma_pcp - the lists of one CPU for one zone (the kernel's
  * per_cpu_pages).  A page on a list is the head of an allocated run of
- * 2^order pages (kind RUN, aux = 2^order, tails TAIL) nobody owns:
- * owner_type NONE, UCMA_PF_PCP in its flags, and the next run of its list
- * in link.next.  To the buddy allocator and every walk of the zone it is
- * allocated; to the zone's statistics it is free.
+ * the list's length (kind RUN, aux = its pages, tails TAIL), inside one
+ * pageblock, that nobody owns: owner_type NONE, UCMA_PF_PCP in its flags,
+ * and the next run of its list in link.next.  To the buddy allocator and
+ * every walk of the zone it is allocated; to the zone's statistics it is
+ * free.
  *
  * Locking: @lock (lock.h) protects the lists, the counts and, for the
  * runs on the lists, what their owner would own (head flags, owner,
@@ -42,9 +54,10 @@
  */
 struct ucma_pcp {
 	uint32_t lock;
-	uint32_t count;					/* pages on all lists */
-	uint32_t head[UCMA_PCP_NR_ORDERS][UCMA_PCP_NR_MT];	/* first run, or NONE */
-	uint32_t nr[UCMA_PCP_NR_ORDERS][UCMA_PCP_NR_MT];	/* runs per list */
+	uint32_t count;		/* pages on the lists of runs (bounded by pcp_high) */
+	uint32_t nr_pb;		/* pageblocks on the pageblock lists (pcp_pb_high) */
+	uint32_t head[UCMA_PCP_NR_CLASSES][UCMA_PCP_NR_MT];	/* first run, or NONE */
+	uint32_t nr[UCMA_PCP_NR_CLASSES][UCMA_PCP_NR_MT];	/* runs per list */
 	/* page_alloc and page_free events served here: counted per CPU, as
 	 * one counter shared by every CPU would cost each of them a cache
 	 * miss per run (stats.c adds them up) */
@@ -58,23 +71,29 @@ UCMA_INTERNAL void ucma_pcp_fini(struct ucma_zone *z);
 /* Does a run of @npages go through the lists of @z? */
 static inline bool ucma_pcp_eligible(const struct ucma_zone *z, uint32_t npages)
 {
-	return z->pcp && npages <= (1u << UCMA_PCP_MAX_ORDER) && !(npages & (npages - 1));
+	return z->pcp && npages > 0 &&
+	       (npages <= UCMA_PCP_MAX_PAGES ||
+		(npages == UCMA_PAGEBLOCK_PAGES && z->pcp_pb_high));
 }
 
 /*
- * A run of 2^@order pages from this CPU's list of @mt, refilled from the
- * buddy lists (ucma_zone_pcp_refill()) when empty.  UCMA_PFN_NONE when
- * the zone has none, or when heap lending asks for *@lend_pb (zone.c).
+ * A run of @npages (ucma_pcp_eligible()) from this CPU's list of @mt.  An
+ * empty list of runs is refilled from the buddy lists
+ * (ucma_zone_pcp_refill()); an empty pageblock list is not (a batch of
+ * pageblocks would hold megabytes nobody asked for): UCMA_PFN_NONE, and
+ * the caller takes one from the buddy lists.  UCMA_PFN_NONE also when the
+ * zone has none, or when heap lending asks for *@lend_pb (zone.c).
  * *@dirty: whether its pages may hold old data; *@wake, *@grow: see
  * ucma_zone_pcp_refill().
  */
-UCMA_INTERNAL uint32_t ucma_pcp_alloc(struct ucma_zone *z, unsigned order, int mt, unsigned gfp,
+UCMA_INTERNAL uint32_t ucma_pcp_alloc(struct ucma_zone *z, uint32_t npages, int mt, unsigned gfp,
 				      uint32_t *lend_pb, bool *dirty, bool *wake, bool *grow);
-/* Put the run at @pfn (2^order pages, owned by the caller) on this CPU's
- * list: 1, or 2 when that sent pages on to the buddy lists (the caller
- * may purge); 0 when its pageblock is isolated: then the caller frees it
- * to the buddy lists. */
-UCMA_INTERNAL int ucma_pcp_free(struct ucma_zone *z, uint32_t pfn, unsigned order);
+/* Put the run at @pfn (@npages, ucma_pcp_eligible(), inside one
+ * pageblock, owned by the caller) on this CPU's list: 1, or 2 when that
+ * sent pages on to the buddy lists (the caller may purge); 0 when its
+ * pageblock is isolated or this CPU holds pcp_pb_high pageblocks already:
+ * then the caller frees it to the buddy lists. */
+UCMA_INTERNAL int ucma_pcp_free(struct ucma_zone *z, uint32_t pfn, uint32_t npages);
 
 /* drain_all_pages: every list of @z back to the buddy lists. */
 UCMA_INTERNAL void ucma_pcp_drain_zone(struct ucma_zone *z);
@@ -85,7 +104,8 @@ UCMA_INTERNAL void ucma_pcp_unlock_all(struct ucma_zone *z);
  * the lists for the buddy lists (isolation). */
 UCMA_INTERNAL void ucma_pcp_drain_range_locked(struct ucma_zone *z, uint32_t start, uint32_t end);
 /* With every pcp lock held: add the runs on the lists to @counts, blocks
- * per order (buddyinfo). */
+ * per order (buddyinfo; a run of 3 pages counts as one block of order 1
+ * and one of order 0, the blocks it would free as). */
 UCMA_INTERNAL void ucma_pcp_counts_locked(struct ucma_zone *z, uint64_t counts[UCMA_NR_ORDERS]);
 /* With every pcp lock and the zone lock held: verify the lists; 0, or -1
  * with a description in @why (ucma_zone_check()). */
@@ -97,18 +117,18 @@ UCMA_INTERNAL uint64_t ucma_pcp_pages(const struct ucma_zone *z);
 
 /*
  * zone.c, for the lists.  refill: with the pcp lock held, take up to @n
- * blocks of 2^@order pages for requests of kind @gfp as runs (kind RUN,
- * no owner) under the zone lock, into @pfns and their dirtiness into
- * @dirty; returns how many, 0 with *@lend_pb set when heap lending wants
- * the pageblock the first one broke into; *@wake and *@grow set: wake the
- * compaction thread, ask for huge pages, once no lock is held (zone.c).
- * release: the zone lock held, the run at @pfn (2^@order pages) back to
- * the buddy lists.
+ * runs of @npages (at most UCMA_PCP_MAX_PAGES) for requests of kind @gfp
+ * (kind RUN, no owner) under the zone lock, into @pfns and their
+ * dirtiness into @dirty; returns how many, 0 with *@lend_pb set when heap
+ * lending wants the pageblock the first one broke into; *@wake and *@grow
+ * set: wake the compaction thread, ask for huge pages, once no lock is
+ * held (zone.c).  release: the zone lock held, the run at @pfn (@npages)
+ * back to the buddy lists.
  */
-UCMA_INTERNAL unsigned ucma_zone_pcp_refill(struct ucma_zone *z, unsigned order, unsigned gfp,
+UCMA_INTERNAL unsigned ucma_zone_pcp_refill(struct ucma_zone *z, uint32_t npages, unsigned gfp,
 					    uint32_t *pfns, bool *dirty, unsigned n,
 					    uint32_t *lend_pb, bool *wake, bool *grow);
-UCMA_INTERNAL void ucma_zone_pcp_release_locked(struct ucma_zone *z, uint32_t pfn, unsigned order,
-						bool dirty);
+UCMA_INTERNAL void ucma_zone_pcp_release_locked(struct ucma_zone *z, uint32_t pfn,
+						uint32_t npages, bool dirty);
 
 #endif /* UCMA_PCP_H */

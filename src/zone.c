@@ -48,9 +48,10 @@
  * are the frame's, MADV_DONTNEED would not clear them) and gives the frame
  * of a wholly free one back instead.
  *
- * Per-CPU lists (pcp.c): runs of 2^order pages up to UCMA_PCP_MAX_ORDER
- * are allocated from and freed to the lists of the CPU, which visit the
- * buddy lists in batches (ucma_zone_pcp_refill(), _release_locked()).
+ * Per-CPU lists (pcp.c): runs of up to UCMA_PCP_MAX_PAGES pages, and
+ * whole pageblocks, are allocated from and freed to the lists of the CPU,
+ * which visit the buddy lists in batches (ucma_zone_pcp_refill(),
+ * _release_locked()); a pageblock the lists do not have is taken here.
  * An allocation the buddy lists cannot serve drains every list of the zone
  * and tries once more; isolation drains the runs of its range.
  *
@@ -387,9 +388,12 @@ static uint32_t alloc_zone_once(struct ucma_zone *z, uint32_t npages, unsigned g
 			 (gfp & UCMA_GFP_MOVABLE) ? UCMA_MT_MOVABLE :
 						    UCMA_MT_UNMOVABLE;
 
-		pfn = ucma_pcp_alloc(z, order_for(npages), mt, gfp, lend_pb, &dirty, &wake, &grow);
+		pfn = ucma_pcp_alloc(z, npages, mt, gfp, lend_pb, &dirty, &wake, &grow);
 		listed = true;	/* counted there */
-		goto done;
+		/* No pageblock listed: from the buddy lists below. */
+		if (pfn != UCMA_PFN_NONE || npages <= UCMA_PCP_MAX_PAGES)
+			goto done;
+		listed = false;
 	}
 	pthread_mutex_lock(&z->lock);
 	if (npages > UCMA_PAGEBLOCK_PAGES) {
@@ -469,10 +473,11 @@ static uint32_t alloc_zone(struct ucma_zone *z, uint32_t npages, unsigned gfp, u
  * ends there, so that the request that needs it makes that decision.
  * *@wake and *@grow: what the caller does once no lock is held.
  */
-unsigned ucma_zone_pcp_refill(struct ucma_zone *z, unsigned order, unsigned gfp, uint32_t *pfns,
+unsigned ucma_zone_pcp_refill(struct ucma_zone *z, uint32_t npages, unsigned gfp, uint32_t *pfns,
 			      bool *dirty, unsigned n, uint32_t *lend_pb, bool *wake, bool *grow)
 {
 	struct ucma_arena *a = z->arena;
+	unsigned order = order_for(npages);
 	uint32_t size = 1u << order;
 	unsigned got = 0;
 
@@ -495,13 +500,17 @@ unsigned ucma_zone_pcp_refill(struct ucma_zone *z, unsigned order, unsigned gfp,
 		if (pfn < z->start_pfn || pfn + size > z->end_pfn)
 			ucma_fatal("internal error: zone %s handed out pfn %u+%u outside it",
 				   z->name, pfn, size);
-		set_run(a, pfn, size, gfp & UCMA_GFP_MOVABLE);
+		/* The rest of the block back at once, as alloc_zone_once()
+		 * does: the run stays aligned to its order. */
+		if (size > npages)
+			ucma_buddy_free_clean_range(z, pfn + npages, size - npages, d);
+		set_run(a, pfn, npages, gfp & UCMA_GFP_MOVABLE);
 		pfns[got] = pfn;
 		dirty[got] = d;
 		got++;
 	}
 	if (got) {
-		*wake = crossed_low_wmark(z, got * size);
+		*wake = crossed_low_wmark(z, got * npages);
 		if (UCMA_UNLIKELY(z->thp_deferred) &&
 		    z->managed_pages - z->free_pages >= UCMA_THP_GROW_PAGES) {
 			z->thp_deferred = false;
@@ -512,16 +521,16 @@ unsigned ucma_zone_pcp_refill(struct ucma_zone *z, unsigned order, unsigned gfp,
 	return got;
 }
 
-void ucma_zone_pcp_release_locked(struct ucma_zone *z, uint32_t pfn, unsigned order, bool dirty)
+void ucma_zone_pcp_release_locked(struct ucma_zone *z, uint32_t pfn, uint32_t npages, bool dirty)
 {
 	struct ucma_arena *a = z->arena;
 
-	for (uint32_t i = 0; i < (1u << order); i++) {
+	for (uint32_t i = 0; i < npages; i++) {
 		UCMA_PG_SET(&a->pages[pfn + i], kind, UCMA_PK_UNUSED);
 		UCMA_PG_SET(&a->pages[pfn + i], owner_type, UCMA_OWN_NONE);
 		UCMA_PG_SET(&a->pages[pfn + i], owner, 0);
 	}
-	ucma_buddy_free_clean_range(z, pfn, 1u << order, dirty);
+	ucma_buddy_free_clean_range(z, pfn, npages, dirty);
 }
 
 uint32_t ucma_pages_alloc_zone(struct ucma_zone *z, uint32_t npages, unsigned gfp)
@@ -865,7 +874,7 @@ void ucma_pages_free(struct ucma_arena *a, uint32_t pfn)
 		if (head->flags & UCMA_PF_PCP)
 			ucma_fatal("internal error: freeing page %u which is free already", pfn);
 		pages_poison(a, pfn, npages);
-		listed = ucma_pcp_free(z, pfn, order_for(npages));
+		listed = ucma_pcp_free(z, pfn, npages);
 		if (listed) {	/* counted there */
 			if (listed > 1)
 				maybe_purge(z);

@@ -275,6 +275,38 @@ static void case_return_free(void)
 	   "ucma_alloc takes a wholly free borrowed pageblock back without copying it");
 	ucma_release(buf);
 	ok(zones_ok(), "zone invariants hold");
+
+	/* A borrowed pageblock freed whole waits on a per-CPU list (pcp.c),
+	 * allocated to the buddy allocator: taking it back drains it first
+	 * and gives the frame back, no copy. */
+	ucma_trim();
+	{
+		uint32_t pfn = ucma_pages_alloc(a, UCMA_PAGEBLOCK_PAGES, UCMA_GFP_UNMOVABLE);
+		bool borrowed, listed;
+
+		borrowed = pfn != UCMA_PFN_NONE && ucma_lend_borrowed(a, pfn >> UCMA_PAGEBLOCK_ORDER);
+		if (pfn != UCMA_PFN_NONE)
+			ucma_pages_free(a, pfn);
+		listed = pfn != UCMA_PFN_NONE && (a->pages[pfn].flags & UCMA_PF_PCP);
+		migrated = stat_of("lend_heap_migrated");
+		returned = stat_of("lend_heap_returned");
+		if (!borrowed || !listed) {
+			skip(1, "the pageblock was %s", !borrowed ? "not lent" : "not listed");
+		} else {
+			int rc = ucma_unlend(ucma_pfn_to_addr(a, pfn), PB);
+
+			ok(rc == 0 && stat_of("lend_heap_migrated") == migrated &&
+				   stat_of("lend_heap_returned") == returned + 1 &&
+				   !(a->pages[pfn].flags & UCMA_PF_PCP),
+			   "a borrowed pageblock on a per-CPU list is taken back by giving its "
+			   "frame back, not copied (migrated %llu -> %llu, returned %llu -> %llu)",
+			   (unsigned long long)migrated,
+			   (unsigned long long)stat_of("lend_heap_migrated"),
+			   (unsigned long long)returned,
+			   (unsigned long long)stat_of("lend_heap_returned"));
+		}
+	}
+	ok(zones_ok(), "zone invariants hold");
 }
 
 /*

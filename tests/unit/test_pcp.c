@@ -1,14 +1,21 @@
 /*
  * test_pcp.c - the per-CPU page lists (pcp.c).
  *
- *  - a run freed to a list is the next one handed out, for every order
- *    the lists keep, and counts as free meanwhile;
+ *  - a run freed to a list is the next one handed out, for lengths of 1
+ *    to 16 pages (3 pages kept as 3, aligned to its order) and whole
+ *    pageblocks, and counts as free meanwhile, exactly: the free page
+ *    counts (buddyinfo, free_pages + listed pages) agree to the page;
  *  - isolation drains the runs of its range: ucma_alloc() of the whole CMA
  *    area succeeds while runs of it sit on the lists (direct compaction,
- *    which drains too, is off here), and with a pageblock isolated no
- *    allocation is handed a page of it;
+ *    which drains too, is off here), with a pageblock isolated no
+ *    allocation is handed a page of it, and a listed 3-page run or whole
+ *    pageblock leaves the lists for the ISOLATE free lists;
+ *  - no more than pcp_pb_high pageblocks per CPU are kept;
  *  - the zone invariants, lists included, hold during and after threads
- *    allocating and freeing runs of every kind at once;
+ *    allocating and freeing runs of every kind at once, and no page is
+ *    handed to two threads (each stamps every page of its runs); two
+ *    threads allocating 3-page runs and pageblocks in turn with the whole
+ *    run written and read back;
  *  - the free pages per order (buddyinfo) count the runs on the lists,
  *    and a drain leaves the total unchanged and the lists empty.
  *
@@ -65,43 +72,63 @@ static bool stay_on_cpu(cpu_set_t *saved)
 	       sched_setaffinity(0, sizeof(one), &one) == 0;
 }
 
+static unsigned order_of(uint32_t n)
+{
+	return n <= 1 ? 0 : 32u - (unsigned)__builtin_clz(n - 1);
+}
+
 static void test_reuse(void)
 {
+	static const uint32_t lens[] = { 1, 2, 3, 4, 5, 7, 8, 12, 15, 16, UCMA_PAGEBLOCK_PAGES };
 	cpu_set_t saved;
 	bool pinned = stay_on_cpu(&saved);
 
 	if (!pinned)
 		diag("could not stay on one CPU: %s", strerror(errno));
-	for (unsigned o = 0; o <= UCMA_PCP_MAX_ORDER; o++) {
+	for (size_t l = 0; l < UCMA_ARRAY_SIZE(lens); l++) {
 		static const unsigned gfps[] = { UCMA_GFP_UNMOVABLE, UCMA_GFP_MOVABLE };
 
 		for (size_t g = 0; g < UCMA_ARRAY_SIZE(gfps); g++) {
-			uint32_t n = 1u << o, p1, p2;
+			uint32_t n = lens[l], p1, p2;
+			const char *kind = g ? "movable" : "unmovable";
 			struct ucma_zone *z;
 			uint64_t listed, nfree;
 
+			/* Empty lists: the run comes from a refill, and a
+			 * pageblock finds room on its list. */
+			drain_all();
 			p1 = ucma_pages_alloc(a, n, gfps[g]);
 			if (p1 == UCMA_PFN_NONE) {
-				ok(0, "order %u: allocation failed", o);
+				ok(0, "%u pages %s: allocation failed", n, kind);
 				continue;
 			}
 			z = ucma_pfn_zone(a, p1);
+			if (n == UCMA_PAGEBLOCK_PAGES && !z->pcp_pb_high) {
+				skip(4, "zone %s too small for a pageblock per CPU", z->name);
+				ucma_pages_free(a, p1);
+				continue;
+			}
+			ok(n > UCMA_PCP_MAX_PAGES || !(p1 & ((1u << order_of(n)) - 1)),
+			   "%u pages %s: a run aligned to its order (%u)", n, kind, p1);
 			nfree = free_total(z);
 			ucma_pages_free(a, p1);
 			/* Past pcp_high the free sends other runs on to the
 			 * buddy lists, never the one just freed. */
 			listed = ucma_pcp_pages(z);
 			ok(listed >= n && (a->pages[p1].flags & UCMA_PF_PCP) &&
-				   a->pages[p1].kind == UCMA_PK_RUN && free_total(z) == nfree + n,
-			   "order %u %s: the freed run is listed and counts as free", o,
-			   g ? "movable" : "unmovable");
+				   a->pages[p1].kind == UCMA_PK_RUN && a->pages[p1].aux == n &&
+				   free_total(z) == nfree + n && free_total(z) == tu_zone_free(z),
+			   "%u pages %s: the freed run is listed as %u pages and counts as free "
+			   "(%llu -> %llu, buddy lists and lists %llu)",
+			   n, kind, a->pages[p1].aux, (unsigned long long)nfree,
+			   (unsigned long long)free_total(z), (unsigned long long)tu_zone_free(z));
 			p2 = ucma_pages_alloc(a, n, gfps[g]);
-			ok(!pinned || p2 == p1, "order %u %s: and is handed out again (%u, then %u)",
-			   o, g ? "movable" : "unmovable", p1, p2);
-			ok(a->pages[p2].kind == UCMA_PK_RUN && a->pages[p2].aux == n &&
-				   !(a->pages[p2].flags & UCMA_PF_PCP) &&
+			ok(!pinned || p2 == p1, "%u pages %s: and is handed out again (%u, then %u)",
+			   n, kind, p1, p2);
+			ok(p2 != UCMA_PFN_NONE && a->pages[p2].kind == UCMA_PK_RUN &&
+				   a->pages[p2].aux == n && !(a->pages[p2].flags & UCMA_PF_PCP) &&
 				   !!(a->pages[p2].flags & UCMA_PF_MOVABLE) == !!gfps[g],
-			   "order %u: an allocated run again, movable as asked", o);
+			   "%u pages: an allocated run again, movable as asked", n);
 			if (p2 != UCMA_PFN_NONE)
 				ucma_pages_free(a, p2);
 		}
@@ -109,6 +136,43 @@ static void test_reuse(void)
 	ok(tu_zones_ok(a, "reuse"), "invariants hold with runs on the lists");
 	if (pinned)
 		sched_setaffinity(0, sizeof(saved), &saved);
+}
+
+/* One CPU keeps pcp_pb_high pageblocks at most: the next ones freed go
+ * to the buddy lists, and the counts stay exact. */
+static void test_pageblock_bound(void)
+{
+	struct ucma_zone *z = normal();
+	uint32_t pb[4];
+	unsigned n = 0;
+	cpu_set_t saved;
+	bool pinned = stay_on_cpu(&saved);
+	uint64_t nfree;
+
+	if (!pinned || !z->pcp_pb_high) {
+		skip(3, "%s", !pinned ? "cannot stay on one CPU" : "no pageblock lists");
+		if (pinned)
+			sched_setaffinity(0, sizeof(saved), &saved);
+		return;
+	}
+	drain_all();
+	nfree = free_total(z);
+	while (n < UCMA_ARRAY_SIZE(pb) &&
+	       (pb[n] = ucma_pages_alloc(a, UCMA_PAGEBLOCK_PAGES, UCMA_GFP_UNMOVABLE)) !=
+		       UCMA_PFN_NONE)
+		n++;
+	for (unsigned i = 0; i < n; i++)
+		ucma_pages_free(a, pb[i]);
+	ok(n == UCMA_ARRAY_SIZE(pb) && ucma_pcp_pages(z) == (uint64_t)z->pcp_pb_high *
+								    UCMA_PAGEBLOCK_PAGES,
+	   "%u pageblocks freed on one CPU, %llu pages listed (at most %u pageblocks)", n,
+	   (unsigned long long)ucma_pcp_pages(z), z->pcp_pb_high);
+	ok(free_total(z) == nfree && tu_zone_free(z) == nfree,
+	   "free pages exact: %llu before, %llu per buddyinfo, %llu buddy + listed",
+	   (unsigned long long)nfree, (unsigned long long)free_total(z),
+	   (unsigned long long)tu_zone_free(z));
+	ok(tu_zones_ok(a, "pageblock bound"), "invariants hold");
+	sched_setaffinity(0, sizeof(saved), &saved);
 }
 
 /* Allocate @n single movable pages in CMA into @pfns, then free them all:
@@ -159,8 +223,8 @@ static void test_isolation_drains(void)
 	list_cma_pages(pfns, 40);
 	/* The pageblock of the first run listed, and how many of its runs are. */
 	for (unsigned c = 0; c < z->nr_pcp; c++) {
-		for (unsigned o = 0; o < UCMA_PCP_NR_ORDERS; o++) {
-			for (uint32_t p = z->pcp[c].head[o][UCMA_MT_CMA]; p != UCMA_PFN_NONE;
+		for (unsigned k = 0; k < UCMA_PCP_NR_CLASSES; k++) {
+			for (uint32_t p = z->pcp[c].head[k][UCMA_MT_CMA]; p != UCMA_PFN_NONE;
 			     p = a->pages[p].link.next) {
 				if (pb == UCMA_PFN_NONE)
 					pb = UCMA_ALIGN_DOWN(p, UCMA_PAGEBLOCK_PAGES);
@@ -201,6 +265,56 @@ static void test_isolation_drains(void)
 	ok(tu_zones_ok(a, "isolation undone"), "invariants hold after the isolation is undone");
 }
 
+/*
+ * A run of @n pages freed to a list, then its pageblock isolated: the
+ * run leaves the lists, and the whole pageblock is free on the ISOLATE
+ * lists (nothing else of it is allocated).
+ */
+static void isolate_listed(uint32_t n)
+{
+	struct ucma_zone *z = cma();
+	uint32_t pfn, pb;
+	uint64_t nfree, after;
+	unsigned left;
+	bool isolated;
+
+	drain_all();
+	pfn = ucma_pages_alloc(a, n, UCMA_GFP_MOVABLE);
+	if (pfn == UCMA_PFN_NONE || ucma_pfn_zone(a, pfn) != z) {
+		ok(0, "%u movable pages from CMA", n);
+		return;
+	}
+	pb = UCMA_ALIGN_DOWN(pfn, UCMA_PAGEBLOCK_PAGES);
+	ucma_pages_free(a, pfn);
+	nfree = free_total(z);
+	if (n == UCMA_PAGEBLOCK_PAGES && !z->pcp_pb_high) {
+		skip(3, "no pageblock lists in CMA");
+		return;
+	}
+	ok((a->pages[pfn].flags & UCMA_PF_PCP) &&
+		   tu_pcp_runs_in(z, pb, pb + UCMA_PAGEBLOCK_PAGES, NULL) > 0,
+	   "%u pages: the run is listed, %u runs of its pageblock are", n,
+	   tu_pcp_runs_in(z, pb, pb + UCMA_PAGEBLOCK_PAGES, NULL));
+	isolated = ucma_isolate_range(a, pb, pb + UCMA_PAGEBLOCK_PAGES) == 0;
+	left = tu_pcp_runs_in(z, pb, pb + UCMA_PAGEBLOCK_PAGES, NULL);
+	after = free_total(z);
+	ok(isolated && left == 0 && z->isolated_free_pages == UCMA_PAGEBLOCK_PAGES && after == nfree,
+	   "%u pages: isolation drains them (%u runs left); the pageblock free on the ISOLATE "
+	   "lists (%llu pages), free pages unchanged (%llu -> %llu)",
+	   n, left, (unsigned long long)z->isolated_free_pages, (unsigned long long)nfree,
+	   (unsigned long long)after);
+	if (isolated)
+		ucma_undo_isolate_range(a, pb, pb + UCMA_PAGEBLOCK_PAGES);
+	ok(tu_zones_ok(a, "isolated and undone"), "%u pages: invariants hold", n);
+}
+
+static void test_isolation_new_lists(void)
+{
+	isolate_listed(3);
+	isolate_listed(12);
+	isolate_listed(UCMA_PAGEBLOCK_PAGES);
+}
+
 /* ---- many threads at once ---------------------------------------------- */
 
 #define STORM_THREADS 4
@@ -217,10 +331,11 @@ static _Atomic bool storm_done;
 
 static void *storm_thread(void *arg)
 {
-	static const uint32_t sizes[] = { 1, 1, 1, 2, 3, 4, 8, 16, 5, 33 };
+	static const uint32_t sizes[] = { 1, 1, 1, 2, 3, 4, 8, 16, 5, 33, 3, 7, 12,
+					  UCMA_PAGEBLOCK_PAGES };
 	struct storm *s = arg;
 	uint32_t live[STORM_LIVE], npages[STORM_LIVE];
-	unsigned nlive = 0;
+	unsigned nlive = 0, nbig = 0;
 
 	for (int step = 0; step < STORM_STEPS; step++) {
 		uint64_t r = tu_rand(&s->seed);
@@ -228,26 +343,39 @@ static void *storm_thread(void *arg)
 		if (nlive < STORM_LIVE && (r % 100 < 55 || nlive == 0)) {
 			uint32_t n = sizes[(r >> 8) % UCMA_ARRAY_SIZE(sizes)];
 			unsigned gfp = (r >> 16) & 1 ? UCMA_GFP_MOVABLE : UCMA_GFP_UNMOVABLE;
-			uint32_t pfn = ucma_pages_alloc(a, n, gfp);
-			uint32_t *w;
+			uint32_t pfn;
 
+			/* Two pageblocks per thread at most: the arena has 48. */
+			if (n == UCMA_PAGEBLOCK_PAGES && nbig >= 2)
+				n = 3;
+			pfn = ucma_pages_alloc(a, n, gfp);
 			if (pfn == UCMA_PFN_NONE) {
 				s->fails++;
 				continue;
 			}
-			/* Stamp the run: two threads given the same page would
-			 * see each other's stamp. */
-			w = ucma_pfn_to_addr(a, pfn);
-			w[0] = pfn;
-			w[1] = (uint32_t)(uintptr_t)s;
+			/* Stamp every page of the run: two threads given the
+			 * same page would see each other's stamp. */
+			for (uint32_t p = 0; p < n; p++) {
+				uint32_t *w = ucma_pfn_to_addr(a, pfn + p);
+
+				w[0] = pfn + p;
+				w[1] = (uint32_t)(uintptr_t)s;
+			}
+			nbig += n == UCMA_PAGEBLOCK_PAGES;
 			live[nlive] = pfn;
 			npages[nlive++] = n;
 		} else {
 			unsigned i = (unsigned)((r >> 8) % nlive);
-			uint32_t *w = ucma_pfn_to_addr(a, live[i]);
 
-			if (w[0] != live[i] || w[1] != (uint32_t)(uintptr_t)s)
+			for (uint32_t p = 0; p < npages[i]; p++) {
+				uint32_t *w = ucma_pfn_to_addr(a, live[i] + p);
+
+				if (w[0] != live[i] + p || w[1] != (uint32_t)(uintptr_t)s)
+					s->overlap = true;
+			}
+			if (a->pages[live[i]].aux != npages[i])
 				s->overlap = true;
+			nbig -= npages[i] == UCMA_PAGEBLOCK_PAGES;
 			ucma_pages_free(a, live[i]);
 			live[i] = live[--nlive];
 			npages[i] = npages[nlive];
@@ -299,27 +427,105 @@ static void test_storm(void)
 	   "every page counts as free again, listed or not");
 }
 
+/* ---- two threads, 3-page runs and pageblocks, every byte checked ------- */
+
+#define DUO_STEPS 3000
+#define DUO_WINDOW 8
+
+struct duo {
+	unsigned id;
+	unsigned fails;
+	uint64_t bad;		/* bytes found changed by someone else */
+};
+
+static void *duo_thread(void *arg)
+{
+	static const uint32_t lens[] = { 3, 3, 12, 5, 3, 7, 1, 3 };
+	struct duo *d = arg;
+	uint32_t run[DUO_WINDOW], len[DUO_WINDOW];
+	uint8_t fill[DUO_WINDOW];
+
+	for (unsigned i = 0; i < DUO_WINDOW; i++)
+		run[i] = UCMA_PFN_NONE;
+	for (unsigned step = 0; step < DUO_STEPS + DUO_WINDOW; step++) {
+		unsigned i = step % DUO_WINDOW;
+
+		if (run[i] != UCMA_PFN_NONE) {
+			const uint8_t *b = ucma_pfn_to_addr(a, run[i]);
+
+			for (size_t k = 0; k < (size_t)len[i] << UCMA_PAGE_SHIFT; k++)
+				d->bad += b[k] != fill[i];
+			ucma_pages_free(a, run[i]);
+			run[i] = UCMA_PFN_NONE;
+		}
+		if (step >= DUO_STEPS)
+			continue;
+		/* Every 32nd a pageblock, unmovable (NORMAL) or movable (CMA). */
+		len[i] = step % 32 == 0 ? UCMA_PAGEBLOCK_PAGES : lens[step % UCMA_ARRAY_SIZE(lens)];
+		run[i] = ucma_pages_alloc(a, len[i], (step >> 3) & 1 ? UCMA_GFP_MOVABLE :
+								       UCMA_GFP_UNMOVABLE);
+		if (run[i] == UCMA_PFN_NONE) {
+			d->fails++;
+			continue;
+		}
+		fill[i] = (uint8_t)(d->id * 0x40 + step);
+		memset(ucma_pfn_to_addr(a, run[i]), fill[i], (size_t)len[i] << UCMA_PAGE_SHIFT);
+	}
+	return NULL;
+}
+
+static void test_two_threads(void)
+{
+	struct duo d[2] = { { .id = 1 }, { .id = 2 } };
+	pthread_t t;
+
+	drain_all();
+	if (pthread_create(&t, NULL, duo_thread, &d[1]) != 0)
+		bail_out("pthread_create: %s", strerror(errno));
+	duo_thread(&d[0]);
+	pthread_join(t, NULL);
+	ok(d[0].bad == 0 && d[1].bad == 0 && d[0].fails == 0 && d[1].fails == 0,
+	   "two threads, 3-page runs and pageblocks: every byte as written (%llu and %llu "
+	   "changed), no allocation failed (%u, %u)",
+	   (unsigned long long)d[0].bad, (unsigned long long)d[1].bad, d[0].fails, d[1].fails);
+	ok(tu_zones_ok(a, "two threads"), "invariants hold after them");
+	ok(free_total(normal()) == normal()->managed_pages &&
+		   free_total(cma()) == cma()->managed_pages &&
+		   tu_zone_free(normal()) == normal()->managed_pages &&
+		   tu_zone_free(cma()) == cma()->managed_pages,
+	   "every page free again, to the page (NORMAL %llu/%llu, CMA %llu/%llu)",
+	   (unsigned long long)free_total(normal()), (unsigned long long)normal()->managed_pages,
+	   (unsigned long long)free_total(cma()), (unsigned long long)cma()->managed_pages);
+}
+
 static void test_counts_drain(void)
 {
 	uint64_t before[UCMA_ZONE_NR], after[UCMA_ZONE_NR], buddy[UCMA_ZONE_NR];
 	uint64_t counts[UCMA_NR_ORDERS];
 	uint32_t keep[64];
 	static uint32_t pfns[256];
-	bool exact = true;
+	bool exact = true, counted = true;
 
 	/* Something allocated, and runs of several orders listed. */
 	for (unsigned i = 0; i < UCMA_ARRAY_SIZE(keep); i++)
-		keep[i] = ucma_pages_alloc(a, 1u << (i % (UCMA_PCP_MAX_ORDER + 1)),
+		keep[i] = ucma_pages_alloc(a, 1 + i % UCMA_PCP_MAX_PAGES,
 					   i & 1 ? UCMA_GFP_MOVABLE : UCMA_GFP_UNMOVABLE);
+	/* Runs of 1, 2, 3 and 7 pages, and a pageblock now and then. */
 	for (unsigned i = 0; i < UCMA_ARRAY_SIZE(pfns); i++)
-		pfns[i] = ucma_pages_alloc(a, 1u << (i % 3), UCMA_GFP_UNMOVABLE);
+		pfns[i] = ucma_pages_alloc(a, i % 64 == 0 ? UCMA_PAGEBLOCK_PAGES :
+					      (uint32_t[]){ 1, 2, 3, 7 }[i % 4],
+					   UCMA_GFP_UNMOVABLE);
 	for (unsigned i = 0; i < UCMA_ARRAY_SIZE(pfns); i += 2)
 		if (pfns[i] != UCMA_PFN_NONE)
 			ucma_pages_free(a, pfns[i]);
 	ok(ucma_pcp_pages(normal()) > 0, "%llu NORMAL pages listed",
 	   (unsigned long long)ucma_pcp_pages(normal()));
-	for (int zi = 0; zi < UCMA_ZONE_NR; zi++)
+	for (int zi = 0; zi < UCMA_ZONE_NR; zi++) {
 		before[zi] = free_total(&a->zones[zi]);
+		counted &= before[zi] == tu_zone_free(&a->zones[zi]);
+	}
+	ok(counted, "buddyinfo counts the listed runs to the page (NORMAL %llu, buddy + listed %llu)",
+	   (unsigned long long)before[0], (unsigned long long)tu_zone_free(normal()));
 	drain_all();
 	for (int zi = 0; zi < UCMA_ZONE_NR; zi++) {
 		struct ucma_zone *z = &a->zones[zi];
@@ -378,11 +584,15 @@ int main(void)
 		skip(1, "no per-CPU lists");
 		return done();
 	}
-	diag("%u CPUs, batch %u and high %u pages (NORMAL), %u and %u (CMA)", normal()->nr_pcp,
-	     normal()->pcp_batch, normal()->pcp_high, cma()->pcp_batch, cma()->pcp_high);
+	diag("%u CPUs, batch %u and high %u pages, %u pageblocks (NORMAL), %u, %u and %u (CMA)",
+	     normal()->nr_pcp, normal()->pcp_batch, normal()->pcp_high, normal()->pcp_pb_high,
+	     cma()->pcp_batch, cma()->pcp_high, cma()->pcp_pb_high);
 	test_reuse();
 	test_isolation_drains();
+	test_isolation_new_lists();
+	test_pageblock_bound();
 	test_storm();
+	test_two_threads();
 	test_counts_drain();
 	return done();
 }
