@@ -421,7 +421,7 @@ static inline __attribute__((always_inline)) void small_free(struct ucma_slab *s
 	struct ucma_tcache *tc = ucma_tcache_tls;
 	uint64_t key = ucma_free_key;
 
-	if (UCMA_LIKELY(tc != NULL && !ucma_obj_marked_free_k(p, key))) {
+	if (UCMA_LIKELY(!ucma_obj_marked_free_k(p, key))) {
 		/* The bitmap word is loaded atomically: its owner may be
 		 * another thread, writing it meanwhile. */
 		uint64_t *wp = &s->used[idx >> 6];
@@ -514,7 +514,7 @@ static void *large_alloc(size_t size, size_t align, bool zero)
 
 		/* A run this thread freed lately, when no alignment beyond a
 		 * page is asked for (every run starts on one). */
-		if (tc && align <= UCMA_PAGE_SIZE) {
+		if (align <= UCMA_PAGE_SIZE) {
 			pfn = ucma_tcache_large_get(tc, a, (uint32_t)npages);
 			if (pfn != UCMA_PFN_NONE) {
 				usable = npages << UCMA_PAGE_SHIFT;
@@ -603,7 +603,7 @@ static __attribute__((noinline)) void *malloc_slow(size_t size)
 {
 	struct ucma_tcache *tc = ucma_tcache_tls;
 
-	if (!tc) {
+	if (ucma_tcache_unstarted(tc)) {
 		tc = thread_start();
 		if (!tc)
 			return boot_alloc(size, 16);
@@ -611,6 +611,18 @@ static __attribute__((noinline)) void *malloc_slow(size_t size)
 	if (size <= UCMA_SMALL_MAX)
 		return small_alloc(tc, ucma_size_class(size));
 	return large_alloc(size, 0, false);
+}
+
+/* Bin @b of @tc had nothing at hand for a request of @size bytes.  A
+ * thread's first call comes here too, with the dummy cache (whose bins
+ * are all full): its bin may be the wrong one, since the table of bins
+ * by size is empty until the library is initialised. */
+static __attribute__((noinline)) void *malloc_miss(struct ucma_tcache *tc, struct ucma_tbin *b,
+						   size_t size)
+{
+	if (UCMA_UNLIKELY(ucma_tcache_unstarted(tc)))
+		return malloc_slow(size);
+	return small_alloc_slow(tc, (unsigned)(b - tc->bins));
 }
 
 /* The fast path: the newest parked object of the class (the block this
@@ -621,7 +633,7 @@ void *ucma_malloc(size_t size)
 {
 	struct ucma_tcache *tc = ucma_tcache_tls;
 
-	if (UCMA_LIKELY(tc != NULL && size <= UCMA_SMALL_MAX)) {
+	if (UCMA_LIKELY(size <= UCMA_SMALL_MAX)) {
 		struct ucma_tbin *b = (struct ucma_tbin *)((char *)tc +
 							  ucma_tbin_off_of_size[(size + 15) >> 4]);
 		size_t n = b->n;
@@ -633,10 +645,10 @@ void *ucma_malloc(size_t size)
 		wp = b->usedw;
 		u = *wp;
 		if (UCMA_UNLIKELY(u == b->full))
-			return small_alloc_slow(tc, (unsigned)(b - tc->bins));
+			return malloc_miss(tc, b, size);
 		__atomic_store_n(wp, u | (u + 1), __ATOMIC_RELAXED);
 		ucma_owner_inc(&b->ncur);
-		p = (void *)(b->wbase + (uintptr_t)__builtin_ctzll(~u) * b->size);
+		p = (void *)(b->wbase + (uintptr_t)(unsigned)__builtin_ctzll(~u) * b->size);
 		ucma_obj_mark_live(p, b->size);
 		return p;
 	}
@@ -658,7 +670,7 @@ void *ucma_calloc(size_t nmemb, size_t size)
 			memset(p, 0, bytes);
 		return p;
 	}
-	if (!ucma_tcache_tls && !thread_start()) {
+	if (ucma_tcache_unstarted(ucma_tcache_tls) && !thread_start()) {
 		p = boot_alloc(bytes, 16);
 		if (p)
 			memset(p, 0, bytes);
@@ -829,7 +841,7 @@ static void *aligned_impl(size_t align, size_t size)
 
 	if (align <= 16)
 		return ucma_malloc(size);
-	if (!tc) {
+	if (ucma_tcache_unstarted(tc)) {
 		tc = thread_start();
 		if (!tc)
 			return boot_alloc(size, align);
