@@ -412,7 +412,13 @@ static inline void *small_alloc(struct ucma_tcache *tc, unsigned cls)
 static __attribute__((noinline)) void small_free_slow(struct ucma_tcache *tc, struct ucma_slab *s,
 							void *p, const char *who)
 {
-	ucma_tcache_free_slow(tc, s, (unsigned)ucma_slab_index(s, p), p, who);
+	int idx = ucma_slab_index(s, p);
+
+	/* The fast path leaves an index past the last object to the bit,
+	 * always clear there (slab.h): the address is in the slab's tail. */
+	if (idx < 0)
+		ucma_fatal("%s: invalid pointer %p (past the last object of its slab)", who, p);
+	ucma_tcache_free_slow(tc, s, (unsigned)idx, p, who);
 }
 
 static inline __attribute__((always_inline)) void small_free(struct ucma_slab *s, uint64_t idx,
@@ -423,11 +429,12 @@ static inline __attribute__((always_inline)) void small_free(struct ucma_slab *s
 
 	if (UCMA_LIKELY(!ucma_obj_marked_free_k(p, key))) {
 		/* The bitmap word is loaded atomically: its owner may be
-		 * another thread, writing it meanwhile. */
+		 * another thread, writing it meanwhile.  The shifts by the
+		 * index modulo 64 are single bit instructions on x86. */
 		uint64_t *wp = &s->used[idx >> 6];
-		uint64_t sh = idx & 63;
+		uint64_t u;
 
-		if (UCMA_LIKELY((__atomic_load_n(wp, __ATOMIC_RELAXED) >> sh) & 1)) {
+		if (UCMA_LIKELY((__atomic_load_n(wp, __ATOMIC_RELAXED) >> (idx & 63)) & 1)) {
 			struct ucma_tbin *b = ucma_tbin_of(tc, s->cls);
 			size_t n = b->n;
 
@@ -436,12 +443,13 @@ static inline __attribute__((always_inline)) void small_free(struct ucma_slab *s
 				ucma_tbin_push(b, n, p);
 				return;
 			}
-			/* Owned, so the word is this thread's to write. */
+			/* Owned, so the word is this thread's to write.  It
+			 * is loaded again: keeping the first value costs the
+			 * push above two registers to save. */
 			if (UCMA_LIKELY(__atomic_load_n(&s->owner, __ATOMIC_RELAXED) == tc &&
 					!((__atomic_load_n(wp + UCMA_SLAB_REMOTE_OFF, __ATOMIC_RELAXED) >>
-					   sh) & 1))) {
-				uint64_t u = __atomic_load_n(wp, __ATOMIC_RELAXED) & ~(1ull << sh);
-
+					   (idx & 63)) & 1))) {
+				u = __atomic_load_n(wp, __ATOMIC_RELAXED) & ~(1ull << (idx & 63));
 				ucma_obj_mark_free_k(p, b->size, key);
 				__atomic_store_n(wp, u, __ATOMIC_RELAXED);
 				ucma_owner_inc(&b->nfree_direct);
@@ -701,9 +709,10 @@ static __attribute__((noipa)) void free_interior(void *p)
  * said UCMA_OWN_LARGE): classify()'s checks for it, without its walk.
  * Anything but the address handed out goes to free_slow(), which reports it.
  */
-static __attribute__((noinline)) void free_large(void *p, uint32_t pfn)
+static __attribute__((noinline)) void free_large(void *p)
 {
 	struct ucma_arena *a = ucma_arena_peek();
+	uint32_t pfn = (uint32_t)(((uintptr_t)p - a->base) >> UCMA_PAGE_SHIFT);
 	struct ptr_info pi;
 	int saved;
 
@@ -740,14 +749,16 @@ static inline __attribute__((always_inline)) bool free_fast(void *p)
 			unsigned __int128 prod = (unsigned __int128)((uintptr_t)p - s->base) * s->divisor;
 			uint64_t idx = (uint64_t)(prod >> 64);
 
-			if (UCMA_UNLIKELY((uint64_t)prod >= s->divisor || idx >= s->nobjs))
+			/* An index past the last object finds its bit clear
+			 * (slab.h) and leaves through the slow path. */
+			if (UCMA_UNLIKELY((uint64_t)prod >= s->divisor))
 				free_interior(p);
 			else
 				small_free(s, idx, p, "free()");
 			return true;
 		}
 		if (type == UCMA_OWN_LARGE) {
-			free_large(p, (uint32_t)(off >> UCMA_PAGE_SHIFT));
+			free_large(p);
 			return true;
 		}
 	}
