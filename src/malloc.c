@@ -446,10 +446,18 @@ static inline __attribute__((always_inline)) void small_free(struct ucma_slab *s
 			/* Owned, so the word is this thread's to write.  It
 			 * is loaded again: keeping the first value costs the
 			 * push above two registers to save. */
-			if (UCMA_LIKELY(__atomic_load_n(&s->owner, __ATOMIC_RELAXED) == tc &&
-					!((__atomic_load_n(wp + UCMA_SLAB_REMOTE_OFF, __ATOMIC_RELAXED) >>
-					   (idx & 63)) & 1))) {
-				u = __atomic_load_n(wp, __ATOMIC_RELAXED) & ~(1ull << (idx & 63));
+			if (UCMA_LIKELY(__atomic_load_n(&s->owner, __ATOMIC_RELAXED) == tc)) {
+				uint64_t bit = idx;
+
+				/* (Hidden from the compiler, which would work
+				 * out the mask before the push otherwise, in
+				 * a register of its own.) */
+				__asm__("" : "+r"(bit));
+				bit = 1ull << (bit & 63);
+				if (UCMA_UNLIKELY(__atomic_load_n(wp + UCMA_SLAB_REMOTE_OFF,
+								  __ATOMIC_RELAXED) & bit))
+					goto slow;
+				u = __atomic_load_n(wp, __ATOMIC_RELAXED) & ~bit;
 				ucma_obj_mark_free_k(p, b->size, key);
 				__atomic_store_n(wp, u, __ATOMIC_RELAXED);
 				ucma_owner_inc(&b->nfree_direct);
@@ -459,6 +467,7 @@ static inline __attribute__((always_inline)) void small_free(struct ucma_slab *s
 			}
 		}
 	}
+slow:
 	small_free_slow(tc, s, p, who);
 }
 
@@ -746,12 +755,23 @@ static inline __attribute__((always_inline)) bool free_fast(void *p)
 		if (UCMA_LIKELY(type == UCMA_OWN_SLAB)) {
 			struct ucma_slab *s = (struct ucma_slab *)(uintptr_t)UCMA_PG_GET(pg, owner);
 			/* ucma_slab_index(), kept in 64 bits */
-			unsigned __int128 prod = (unsigned __int128)((uintptr_t)p - s->base) * s->divisor;
-			uint64_t idx = (uint64_t)(prod >> 64);
+			uint64_t lo, idx;
 
+#if defined(__x86_64__)
+			/* One mul; written out, so that the compiler sees
+			 * which two registers it takes (it saves a third
+			 * otherwise). */
+			__asm__("mulq %3" : "=a"(lo), "=d"(idx)
+				: "0"((uintptr_t)p - s->base), "rm"(s->divisor) : "cc");
+#else
+			unsigned __int128 prod = (unsigned __int128)((uintptr_t)p - s->base) * s->divisor;
+
+			lo = (uint64_t)prod;
+			idx = (uint64_t)(prod >> 64);
+#endif
 			/* An index past the last object finds its bit clear
 			 * (slab.h) and leaves through the slow path. */
-			if (UCMA_UNLIKELY((uint64_t)prod >= s->divisor))
+			if (UCMA_UNLIKELY(lo >= s->divisor))
 				free_interior(p);
 			else
 				small_free(s, idx, p, "free()");
