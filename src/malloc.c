@@ -447,17 +447,16 @@ static inline __attribute__((always_inline)) void small_free(struct ucma_slab *s
 			 * is loaded again: keeping the first value costs the
 			 * push above two registers to save. */
 			if (UCMA_LIKELY(__atomic_load_n(&s->owner, __ATOMIC_RELAXED) == tc)) {
-				uint64_t bit = idx;
+				uint64_t i = idx;
 
 				/* (Hidden from the compiler, which would work
 				 * out the mask before the push otherwise, in
 				 * a register of its own.) */
-				__asm__("" : "+r"(bit));
-				bit = 1ull << (bit & 63);
-				if (UCMA_UNLIKELY(__atomic_load_n(wp + UCMA_SLAB_REMOTE_OFF,
-								  __ATOMIC_RELAXED) & bit))
+				__asm__("" : "+r"(i));
+				if (UCMA_UNLIKELY((__atomic_load_n(wp + UCMA_SLAB_REMOTE_OFF,
+								   __ATOMIC_RELAXED) >> (i & 63)) & 1))
 					goto slow;
-				u = __atomic_load_n(wp, __ATOMIC_RELAXED) & ~bit;
+				u = __atomic_load_n(wp, __ATOMIC_RELAXED) & ~(1ull << (i & 63));
 				ucma_obj_mark_free_k(p, b->size, key);
 				__atomic_store_n(wp, u, __ATOMIC_RELAXED);
 				ucma_owner_inc(&b->nfree_direct);
