@@ -412,7 +412,13 @@ static inline void *small_alloc(struct ucma_tcache *tc, unsigned cls)
 static __attribute__((noinline)) void small_free_slow(struct ucma_tcache *tc, struct ucma_slab *s,
 							void *p, const char *who)
 {
-	ucma_tcache_free_slow(tc, s, (unsigned)ucma_slab_index(s, p), p, who);
+	int idx = ucma_slab_index(s, p);
+
+	/* The fast path leaves an index past the last object to the bit,
+	 * always clear there (slab.h): the address is in the slab's tail. */
+	if (idx < 0)
+		ucma_fatal("%s: invalid pointer %p (past the last object of its slab)", who, p);
+	ucma_tcache_free_slow(tc, s, (unsigned)idx, p, who);
 }
 
 static inline __attribute__((always_inline)) void small_free(struct ucma_slab *s, uint64_t idx,
@@ -421,13 +427,14 @@ static inline __attribute__((always_inline)) void small_free(struct ucma_slab *s
 	struct ucma_tcache *tc = ucma_tcache_tls;
 	uint64_t key = ucma_free_key;
 
-	if (UCMA_LIKELY(tc != NULL && !ucma_obj_marked_free_k(p, key))) {
+	if (UCMA_LIKELY(!ucma_obj_marked_free_k(p, key))) {
 		/* The bitmap word is loaded atomically: its owner may be
-		 * another thread, writing it meanwhile. */
+		 * another thread, writing it meanwhile.  The shifts by the
+		 * index modulo 64 are single bit instructions on x86. */
 		uint64_t *wp = &s->used[idx >> 6];
-		uint64_t sh = idx & 63;
+		uint64_t u;
 
-		if (UCMA_LIKELY((__atomic_load_n(wp, __ATOMIC_RELAXED) >> sh) & 1)) {
+		if (UCMA_LIKELY((__atomic_load_n(wp, __ATOMIC_RELAXED) >> (idx & 63)) & 1)) {
 			struct ucma_tbin *b = ucma_tbin_of(tc, s->cls);
 			size_t n = b->n;
 
@@ -436,12 +443,20 @@ static inline __attribute__((always_inline)) void small_free(struct ucma_slab *s
 				ucma_tbin_push(b, n, p);
 				return;
 			}
-			/* Owned, so the word is this thread's to write. */
-			if (UCMA_LIKELY(__atomic_load_n(&s->owner, __ATOMIC_RELAXED) == tc &&
-					!((__atomic_load_n(wp + UCMA_SLAB_REMOTE_OFF, __ATOMIC_RELAXED) >>
-					   sh) & 1))) {
-				uint64_t u = __atomic_load_n(wp, __ATOMIC_RELAXED) & ~(1ull << sh);
+			/* Owned, so the word is this thread's to write.  It
+			 * is loaded again: keeping the first value costs the
+			 * push above two registers to save. */
+			if (UCMA_LIKELY(__atomic_load_n(&s->owner, __ATOMIC_RELAXED) == tc)) {
+				uint64_t i = idx;
 
+				/* (Hidden from the compiler, which would work
+				 * out the mask before the push otherwise, in
+				 * a register of its own.) */
+				__asm__("" : "+r"(i));
+				if (UCMA_UNLIKELY((__atomic_load_n(wp + UCMA_SLAB_REMOTE_OFF,
+								   __ATOMIC_RELAXED) >> (i & 63)) & 1))
+					goto slow;
+				u = __atomic_load_n(wp, __ATOMIC_RELAXED) & ~(1ull << (i & 63));
 				ucma_obj_mark_free_k(p, b->size, key);
 				__atomic_store_n(wp, u, __ATOMIC_RELAXED);
 				ucma_owner_inc(&b->nfree_direct);
@@ -451,6 +466,7 @@ static inline __attribute__((always_inline)) void small_free(struct ucma_slab *s
 			}
 		}
 	}
+slow:
 	small_free_slow(tc, s, p, who);
 }
 
@@ -514,7 +530,7 @@ static void *large_alloc(size_t size, size_t align, bool zero)
 
 		/* A run this thread freed lately, when no alignment beyond a
 		 * page is asked for (every run starts on one). */
-		if (tc && align <= UCMA_PAGE_SIZE) {
+		if (align <= UCMA_PAGE_SIZE) {
 			pfn = ucma_tcache_large_get(tc, a, (uint32_t)npages);
 			if (pfn != UCMA_PFN_NONE) {
 				usable = npages << UCMA_PAGE_SHIFT;
@@ -603,7 +619,7 @@ static __attribute__((noinline)) void *malloc_slow(size_t size)
 {
 	struct ucma_tcache *tc = ucma_tcache_tls;
 
-	if (!tc) {
+	if (ucma_tcache_unstarted(tc)) {
 		tc = thread_start();
 		if (!tc)
 			return boot_alloc(size, 16);
@@ -611,6 +627,18 @@ static __attribute__((noinline)) void *malloc_slow(size_t size)
 	if (size <= UCMA_SMALL_MAX)
 		return small_alloc(tc, ucma_size_class(size));
 	return large_alloc(size, 0, false);
+}
+
+/* Bin @b of @tc had nothing at hand for a request of @size bytes.  A
+ * thread's first call comes here too, with the dummy cache (whose bins
+ * are all full): its bin may be the wrong one, since the table of bins
+ * by size is empty until the library is initialised. */
+static __attribute__((noinline)) void *malloc_miss(struct ucma_tcache *tc, struct ucma_tbin *b,
+						   size_t size)
+{
+	if (UCMA_UNLIKELY(ucma_tcache_unstarted(tc)))
+		return malloc_slow(size);
+	return small_alloc_slow(tc, (unsigned)(b - tc->bins));
 }
 
 /* The fast path: the newest parked object of the class (the block this
@@ -621,7 +649,7 @@ void *ucma_malloc(size_t size)
 {
 	struct ucma_tcache *tc = ucma_tcache_tls;
 
-	if (UCMA_LIKELY(tc != NULL && size <= UCMA_SMALL_MAX)) {
+	if (UCMA_LIKELY(size <= UCMA_SMALL_MAX)) {
 		struct ucma_tbin *b = (struct ucma_tbin *)((char *)tc +
 							  ucma_tbin_off_of_size[(size + 15) >> 4]);
 		size_t n = b->n;
@@ -633,10 +661,10 @@ void *ucma_malloc(size_t size)
 		wp = b->usedw;
 		u = *wp;
 		if (UCMA_UNLIKELY(u == b->full))
-			return small_alloc_slow(tc, (unsigned)(b - tc->bins));
+			return malloc_miss(tc, b, size);
 		__atomic_store_n(wp, u | (u + 1), __ATOMIC_RELAXED);
 		ucma_owner_inc(&b->ncur);
-		p = (void *)(b->wbase + (uintptr_t)__builtin_ctzll(~u) * b->size);
+		p = (void *)(b->wbase + (uintptr_t)(unsigned)__builtin_ctzll(~u) * b->size);
 		ucma_obj_mark_live(p, b->size);
 		return p;
 	}
@@ -658,7 +686,7 @@ void *ucma_calloc(size_t nmemb, size_t size)
 			memset(p, 0, bytes);
 		return p;
 	}
-	if (!ucma_tcache_tls && !thread_start()) {
+	if (ucma_tcache_unstarted(ucma_tcache_tls) && !thread_start()) {
 		p = boot_alloc(bytes, 16);
 		if (p)
 			memset(p, 0, bytes);
@@ -689,9 +717,10 @@ static __attribute__((noipa)) void free_interior(void *p)
  * said UCMA_OWN_LARGE): classify()'s checks for it, without its walk.
  * Anything but the address handed out goes to free_slow(), which reports it.
  */
-static __attribute__((noinline)) void free_large(void *p, uint32_t pfn)
+static __attribute__((noinline)) void free_large(void *p)
 {
 	struct ucma_arena *a = ucma_arena_peek();
+	uint32_t pfn = (uint32_t)(((uintptr_t)p - a->base) >> UCMA_PAGE_SHIFT);
 	struct ptr_info pi;
 	int saved;
 
@@ -725,17 +754,30 @@ static inline __attribute__((always_inline)) bool free_fast(void *p)
 		if (UCMA_LIKELY(type == UCMA_OWN_SLAB)) {
 			struct ucma_slab *s = (struct ucma_slab *)(uintptr_t)UCMA_PG_GET(pg, owner);
 			/* ucma_slab_index(), kept in 64 bits */
-			unsigned __int128 prod = (unsigned __int128)((uintptr_t)p - s->base) * s->divisor;
-			uint64_t idx = (uint64_t)(prod >> 64);
+			uint64_t lo, idx;
 
-			if (UCMA_UNLIKELY((uint64_t)prod >= s->divisor || idx >= s->nobjs))
+#if defined(__x86_64__)
+			/* One mul; written out, so that the compiler sees
+			 * which two registers it takes (it saves a third
+			 * otherwise). */
+			__asm__("mulq %3" : "=a"(lo), "=d"(idx)
+				: "0"((uintptr_t)p - s->base), "rm"(s->divisor) : "cc");
+#else
+			unsigned __int128 prod = (unsigned __int128)((uintptr_t)p - s->base) * s->divisor;
+
+			lo = (uint64_t)prod;
+			idx = (uint64_t)(prod >> 64);
+#endif
+			/* An index past the last object finds its bit clear
+			 * (slab.h) and leaves through the slow path. */
+			if (UCMA_UNLIKELY(lo >= s->divisor))
 				free_interior(p);
 			else
 				small_free(s, idx, p, "free()");
 			return true;
 		}
 		if (type == UCMA_OWN_LARGE) {
-			free_large(p, (uint32_t)(off >> UCMA_PAGE_SHIFT));
+			free_large(p);
 			return true;
 		}
 	}
@@ -829,7 +871,7 @@ static void *aligned_impl(size_t align, size_t size)
 
 	if (align <= 16)
 		return ucma_malloc(size);
-	if (!tc) {
+	if (ucma_tcache_unstarted(tc)) {
 		tc = thread_start();
 		if (!tc)
 			return boot_alloc(size, align);

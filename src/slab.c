@@ -135,6 +135,12 @@ static void class_geometry(struct ucma_class *c)
 	if (c->nobjs > UCMA_SLAB_MAX_OBJS)
 		c->nobjs = UCMA_SLAB_MAX_OBJS;
 	c->limit = (uint32_t)(c->nobjs * size);
+	/* free()'s fast path looks up the bit of any object index the
+	 * slab's pages hold, past nobjs too: used[] and pad_used[] (always
+	 * zero) must cover them all (malloc.c free_fast()). */
+	if (((size_t)best * UCMA_PAGE_SIZE) / size >= 2 * UCMA_SLAB_MAX_OBJS)
+		ucma_fatal("internal error: class of %zu bytes: %u pages outgrow the bitmap", size,
+			   best);
 }
 
 /* Two bin sets per CPU this process may run on. */
@@ -624,6 +630,7 @@ static struct ucma_slab *slab_create(unsigned set, unsigned cls, struct ucma_tca
 	for (unsigned w = 0; w < UCMA_SLAB_WORDS; w++) {
 		__atomic_store_n(&s->used[w], 0, __ATOMIC_RELAXED);
 		__atomic_store_n(&s->remote[w], 0, __ATOMIC_RELAXED);
+		s->pad_used[w] = 0;
 	}
 	__atomic_store_n(&s->owner, owner, __ATOMIC_RELEASE);
 	UCMA_POISON((void *)s->base, (size_t)c->npages << UCMA_PAGE_SHIFT);

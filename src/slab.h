@@ -101,7 +101,11 @@ UCMA_INTERNAL extern struct ucma_tcache ucma_slab_unowned;
  *    (which puts the slab back where malloc looks); others mask it off.
  *  - @used: an owned slab's bits are written by its owner alone (relaxed
  *    atomic stores, since others read them); a central slab's under its
- *    bin lock.  Read by anyone with relaxed loads.
+ *    bin lock.  Read by anyone with relaxed loads.  The bits of indices
+ *    from @nobjs on are always clear, and so is @pad_used, which follows
+ *    it: free()'s fast path reads the bit of an index before it compares
+ *    the index with @nobjs (only in its slow path), and no slab's pages
+ *    hold more than 2 * UCMA_SLAB_MAX_OBJS object starts (slab.c).
  *  - @remote: set by frees from threads other than the owner (atomic
  *    fetch-or, whose old value catches a second such free), taken by the
  *    owner or, for a central slab, the bin lock holder (atomic exchange)
@@ -137,7 +141,7 @@ struct ucma_slab {
 	uint64_t lastfull;		/* used[nwords - 1] when that word is full */
 	/* second cache line: the owner's bitmap */
 	uint64_t used[UCMA_SLAB_WORDS];		/* 1 = allocated */
-	uint64_t pad_used[UCMA_SLAB_WORDS];
+	uint64_t pad_used[UCMA_SLAB_WORDS];	/* always 0: the bits of indices past the bitmap */
 	/* third cache line: what other threads write, apart from the owner's */
 	uint64_t remote[UCMA_SLAB_WORDS];	/* 1 = freed by a non-owner, not merged */
 	struct ucma_slab *rnext, *rprev;	/* every slab of its bin (bin lock) */

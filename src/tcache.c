@@ -47,11 +47,13 @@
  * the remote bit already set, is free already; the process aborts naming
  * the call and the address.
  *
- * The TLS slot (initial-exec, one pointer) is NULL until the thread's
- * first malloc-family call creates the cache; while the cache is being
- * created and after the thread's destructor ran it points to
- * ucma_tcache_dummy, whose bins have no room, so every malloc goes to the
- * central bins and every free is remote.  A pthread key's destructor
+ * The TLS slot (initial-exec, one pointer) points to ucma_tcache_dummy,
+ * whose bins have no room, until the thread's first malloc-family call
+ * creates the cache (a second TLS flag, ucma_tcache_started, tells that
+ * call from the later ones), and again while the cache is being created
+ * and after the thread's destructor ran: then every malloc goes to the
+ * central bins and every free is remote.  Never NULL, so the fast paths
+ * of malloc.c need no test for it.  A pthread key's destructor
  * gives an exiting thread's parked blocks and slabs back (central) and
  * folds its counters into the totals of exited threads; the structure is
  * recycled for the next thread.
@@ -87,10 +89,17 @@
 #include <errno.h>
 #include <string.h>
 
-__thread struct ucma_tcache *ucma_tcache_tls __attribute__((tls_model("initial-exec")));
-struct ucma_tcache ucma_tcache_dummy;
-struct ucma_tcache ucma_slab_unowned;
 struct ucma_slab ucma_slab_none = { .used = { ~0ull, ~0ull, ~0ull, ~0ull } };
+/* Its bins are full from the start: a thread's first call, which may come
+ * before the library is initialised, finds no room and goes slow. */
+struct ucma_tcache ucma_tcache_dummy = {
+	.bins = { [0 ... UCMA_NR_CLASSES - 1] = {
+		.usedw = &ucma_slab_none.used[0], .full = ~0ull, .slab = &ucma_slab_none } },
+};
+__thread struct ucma_tcache *ucma_tcache_tls __attribute__((tls_model("initial-exec"))) =
+	&ucma_tcache_dummy;
+__thread bool ucma_tcache_started __attribute__((tls_model("initial-exec")));
+struct ucma_tcache ucma_slab_unowned;
 
 /* Totals of exited threads and of calls made without a cache. */
 struct tc_totals {
@@ -134,8 +143,6 @@ void ucma_tcache_init(void)
 	for (unsigned i = 0; i <= UCMA_SMALL_MAX / 16; i++)
 		ucma_tbin_off_of_size[i] = (uint16_t)offsetof(struct ucma_tcache,
 							      bins[ucma_class_of_size[i]]);
-	for (unsigned c = 0; c < UCMA_NR_CLASSES; c++)
-		bin_set_none(&ucma_tcache_dummy.bins[c]);
 	tc_key_ok = pthread_key_create(&tc_key, tcache_destroy) == 0;
 }
 
@@ -184,6 +191,7 @@ struct ucma_tcache *ucma_tcache_create(void)
 
 	/* Calls made while the cache is being created (pthread_setspecific
 	 * may allocate) are served without one. */
+	ucma_tcache_started = true;
 	ucma_tcache_tls = &ucma_tcache_dummy;
 	pthread_mutex_lock(&reg_lock);
 	tc = reg_free;

@@ -10,8 +10,10 @@
  * loads and relaxed atomic stores, no lock, no atomic read-modify-write.
  * A block of a slab another thread owns goes back to it with an atomic
  * fetch-or on the slab's remote bitmap (tcache.c).  ucma_tcache_dummy owns
- * nothing: it stands for "no cache" (a thread being created or past its
- * destructor) and sends every request to the central bins.
+ * nothing: it stands for "no cache" (a thread before its first call, one
+ * whose cache is being created or could not be, one past its destructor)
+ * and sends every request to the slow paths: the first call of a thread
+ * makes its cache there, the others go to the central bins.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -275,9 +277,21 @@ struct ucma_tcache {
 	struct ucma_tcache *next, *prev;	/* registry (registry lock) */
 };
 
+/* The calling thread's cache: the dummy until its first malloc-family
+ * call made one (never NULL, so the fast paths need no test for it). */
 UCMA_INTERNAL extern __thread struct ucma_tcache *ucma_tcache_tls
 	__attribute__((tls_model("initial-exec")));
+/* Set once the thread began making its cache (ucma_tcache_create()):
+ * the dummy then means "no cache", not "not yet". */
+UCMA_INTERNAL extern __thread bool ucma_tcache_started
+	__attribute__((tls_model("initial-exec")));
 UCMA_INTERNAL extern struct ucma_tcache ucma_tcache_dummy;
+
+/* Has the calling thread, whose cache is @tc, still to make one? */
+static inline bool ucma_tcache_unstarted(const struct ucma_tcache *tc)
+{
+	return tc == &ucma_tcache_dummy && !ucma_tcache_started;
+}
 
 /*
  * Bin @cls of @tc.  The empty asm hides how the address was made, so

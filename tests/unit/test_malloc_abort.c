@@ -1,8 +1,8 @@
 /*
  * test_malloc_abort.c - the hostile-input policy of the malloc family:
  * double frees (in the thread cache, in the slab, through another
- * thread, in another thread's cache), frees of interior pointers and of
- * slots never handed out, realloc of a freed block, frees of
+ * thread, in another thread's cache), frees of interior pointers, of
+ * slots never handed out and of the tail of a slab, realloc of a freed block, frees of
  * pointers that malloc never returned.  Each case runs in a child whose
  * standard error the parent reads: the child must die of SIGABRT after
  * one line naming the problem and the address.
@@ -172,6 +172,28 @@ static void case_free_unallocated_slot(void)
 	ucma_free(p + 64);
 }
 
+/* An object start past the last object of a slab, in the tail its pages
+ * leave: free()'s fast path leaves that index to its bit (always clear
+ * there), its slow path reports it. */
+static void case_free_slab_tail(void)
+{
+	for (unsigned c = 0; c < UCMA_NR_CLASSES; c++) {
+		const struct ucma_class *k = &ucma_classes[c];
+		struct ucma_slab *s;
+		char *p;
+
+		if (k->limit >= (size_t)k->npages << UCMA_PAGE_SHIFT)
+			continue;
+		p = ucma_malloc(k->size);
+		s = p ? ucma_slab_of(p) : NULL;
+		if (!s || s->where != UCMA_SLAB_ARENA)
+			_exit(7);
+		SET_VICTIM((char *)s->base + k->limit);
+		ucma_free((char *)s->base + k->limit);
+	}
+	_exit(8);	/* no class leaves a tail */
+}
+
 static void case_free_stack(void)
 {
 	char buf[64];
@@ -262,7 +284,7 @@ int main(void)
 	/* Initialise in the parent, so every child starts from the same
 	 * arena and key. */
 	ucma_free(ucma_malloc(1));
-	plan(14);
+	plan(15);
 	ok(dies_with(case_double_free_cached, "free(): double free of", "cached"),
 	   "double free of a block still in the thread cache aborts");
 	ok(dies_with(case_double_free_slab, "free(): double free of", "slab"),
@@ -283,6 +305,8 @@ int main(void)
 	 * slot never handed out is poisoned like a freed one */
 	ok(dies_with(case_free_unallocated_slot, "free(): ", "unallocated slot"),
 	   "free of a slot malloc never handed out aborts");
+	ok(dies_with(case_free_slab_tail, "free(): invalid pointer", "slab tail"),
+	   "free of an address past the last object of a slab aborts");
 	ok(dies_with(case_free_stack, "free(): invalid pointer", "stack"),
 	   "free of a stack address aborts");
 	ok(dies_with(case_free_contig, "free(): invalid pointer", "contig"),
