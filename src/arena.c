@@ -246,9 +246,9 @@ int ucma_arena_create(const struct ucma_options *o, struct ucma_arena **out)
 	 * Lending to the heap: the NORMAL zone's address range is the whole
 	 * arena size, not what the CMA areas leave of it, so that the heap
 	 * can grow onto as much as they lend.  Otherwise a heap larger than
-	 * arena - CMA overflows to mappings of its own while the CMA frames
-	 * it could borrow sit idle, and the reserve is paid twice: lending
-	 * would only change which frames back the same 2 MiB pageblocks.
+	 * arena - CMA overflows to mappings of its own beside the reserve:
+	 * lending would only change which frames back NORMAL's pageblocks,
+	 * not give the heap more room.
 	 * The window is address space: its pageblocks cost nothing until
 	 * the heap uses them, lent frames first (zone.c).  Where the areas
 	 * will have no frames to lend (private memory, 1 GiB pages), NORMAL

@@ -14,9 +14,10 @@
  * address range of the whole arena size, the CMA areas beside it, so the
  * heap can grow onto every frame they lend.  A NORMAL zone of arena - CMA
  * (as without lending) made a heap larger than that overflow to
- * mappings of its own while the frames sat idle: the reserve was paid
- * twice after all, and the overflow's mmap/munmap made such a program
- * twice as slow as with no reservation (bench-heap-lend).
+ * mappings of its own beside the reserve (lending only changed which
+ * frames backed NORMAL's pageblocks): the reserve was paid twice after
+ * all, and the overflow's mmap/munmap made such a program twice as slow
+ * as with no reservation (bench-heap-lend).
  *
  * Lending (zone.c asks, under the NORMAL zone lock): a request of the
  * malloc family that would break into a fresh NORMAL pageblock (wholly
