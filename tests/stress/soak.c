@@ -27,6 +27,9 @@
  *   - contiguous buffers: ucma_alloc/ucma_release of 64 KiB to 4 MiB,
  *     filled and checked, which migrates objects out of their way;
  *   - now and then ucma_compact(UCMA_COMPACT_ASYNC).
+ * With heap lending (the default, as root), the malloc blocks live on the
+ * CMA area's frames until the contiguous buffers take them back: every
+ * block is checked across those take-backs too.
  * A compaction thread calls ucma_compact() and ucma_compact_order() every
  * few milliseconds meanwhile.
  *
@@ -42,6 +45,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "lend.h"
 #include "tap.h"
 #include "testutil.h"
 
@@ -60,17 +64,18 @@
 #define HOT_FIRST (NWORKERS * NSHARED)
 #define NSLOTS (HOT_FIRST + NHOT)
 #define RACE_WAIT_NS (5 * 1000 * 1000ull)	/* the longest a racing reader waits */
+#define BIG_CONTIG (32u << 20)		/* half the CMA area */
 
 enum {
 	C_MALLOC, C_FREE, C_REALLOC, C_HALLOC, C_HFREE, C_PIN, C_LONGTERM, C_LONGTERM_FAIL,
 	C_HREALLOC, C_READ, C_READ_GONE, C_READ_ACROSS_FREE, C_PUBLISH, C_CONTIG, C_CONTIG_BUSY,
-	C_CONTIG_NOMEM, C_COMPACT, C_NR
+	C_CONTIG_NOMEM, C_COMPACT, C_BIG_CONTIG, C_NR
 };
 
 static const char *const counter_names[C_NR] = {
 	"malloc", "free", "realloc", "halloc", "hfree", "pin", "longterm", "longterm-refused",
 	"hrealloc", "rcu-read", "deref-of-freed", "read-across-free", "publish", "contig",
-	"contig-busy", "contig-nomem", "compact",
+	"contig-busy", "contig-nomem", "compact", "contig-32M",
 };
 
 static _Atomic uint64_t counters[C_NR];
@@ -526,6 +531,20 @@ static void *compactor(void *arg)
 				bad("ucma_compact_order(%u, %d): %s", order, prio, strerror(errno));
 		}
 		count(C_COMPACT);
+		/* Every 20th round, half the CMA area at once: whatever the
+		 * heap borrowed there is taken back by copying while the
+		 * workers write and check it. */
+		if (tu_rand(&s) % 20 == 0) {
+			void *big = ucma_alloc(BIG_CONTIG, 0, 0);
+
+			if (big) {
+				memset(big, 0x5c, BIG_CONTIG);
+				ucma_release(big);
+				count(C_BIG_CONTIG);
+			} else if (errno != EBUSY && errno != ENOMEM) {
+				bad("ucma_alloc(%zu): %s", (size_t)BIG_CONTIG, strerror(errno));
+			}
+		}
 		nanosleep(&ts, NULL);
 	}
 	return NULL;
@@ -542,7 +561,7 @@ int main(void)
 	int seconds = env ? atoi(env) : 10;
 	pthread_t th[NWORKERS + 2];
 	int n = 0, bad_shared = 0;
-	uint64_t total = 0, mig = 0;
+	uint64_t total = 0, mig = 0, lent = 0, taken = 0;
 	char why[256], line[1024];
 	size_t len = 0;
 
@@ -572,13 +591,28 @@ int main(void)
 			len = sizeof(line) - 1;
 	}
 	ucma_stat("pgmigrate_success", &mig);
+	ucma_stat("lend_heap_lent", &lent);
+	ucma_stat("lend_heap_migrated", &taken);
 	diag("%d s, %d threads, %llu operations:%s", seconds, n, (unsigned long long)total, line);
-	diag("%llu objects migrated meanwhile", (unsigned long long)mig);
+	diag("%llu objects migrated meanwhile; %llu heap pageblocks on lent CMA frames, %llu of "
+	     "them taken back by copying", (unsigned long long)mig, (unsigned long long)lent,
+	     (unsigned long long)taken);
 	ok(atomic_load(&errors) == 0, "no corrupted byte and no unexpected errno (%llu)",
 	   (unsigned long long)atomic_load(&errors));
 	ok(counters[C_MALLOC] && counters[C_HALLOC] && counters[C_PIN] && counters[C_READ] &&
 		   counters[C_CONTIG] && counters[C_PUBLISH],
 	   "every kind of operation ran");
+	/* Heap lending is the default: as root (a userfaultfd) the heap's
+	 * blocks live on the CMA area's frames and the contiguous buffers
+	 * take them back while the workers write and check them. */
+	if (ucma_lend_wants_frames(&ucma_opt))
+		ok(lent > 0 && taken > 0,
+		   "the heap borrowed CMA frames and contiguous buffers took them back by copying, "
+		   "under the workers' checks (lent %llu, taken back %llu)",
+		   (unsigned long long)lent, (unsigned long long)taken);
+	else
+		skip(1, "heap lending is off for this process (no userfaultfd with "
+			"write-protection: not root?)");
 	ok(counters[C_READ_GONE] > 0,
 	   "readers dereferenced handles freed under them and got EINVAL (deref-of-freed %llu)",
 	   (unsigned long long)counters[C_READ_GONE]);
