@@ -97,11 +97,14 @@ UCMA_INTERNAL int ucma_pcp_free(struct ucma_zone *z, uint32_t pfn, uint32_t npag
 
 /* drain_all_pages: every list of @z back to the buddy lists. */
 UCMA_INTERNAL void ucma_pcp_drain_zone(struct ucma_zone *z);
-/* Every pcp lock of @z, ascending, and back (isolation, checks, fork). */
+/* Every pcp lock of @z, ascending, and back (isolation, checks, fork,
+ * a heap pageblock's take-back). */
 UCMA_INTERNAL void ucma_pcp_lock_all(struct ucma_zone *z);
 UCMA_INTERNAL void ucma_pcp_unlock_all(struct ucma_zone *z);
 /* With every pcp lock and the zone lock held: runs of [start, end) leave
- * the lists for the buddy lists (isolation). */
+ * the lists for the buddy lists (isolation; lend.c before taking a
+ * borrowed pageblock back, so a wholly free one gives its frame back
+ * instead of being copied). */
 UCMA_INTERNAL void ucma_pcp_drain_range_locked(struct ucma_zone *z, uint32_t start, uint32_t end);
 /* With every pcp lock held: add the runs on the lists to @counts, blocks
  * per order (buddyinfo; a run of 3 pages counts as one block of order 1
