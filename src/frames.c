@@ -1109,6 +1109,13 @@ static int child_copy_runs(struct ucma_arena *a, struct child_area *c)
 			pfn++;
 			continue;
 		}
+		/* A run on a per-CPU list (pcp.c) is free: nothing of it to keep,
+		 * and in AddressSanitizer builds it stays poisoned (copying
+		 * unpoisoned it, so a stale write into it went unreported). */
+		if (p->flags & UCMA_PF_PCP) {
+			pfn += p->aux;
+			continue;
+		}
 		/* A run may cross from one area into the next: piece by piece. */
 		for (n = p->aux; n;) {
 			struct ucma_cma_area *area = ucma_area_of_pfn(a, pfn);

@@ -650,8 +650,11 @@ void *ucma_malloc(size_t size)
 	struct ucma_tcache *tc = ucma_tcache_tls;
 
 	if (UCMA_LIKELY(size <= UCMA_SMALL_MAX)) {
+		/* Relaxed: a thread's first call, on the dummy cache, may read
+		 * the table while another thread's initialisation fills it; any
+		 * offset then finds an empty bin of the dummy and misses. */
 		struct ucma_tbin *b = (struct ucma_tbin *)((char *)tc +
-							  ucma_tbin_off_of_size[(size + 15) >> 4]);
+			__atomic_load_n(&ucma_tbin_off_of_size[(size + 15) >> 4], __ATOMIC_RELAXED));
 		size_t n = b->n;
 		uint64_t *wp, u;
 		void *p;

@@ -140,9 +140,12 @@ _Static_assert(offsetof(struct ucma_tcache, bins[UCMA_NR_CLASSES - 1]) <= UINT16
 
 void ucma_tcache_init(void)
 {
+	/* Atomic stores: ucma_malloc() may read the table meanwhile, from a
+	 * thread still on the dummy cache. */
 	for (unsigned i = 0; i <= UCMA_SMALL_MAX / 16; i++)
-		ucma_tbin_off_of_size[i] = (uint16_t)offsetof(struct ucma_tcache,
-							      bins[ucma_class_of_size[i]]);
+		__atomic_store_n(&ucma_tbin_off_of_size[i],
+				 (uint16_t)offsetof(struct ucma_tcache, bins[ucma_class_of_size[i]]),
+				 __ATOMIC_RELAXED);
 	tc_key_ok = pthread_key_create(&tc_key, tcache_destroy) == 0;
 }
 

@@ -13,6 +13,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,6 +86,18 @@ int main(void)
 	char *p;
 
 	plan_no_plan();
+	/* One CPU: a freed run waits on that CPU's list (pcp.c) and the next
+	 * request of its length gets it back, whichever CPU the scheduler
+	 * would have moved this thread to. */
+	{
+		cpu_set_t one;
+		int cpu = sched_getcpu();
+
+		CPU_ZERO(&one);
+		CPU_SET(cpu < 0 ? 0 : cpu, &one);
+		if (sched_setaffinity(0, sizeof(one), &one) != 0)
+			diag("sched_setaffinity: %s", strerror(errno));
+	}
 	if (ucma_init(&cfg) != 0)
 		bail_out("ucma_init: %s", strerror(errno));
 	a = ucma_arena_get();
@@ -120,6 +133,8 @@ int main(void)
 	pfn2 = ucma_pages_alloc(a, 3, UCMA_GFP_MOVABLE);
 	status = child_writes(ucma_pfn_to_addr(a, pfn2), err, sizeof(err));
 	ok(pfn2 == pfn && quiet(status, err), "the same pages allocated again are usable");
+	if (!quiet(status, err))
+		diag("child status %#x, stderr: %.300s", status, err);
 	ucma_pages_free(a, pfn2);
 	pfn = a->zones[UCMA_ZONE_CMA].start_pfn + 1000;
 	ok(ucma_claim_free_range(a, pfn, pfn + 10, UCMA_OWN_NONE, 0) == 0,
