@@ -454,28 +454,40 @@ static void unmap_area(struct ucma_cma_area *area)
 }
 
 /* Can step @backing work for every area of @a at all? */
+/* Can the kernel give @total bytes of areas pages of kind @backing now? */
+static bool backing_available(int backing, size_t total)
+{
+	switch (backing) {
+	case UCMA_BACKING_HUGETLB_1G:
+	case UCMA_BACKING_HUGETLB_2M: {
+		size_t page = hugetlb_page(backing);
+
+		return ucma_os_hugetlb_free_pages(page) >= (long)(total / page);
+	}
+	case UCMA_BACKING_THP:
+		return ucma_os_shmem_thp_available() || ucma_os_thp_available();
+	default:
+		return true;
+	}
+}
+
 static bool step_possible(struct ucma_arena *a, int backing)
 {
-	size_t total = 0, page;
+	size_t total = 0;
 
 	for (int i = 0; i < a->nr_areas; i++)
 		total += (size_t)a->areas[i].npages << UCMA_PAGE_SHIFT;
-	switch (backing) {
-	case UCMA_BACKING_HUGETLB_1G:
-	case UCMA_BACKING_HUGETLB_2M:
-		page = hugetlb_page(backing);
+	if (backing == UCMA_BACKING_HUGETLB_1G || backing == UCMA_BACKING_HUGETLB_2M) {
+		size_t page = hugetlb_page(backing);
+
 		for (int i = 0; i < a->nr_areas; i++) {
 			const struct ucma_frames *f = a->areas[i].frames;
 
 			if (f->size % page || f->base % page)
 				return false;
 		}
-		return ucma_os_hugetlb_free_pages(page) >= (long)(total / page);
-	case UCMA_BACKING_THP:
-		return ucma_os_shmem_thp_available() || ucma_os_thp_available();
-	default:
-		return true;
 	}
+	return backing_available(backing, total);
 }
 
 /* Does step @backing use a file?  Hugetlb and plain pages do; transparent
@@ -529,19 +541,11 @@ bool ucma_frames_expect_lendable(const struct ucma_options *o)
 	for (int i = 0; i < o->nr_areas; i++)
 		all_1g &= o->areas[i].size % UCMA_HUGE_1G == 0;
 	/* chain[] as map_next_step() will walk it, with the pools as they
-	 * are now. */
-	if (backing == UCMA_BACKING_AUTO) {
-		if (all_1g && total &&
-		    ucma_os_hugetlb_free_pages(UCMA_HUGE_1G) >= (long)(total / UCMA_HUGE_1G))
-			backing = UCMA_BACKING_HUGETLB_1G;
-		else if (ucma_os_hugetlb_free_pages(UCMA_PAGEBLOCK_SIZE) >=
-			 (long)(total / UCMA_PAGEBLOCK_SIZE))
-			backing = UCMA_BACKING_HUGETLB_2M;
-		else if (ucma_os_shmem_thp_available() || ucma_os_thp_available())
-			backing = UCMA_BACKING_THP;
-		else
-			backing = UCMA_BACKING_NONE;
-	}
+	 * are now (a 1 GiB step needs areas of whole 1 GiB pages). */
+	for (size_t i = 0; backing == UCMA_BACKING_AUTO && i < UCMA_ARRAY_SIZE(chain); i++)
+		if ((chain[i] != UCMA_BACKING_HUGETLB_1G || (all_1g && total)) &&
+		    backing_available(chain[i], total))
+			backing = chain[i];
 	switch (backing) {
 	case UCMA_BACKING_HUGETLB_2M:
 	case UCMA_BACKING_NONE:

@@ -146,3 +146,17 @@ binds_malloc() {
 	cat "$T/$name.ld"/log* 2>/dev/null | grep "\`malloc'" | head -n 5 | sed 's/^/#   /'
 	return 1
 }
+
+# run_lent PROGRAM: run a TAP program of $IT_BIN under the preload library
+# with a small arena whose 32 MiB CMA area (a file of 4 KiB pages, so that
+# it has frames whatever the hugetlb pool holds) the heap borrows; exits
+# with its status.
+run_lent() {
+	unset UCMA_PRELOAD_CONTIG_MIN UCMA_CONF
+	timeout -k 10 "$TIMEOUT" env \
+		UCMA_ARENA_SIZE=96M UCMA_CMA_SIZE=32M UCMA_CMA_POLICY=lend UCMA_HUGEPAGES=none \
+		LD_PRELOAD="$PRELOAD_LIB" \
+		LD_LIBRARY_PATH="$UCMA_TEST_LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+		"$IT_BIN/$1"
+	exit $?
+}

@@ -9,10 +9,4 @@
 # SPDX-License-Identifier: MIT
 . "${top_srcdir:-.}/tests/integration/common.sh"
 
-unset UCMA_PRELOAD_CONTIG_MIN UCMA_CONF
-timeout -k 10 "$TIMEOUT" env \
-	UCMA_ARENA_SIZE=96M UCMA_CMA_SIZE=32M UCMA_CMA_POLICY=lend UCMA_HUGEPAGES=none \
-	LD_PRELOAD="$PRELOAD_LIB" \
-	LD_LIBRARY_PATH="$UCMA_TEST_LIBDIR${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-	"$IT_BIN/preload_futex"
-exit $?
+run_lent preload_futex

@@ -1201,27 +1201,40 @@ static void *fake_mmap(void *addr, size_t len, int prot, int flags, int fd, off_
 	return real.mmap(addr, len, prot, flags, fd, off);
 }
 
-static void case_no_uffd(void)
+/* start() with the automatic backing of the areas and UCMA_VERBOSE=1;
+ * what the library said goes to @msg. */
+static void start_auto_verbose(char *msg, size_t len)
 {
 	FILE *cap = tmpfile();
-	char msg[4096] = "";
 	int saved = dup(2);
-	char *blk;
-	size_t n;
+	size_t n = 0;
 
-	ucma_os.userfaultfd = fake_userfaultfd;
 	setenv("UCMA_VERBOSE", "1", 1);
 	fflush(stderr);
-	dup2(fileno(cap), 2);
+	if (cap)
+		dup2(fileno(cap), 2);
 	cma_backing = UCMA_BACKING_AUTO;
 	start();
 	cma_backing = UCMA_BACKING_NONE;
+	fflush(stderr);
 	dup2(saved, 2);
+	close(saved);
 	unsetenv("UCMA_VERBOSE");
-	rewind(cap);
-	n = fread(msg, 1, sizeof(msg) - 1, cap);
+	if (cap) {
+		rewind(cap);
+		n = fread(msg, 1, len - 1, cap);
+		fclose(cap);
+	}
 	msg[n] = '\0';
-	fclose(cap);
+}
+
+static void case_no_uffd(void)
+{
+	char msg[4096];
+	char *blk;
+
+	ucma_os.userfaultfd = fake_userfaultfd;
+	start_auto_verbose(msg, sizeof(msg));
 	ok(a && strstr(msg, "lending the CMA areas to the heap is off: no userfaultfd") &&
 		   strstr(strstr(msg, "is off") + 1, "is off") == NULL,
 	   "no userfaultfd: UCMA_VERBOSE says once that lending to the heap is off, and why");
@@ -1245,11 +1258,6 @@ static void case_no_uffd(void)
 	ucma_os_reset();
 }
 
-/* ------------------------------------------------------------------------ */
-/* One userfaultfd for the process's life                                    */
-/* ------------------------------------------------------------------------ */
-
-/* The process's userfaultfds (/proc/self/fd): how many, the last one. */
 /*
  * The automatic backing where the CMA area gets no frames on a file (no
  * free 2 MiB hugetlb pages, shmem without huge pages): lending does not
@@ -1265,10 +1273,7 @@ static long no_hugetlb_pages(size_t page_size)
 
 static void case_auto_no_frames(void)
 {
-	FILE *cap = tmpfile();
-	char msg[4096] = "";
-	int saved = dup(2);
-	size_t n;
+	char msg[4096];
 
 	if (ucma_os_shmem_thp_available() || !ucma_os_thp_available()) {
 		skip(1, "shmem gets huge pages here (the area would have frames), or there are "
@@ -1276,18 +1281,7 @@ static void case_auto_no_frames(void)
 		return;
 	}
 	ucma_os.hugetlb_free_pages = no_hugetlb_pages;	/* whoever holds the pool now */
-	setenv("UCMA_VERBOSE", "1", 1);
-	fflush(stderr);
-	dup2(fileno(cap), 2);
-	cma_backing = UCMA_BACKING_AUTO;
-	start();
-	cma_backing = UCMA_BACKING_NONE;
-	dup2(saved, 2);
-	unsetenv("UCMA_VERBOSE");
-	rewind(cap);
-	n = fread(msg, 1, sizeof(msg) - 1, cap);
-	msg[n] = '\0';
-	fclose(cap);
+	start_auto_verbose(msg, sizeof(msg));
 	ok(a && a->zones[UCMA_ZONE_CMA].backing == UCMA_BACKING_THP &&
 		   ucma_area_frames(&a->areas[0])->fd < 0,
 	   "automatic backing, no frames to be had: the area stays on private transparent "
@@ -1303,6 +1297,11 @@ static void case_auto_no_frames(void)
 	ucma_os_reset();
 }
 
+/* ------------------------------------------------------------------------ */
+/* One userfaultfd for the process's life                                    */
+/* ------------------------------------------------------------------------ */
+
+/* The process's userfaultfds (/proc/self/fd): how many, the last one. */
 static int uffds_open(int *last)
 {
 	int n = 0;

@@ -43,8 +43,6 @@
 #define MAXOBJ 1024
 #define MAXRANGES 4096
 
-extern char **environ;
-
 /* What a child saw, in memory shared with the parent. */
 struct result {
 	int init_ok, alloc_ok, alloc_errno, zones_ok;
@@ -322,21 +320,9 @@ static void test_prefaulted(void)
 
 int main(void)
 {
-	char **e;
-
 	plan_no_plan();
 	/* Options from the harness's environment would change the cases. */
-	for (;;) {
-		char name[256];
-
-		for (e = environ; *e; e++)
-			if (strncmp(*e, "UCMA_", 5) == 0 && strncmp(*e, "UCMA_TEST_", 10) != 0)
-				break;
-		if (!*e)
-			break;
-		snprintf(name, sizeof(name), "%.*s", (int)strcspn(*e, "="), *e);
-		unsetenv(name);
-	}
+	tu_clear_env();
 	test_populated_before_copy();
 	test_populate_fails();
 	test_populate_unknown();
