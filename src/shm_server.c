@@ -96,8 +96,11 @@ uint64_t ucma_shm_test_lease_ns;
 static uint64_t lease_ns(void)
 {
 #ifdef UCMA_TEST_HOOKS
-	if (ucma_shm_test_lease_ns)
-		return ucma_shm_test_lease_ns;
+	/* Tests change it while the thread runs. */
+	uint64_t test_ns = __atomic_load_n(&ucma_shm_test_lease_ns, __ATOMIC_RELAXED);
+
+	if (test_ns)
+		return test_ns;
 #endif
 	return UCMA_SHM_LEASE_S * NS_PER_S;
 }

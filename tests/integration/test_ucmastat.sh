@@ -187,7 +187,9 @@ wait "$helper_pid"
 ok $? "the helper exits 0 on SIGTERM"
 helper_pid=
 [ ! -e "$seg" ] && [ ! -e "$seg.request" ]
-ok $? "its segment is removed at exit"
+rc=$?
+ok $rc "its segment is removed at exit"
+[ $rc -eq 0 ] || echo "# left behind: $(ls -l --time-style=+%T.%N "$seg" "$seg.request" 2>&1)"
 "$ucmastat" "$pid" >/dev/null 2>"$tmp/err"
 [ $? -eq 1 ]
 ok $? "ucmastat on the ended process exits 1: $(cat "$tmp/err")"

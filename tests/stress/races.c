@@ -25,7 +25,9 @@
  *    64 KiB size with a 16-byte slot about once in 2000 reads), and the
  *    first bytes, kept by every resize, must read as written.
  *
- * Duration of parts 1, 4 and 5: UCMA_STRESS_SECONDS (default 2) each.
+ * Duration of parts 1, 4 and 5: UCMA_STRESS_SECONDS (default 2) each,
+ * counted once their threads are set up, and longer (up to a minute) until
+ * the racing thread has done something.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -45,6 +47,31 @@
 #include "internal.h"
 
 #define ATTACKERS 3
+
+/*
+ * A part's time window: @seconds from when its threads are set up, and
+ * longer, up to a minute more, until the other thread made progress.
+ * Under a sanitizer on a loaded machine, the set-up or a thread's start
+ * can take the whole window, and a part that raced nothing proves nothing.
+ */
+struct window {
+	uint64_t end, limit;
+};
+
+static struct window window_start(unsigned seconds)
+{
+	uint64_t now = tu_now_ns();
+
+	return (struct window){ now + (uint64_t)seconds * 1000000000ull,
+				now + (uint64_t)(seconds + 60) * 1000000000ull };
+}
+
+static int window_open(const struct window *w, long progress)
+{
+	uint64_t now = tu_now_ns();
+
+	return now < w->end || (progress == 0 && now < w->limit);
+}
 
 static _Atomic ucma_handle_t published;
 static atomic_int stop;
@@ -91,15 +118,16 @@ static void *watchdog(void *arg)
 static void test_pin_versus_reuse(unsigned seconds)
 {
 	pthread_t t[ATTACKERS], w;
-	uint64_t end = tu_now_ns() + (uint64_t)seconds * 1000000000ull;
 	long anomalies = 0;
+	struct window win;
 
 	for (int i = 0; i < ATTACKERS; i++)
 		if (pthread_create(&t[i], NULL, attacker, NULL) != 0)
 			bail_out("pthread_create");
 	if (pthread_create(&w, NULL, watchdog, NULL) != 0)
 		bail_out("pthread_create");
-	while (tu_now_ns() < end && !anomalies) {
+	win = window_start(seconds);
+	while (window_open(&win, atomic_load(&attacker_pins)) && !anomalies) {
 		for (int k = 0; k < 1000; k++) {
 			ucma_handle_t h = ucma_halloc(64, 0);
 			char *p;
@@ -223,8 +251,9 @@ static int race_check(struct race_obj *o)
 
 static void test_compaction_vs_frees(unsigned seconds)
 {
-	uint64_t end = tu_now_ns() + (uint64_t)seconds * 1000000000ull, s = 42;
+	uint64_t s = 42;
 	long frees = 0;
+	struct window w;
 	pthread_t c;
 
 	atomic_store(&stop, 0);
@@ -242,7 +271,8 @@ static void test_compaction_vs_frees(unsigned seconds)
 	}
 	if (pthread_create(&c, NULL, compactor, NULL) != 0)
 		bail_out("pthread_create");
-	while (tu_now_ns() < end) {
+	w = window_start(seconds);
+	while (window_open(&w, frees > 0 ? atomic_load(&race_compactions) : 0)) {
 		/*
 		 * Free a batch, then drain it at once (ucma_compact() ends with
 		 * a drain) while the compactor's scanners walk the same
@@ -325,8 +355,8 @@ static void *resizer(void *arg)
 
 static void test_hrealloc_vs_readers(unsigned seconds)
 {
-	uint64_t end = tu_now_ns() + (uint64_t)seconds * 1000000000ull;
 	long reads = 0, torn = 0, bad_bytes = 0;
+	struct window w;
 	pthread_t t;
 	char *p;
 
@@ -338,7 +368,8 @@ static void test_hrealloc_vs_readers(unsigned seconds)
 	ucma_unpin(resized);
 	if (pthread_create(&t, NULL, resizer, NULL) != 0)
 		bail_out("pthread_create");
-	while (tu_now_ns() < end) {
+	w = window_start(seconds);
+	while (window_open(&w, atomic_load(&resizes))) {
 		for (int k = 0; k < 1000; k++, reads++) {
 			const unsigned char *q;
 			size_t n = 0;

@@ -268,7 +268,7 @@ static void test_pinned(void)
 	{
 		int npinned = 0;
 		uintptr_t last = 0;
-		bool direct = ucma_opt.compact_direct;
+		bool direct = ucma_opt.compact_direct, compact = ucma_opt.compact;
 
 		for (uintptr_t off = 0; off < CMA; off += 16u << 20) {
 			int best = -1;
@@ -288,6 +288,10 @@ static void test_pinned(void)
 		}
 		pinned_ok = npinned >= (int)(CMA >> 24) - 2;
 		ok(pinned_ok, "%d objects pinned across the area", npinned);
+		/* The counters below are global: the background thread must
+		 * not move anything while they are read. */
+		ucma_opt.compact = false;
+		ucma_compactd_stop();
 		ucma_stat("pgmigrate_success", &moved0);
 		ucma_stat("cma_migrated_in_vain", &vain0);
 		/* The candidates alone: direct compaction after they all fail
@@ -305,6 +309,8 @@ static void test_pinned(void)
 		   "the failing call moved nothing in vain (%llu objects moved, %llu counted in vain)",
 		   (unsigned long long)(moved1 - moved0), (unsigned long long)(vain1 - vain0));
 		ok(verify_full() == 0, "every object, pinned or not, is intact");
+		ucma_opt.compact = compact;
+		ucma_compactd_start_once();
 		for (int i = 0; i < nobj; i++)
 			while (ucma_unpin(h[i]) == 0)
 				;

@@ -388,8 +388,11 @@ static void test_whole(void)
 	uint64_t free_n, free_c, whole_n, whole_c, counts[UCMA_NR_ORDERS];
 
 	/* What is still cached (slabs kept for reuse) stays; freed objects
-	 * waiting for readers are freed first. */
+	 * waiting for readers are freed first, and runs on the per-CPU lists
+	 * go back to the buddy lists, as they do after the frees below. */
 	ucma_defer_drain();
+	ucma_pcp_drain_zone(normal());
+	ucma_pcp_drain_zone(cma());
 	free_n = tu_zone_free(normal());
 	free_c = tu_zone_free(cma());
 	whole_n = whole_free(normal());

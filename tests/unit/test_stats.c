@@ -708,7 +708,15 @@ static void test_requests(void)
 	 */
 	const char *san = getenv("UCMA_TEST_SANITIZER");
 	bool child_threads = !san || strcmp(san, "tsan") != 0;
-	pid_t child = fork();
+	pid_t child;
+
+	/* The parent's segment must outlive the child's look at it, however
+	 * slowly a loaded machine runs the child: a long lease for that. */
+	__atomic_store_n(&ucma_shm_test_lease_ns, 60ull * 1000 * 1000 * 1000, __ATOMIC_RELAXED);
+	m = request_now(req);
+	if (!wait_answer(path, m, false))
+		diag("the request before the fork got no answer");
+	child = fork();
 
 	if (child == 0) {
 		char cpath[128], creq[160];
@@ -742,6 +750,7 @@ static void test_requests(void)
 		skip(1, "ThreadSanitizer cannot start threads in the child of a multi-threaded fork");
 
 	unlink(req);
+	__atomic_store_n(&ucma_shm_test_lease_ns, 300ull * 1000 * 1000, __ATOMIC_RELAXED);
 	end = mono_ms() + 10000;
 	while (mono_ms() < end && (access(path, F_OK) == 0 || ucma_shm_test_server_running()))
 		usleep(20 * 1000);
