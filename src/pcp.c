@@ -6,11 +6,13 @@
  * each allocation and merges it back on each free.  Two threads allocating
  * pages took 2.3 times one thread's time per operation, on one lock.
  *
- Runs of 1 to UCMA_PCP_MAX_PAGES pages are freed to a list of the CPU
+ * Runs of 1 to UCMA_PCP_MAX_PAGES pages are freed to a list of the CPU
  * the thread runs on and allocated from it again, under a small lock of
  * that list only.  An empty list is refilled with pcp_batch pages' worth
  * of runs in one visit to the zone lock; a CPU whose lists hold more than
- * pcp_high pages gives pcp_batch back in one visit.  One list per length
+ * pcp_high pages gives pcp_batch back in one visit, and a list nobody
+ * took from during a few refills of the CPU's other lists goes back whole
+ * (release_idle()).  One list per length
  * and migratetype: a page freed in a MOVABLE pageblock goes to the
  * MOVABLE list, and an unmovable request never takes from it.
  *
@@ -194,6 +196,7 @@ static void list_push(struct ucma_zone *z, struct ucma_pcp *pcp, uint32_t pfn, u
 	UCMA_PG_SET(p, link.next, pcp->head[k][mt]);
 	pcp->head[k][mt] = pfn;
 	pcp->nr[k][mt]++;
+	pcp->idle[k][mt] = 0;
 	count_add(pcp, k, 1);
 }
 
@@ -204,6 +207,7 @@ static uint32_t list_pop(struct ucma_zone *z, struct ucma_pcp *pcp, unsigned k, 
 
 	pcp->head[k][mt] = z->arena->pages[pfn].link.next;
 	pcp->nr[k][mt]--;
+	pcp->idle[k][mt] = 0;
 	count_add(pcp, k, -1);
 	return pfn;
 }
@@ -249,6 +253,37 @@ static void drain_some(struct ucma_zone *z, struct ucma_pcp *pcp, unsigned hot, 
 	pthread_mutex_unlock(&z->lock);
 }
 
+/*
+ * A refill of list (@hot, @hot_mt) ages the other lists of runs; one that
+ * was not used for PCP_IDLE_REFILLS refills goes back to the buddy lists
+ * whole (lock held).  A program whose slabs or blocks moved on to another
+ * length would otherwise touch fresh pages for it while up to pcp_high of
+ * its old ones wait on lists nobody takes from (bench_malloc "simple"
+ * goes through eight lengths); given back, they merge into what the
+ * refill takes.  Lists in use are left alone, whatever they hold.
+ */
+#define PCP_IDLE_REFILLS 4u
+
+static void release_idle(struct ucma_zone *z, struct ucma_pcp *pcp, unsigned hot, int hot_mt)
+{
+	bool locked = false;
+
+	for (unsigned k = 0; k < UCMA_PCP_PB_CLASS; k++)
+		for (int mt = 0; mt < UCMA_PCP_NR_MT; mt++) {
+			if (!pcp->nr[k][mt] || (k == hot && mt == hot_mt) ||
+			    ++pcp->idle[k][mt] < PCP_IDLE_REFILLS)
+				continue;
+			if (!locked) {
+				pthread_mutex_lock(&z->lock);
+				locked = true;
+			}
+			while (pcp->nr[k][mt])
+				release_one(z, pcp, k, mt);
+		}
+	if (locked)
+		pthread_mutex_unlock(&z->lock);
+}
+
 uint32_t ucma_pcp_alloc(struct ucma_zone *z, uint32_t npages, int mt, unsigned gfp,
 			uint32_t *lend_pb, bool *dirty, bool *wake, bool *grow)
 {
@@ -270,6 +305,7 @@ uint32_t ucma_pcp_alloc(struct ucma_zone *z, uint32_t npages, int mt, unsigned g
 		bool d[PCP_MAX_BATCH];
 		unsigned want = z->pcp_batch / npages, got;
 
+		release_idle(z, pcp, k, mt);
 		got = ucma_zone_pcp_refill(z, npages, gfp, pfns, d, want ? want : 1, lend_pb, wake,
 					   grow);
 		if (got == 0) {

@@ -58,6 +58,8 @@ struct ucma_pcp {
 	uint32_t nr_pb;		/* pageblocks on the pageblock lists (pcp_pb_high) */
 	uint32_t head[UCMA_PCP_NR_CLASSES][UCMA_PCP_NR_MT];	/* first run, or NONE */
 	uint32_t nr[UCMA_PCP_NR_CLASSES][UCMA_PCP_NR_MT];	/* runs per list */
+	/* refills of other lists since this one was last used (pcp.c) */
+	uint8_t idle[UCMA_PCP_NR_CLASSES][UCMA_PCP_NR_MT];
 	/* page_alloc and page_free events served here: counted per CPU, as
 	 * one counter shared by every CPU would cost each of them a cache
 	 * miss per run (stats.c adds them up) */

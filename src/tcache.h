@@ -244,7 +244,8 @@ struct ucma_tlists {
  *  - @lists: the owner's alone.  No other thread walks them: the fork
  *    child, which reclaims the slabs of threads it does not have, and the
  *    statistics use the bins' registries (slab.c) instead.
- *  - @binset, @gc_events, @gc_next: the owner's alone, plain.
+ *  - @binset, @gc_events, @gc_next, @kept_classes, @kept_bytes: the
+ *    owner's alone, plain.
  *  - @large_nmalloc, @large_nfree, @large_bytes, @large_pages,
  *    @large_kept_pages: relaxed atomic stores by the owner, read relaxed
  *    by the counters walk under the registry lock.
@@ -264,6 +265,8 @@ struct ucma_tcache {
 	unsigned gc_events;		/* slow-path calls since the last GC step */
 	unsigned gc_next;		/* next bin the GC looks at */
 	struct ucma_tlists lists[UCMA_NR_CLASSES];
+	uint64_t kept_classes;		/* bit c: lists[c].empty holds slabs */
+	uint32_t kept_bytes;		/* bytes of the slabs on those lists */
 	uint64_t large_nmalloc;
 	uint64_t large_nfree;
 	uint64_t large_bytes;		/* usable bytes allocated minus freed */
@@ -276,6 +279,10 @@ struct ucma_tcache {
 	uint32_t large_gc_mark;		/* large activity at the GC's last look */
 	struct ucma_tcache *next, *prev;	/* registry (registry lock) */
 };
+
+/* The most bytes of wholly free slabs a thread keeps, over all its
+ * classes (tcache.c keep_empty()). */
+#define UCMA_TCACHE_KEEP_EMPTY (128u << 10)
 
 /* The calling thread's cache: the dummy until its first malloc-family
  * call made one (never NULL, so the fast paths need no test for it). */

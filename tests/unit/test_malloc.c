@@ -9,6 +9,7 @@
  */
 #include "internal.h"
 #include "slab.h"
+#include "tcache.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -454,6 +455,63 @@ static void test_trim(void)
 	ok(r == 1 && after < before, "trim returned %d; active bytes fell from %llu to %llu", r,
 	   (unsigned long long)before, (unsigned long long)after);
 	ok(stat_of("malloc_tcache_bytes") < 1u << 20, "the thread cache was flushed");
+}
+
+/*
+ * A thread that went through eight sizes one after the other, each in
+ * many slabs' worth of blocks freed again, keeps at most
+ * UCMA_TCACHE_KEEP_EMPTY bytes of wholly free slabs over all of them (it
+ * kept up to 128 KiB per class before, 600 KiB here), counted exactly,
+ * and still some of the size it uses last.
+ */
+static void *kept_empties_thread(void *arg)
+{
+	static const size_t sizes[] = { 16, 32, 48, 64, 96, 128, 192, 256 };
+	enum { N = 1600 };
+	void **p = malloc(N * sizeof(*p));
+	struct ucma_tcache *tc;
+	uint64_t sum = 0;
+	unsigned last;
+	int bad = 0;
+
+	(void)arg;
+	if (!p)
+		return (void *)1;
+	for (size_t si = 0; si < UCMA_ARRAY_SIZE(sizes); si++)
+		for (int round = 0; round < 3; round++) {
+			for (int j = 0; j < N; j++)
+				if ((p[j] = ucma_malloc(sizes[si])) == NULL)
+					bad = 1;
+				else
+					memset(p[j], (int)j, sizes[si]);
+			for (int j = 0; j < N; j++)
+				ucma_free(p[j]);
+		}
+	free(p);
+	tc = ucma_tcache_tls;
+	for (unsigned c = 0; c < UCMA_NR_CLASSES; c++) {
+		sum += (uint64_t)tc->lists[c].nempty * ucma_classes[c].npages * UCMA_PAGE_SIZE;
+		bad |= !!(tc->kept_classes & (1ull << c)) != (tc->lists[c].nempty > 0);
+	}
+	last = ucma_class_of_size[(256 + 15) >> 4];
+	diag("kept empty slabs: %llu bytes (%u of them of the last size)",
+	     (unsigned long long)tc->kept_bytes, tc->lists[last].nempty);
+	if (bad || sum != tc->kept_bytes || tc->kept_bytes > UCMA_TCACHE_KEEP_EMPTY ||
+	    tc->lists[last].nempty == 0)
+		return (void *)1;
+	return NULL;
+}
+
+static void test_kept_empties(void)
+{
+	pthread_t t;
+	void *r = (void *)1;
+
+	if (pthread_create(&t, NULL, kept_empties_thread, NULL) == 0)
+		pthread_join(t, &r);
+	ok(r == NULL, "a thread keeps at most %u KiB of wholly free slabs over all its sizes, "
+		      "counted exactly, the last size's among them",
+	   UCMA_TCACHE_KEEP_EMPTY >> 10);
 }
 
 /*
@@ -939,6 +997,7 @@ int main(void)
 	test_owns();
 	test_counters();
 	test_trim();
+	test_kept_empties();
 	test_large_kept();
 	test_large_kept_sizes();
 	test_threads();

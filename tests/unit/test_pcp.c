@@ -17,7 +17,9 @@
  *    threads allocating 3-page runs and pageblocks in turn with the whole
  *    run written and read back;
  *  - the free pages per order (buddyinfo) count the runs on the lists,
- *    and a drain leaves the total unchanged and the lists empty.
+ *    and a drain leaves the total unchanged and the lists empty;
+ *  - a list nobody takes from while other lengths are refilled goes back
+ *    to the buddy lists, and one in use stays.
  *
  * The thread stays on one CPU where it checks what one list hands out.
  *
@@ -562,6 +564,81 @@ static void test_counts_drain(void)
 	   "everything freed and drained: every page on the buddy lists");
 }
 
+/* Runs on this CPU's lists of @npages in zone @z, every migratetype. */
+static uint32_t listed_runs(struct ucma_zone *z, uint32_t npages)
+{
+	int cpu = sched_getcpu();
+	const struct ucma_pcp *pcp = &z->pcp[(unsigned)(cpu < 0 ? 0 : cpu) % z->nr_pcp];
+	uint32_t n = 0;
+
+	for (int mt = 0; mt < UCMA_PCP_NR_MT; mt++)
+		n += __atomic_load_n(&pcp->nr[npages - 1][mt], __ATOMIC_RELAXED);
+	return n;
+}
+
+/*
+ * A list nobody took from for a few refills of other lengths goes back to
+ * the buddy lists; a list in use stays.  @busy: a 3-page run is taken
+ * and given back between the 5-page allocations.
+ */
+static void idle_case(bool busy)
+{
+	static uint32_t five[64];
+	uint32_t three[6], n5 = 0, left, refills;
+	struct ucma_zone *z = normal();
+	bool got = true;
+
+	drain_all();
+	for (unsigned i = 0; i < UCMA_ARRAY_SIZE(three); i++)
+		got &= (three[i] = ucma_pages_alloc(a, 3, UCMA_GFP_UNMOVABLE)) != UCMA_PFN_NONE;
+	for (unsigned i = 0; got && i < UCMA_ARRAY_SIZE(three); i++)
+		ucma_pages_free(a, three[i]);
+	if (!got || listed_runs(z, 3) < UCMA_ARRAY_SIZE(three)) {
+		ok(0, "%s: six 3-page runs listed (%u)", busy ? "busy" : "idle", listed_runs(z, 3));
+		return;
+	}
+	/* 64 runs of 5 pages: a refill lists pcp_batch / 5 of them, so
+	 * about ten refills. */
+	for (; n5 < UCMA_ARRAY_SIZE(five); n5++) {
+		if ((five[n5] = ucma_pages_alloc(a, 5, UCMA_GFP_UNMOVABLE)) == UCMA_PFN_NONE)
+			break;
+		if (busy) {
+			uint32_t t = ucma_pages_alloc(a, 3, UCMA_GFP_UNMOVABLE);
+
+			if (t != UCMA_PFN_NONE)
+				ucma_pages_free(a, t);
+		}
+	}
+	left = listed_runs(z, 3);
+	refills = n5 / (z->pcp_batch >= 5 ? z->pcp_batch / 5 : 1);
+	if (busy)
+		ok(n5 == UCMA_ARRAY_SIZE(five) && left > 0,
+		   "a 3-page list in use stays listed through %u refills of 5-page runs (%u runs)",
+		   refills, left);
+	else
+		ok(n5 == UCMA_ARRAY_SIZE(five) && left == 0,
+		   "an idle 3-page list goes back to the buddy lists during %u refills of 5-page "
+		   "runs (%u runs still listed)",
+		   refills, left);
+	ok(tu_zones_ok(a, busy ? "busy list" : "idle list"), "invariants hold");
+	for (unsigned i = 0; i < n5; i++)
+		ucma_pages_free(a, five[i]);
+	drain_all();
+}
+
+static void test_idle_lists(void)
+{
+	cpu_set_t saved;
+
+	if (!stay_on_cpu(&saved)) {
+		skip(4, "cannot stay on one CPU: %s", strerror(errno));
+		return;
+	}
+	idle_case(false);
+	idle_case(true);
+	sched_setaffinity(0, sizeof(saved), &saved);
+}
+
 int main(void)
 {
 	struct ucma_config cfg = {
@@ -594,5 +671,6 @@ int main(void)
 	test_storm();
 	test_two_threads();
 	test_counts_drain();
+	test_idle_lists();
 	return done();
 }
