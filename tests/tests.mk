@@ -7,13 +7,16 @@ SH_LOG_DRIVER = $(LOG_DRIVER)
 ## default): a hang fails that test by name, with its threads' stacks.
 LOG_COMPILER = $(SHELL) $(top_srcdir)/tests/time-limit.sh
 SH_LOG_COMPILER = $(SHELL) $(top_srcdir)/tests/time-limit.sh
+## The sanitizers' options the suite needs, then the caller's own, which
+## win where they name the same option (TSAN_OPTIONS=die_after_fork=0
+## make check).
 AM_TESTS_ENVIRONMENT = \
 	top_srcdir='$(top_srcdir)'; export top_srcdir; \
 	top_builddir='$(top_builddir)'; export top_builddir; \
 	UCMA_TEST_LIBDIR='$(abs_top_builddir)/.libs'; export UCMA_TEST_LIBDIR; \
-	LSAN_OPTIONS="suppressions=$(abs_top_srcdir)/tests/lsan.supp:print_suppressions=0"; export LSAN_OPTIONS; \
-	TSAN_OPTIONS="suppressions=$(abs_top_srcdir)/tests/tsan.supp:halt_on_error=1:second_deadlock_stack=1"; export TSAN_OPTIONS; \
-	UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"; export UBSAN_OPTIONS;
+	LSAN_OPTIONS="suppressions=$(abs_top_srcdir)/tests/lsan.supp:print_suppressions=0$${LSAN_OPTIONS:+:$$LSAN_OPTIONS}"; export LSAN_OPTIONS; \
+	TSAN_OPTIONS="suppressions=$(abs_top_srcdir)/tests/tsan.supp:halt_on_error=1:second_deadlock_stack=1$${TSAN_OPTIONS:+:$$TSAN_OPTIONS}"; export TSAN_OPTIONS; \
+	UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1$${UBSAN_OPTIONS:+:$$UBSAN_OPTIONS}"; export UBSAN_OPTIONS;
 EXTRA_DIST += tests/tap.h tests/testutil.h tests/unit/zones.h tests/lsan.supp tests/tsan.supp tests/time-limit.sh
 
 include tests/unit/unit.mk
