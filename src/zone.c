@@ -34,7 +34,9 @@
  * Decay: freed pages are dirty; once per decay interval the zone's purge
  * epoch advances and dirty free blocks of an older epoch are returned to the
  * kernel with MADV_DONTNEED (order >= UCMA_PURGE_MIN_ORDER, so the cost of
- * the system call is amortised).  Zones on hugetlb pages are not purged:
+ * the system call is amortised; whole pageblocks only where the zone is on
+ * transparent huge pages, which a smaller purge would split).  Zones on
+ * hugetlb pages are not purged:
  * hugetlb memory is reserved and cannot be given back in pieces.  Nor are
  * CMA areas on files (frames.c): their frames are the reservation, and
  * MADV_DONTNEED would not even free a shared page, only unmap it.
@@ -109,7 +111,6 @@ void ucma_arena_poison(struct ucma_arena *a, bool poison)
 		pages_unpoison(a, 0, a->npages);
 }
 
-#define UCMA_PURGE_MIN_ORDER 4	/* 64 KiB */
 
 static unsigned order_for(uint32_t npages)
 {
@@ -1258,7 +1259,8 @@ static _Atomic uint64_t next_purge_ns[UCMA_ZONE_NR];
 /*
  * ucma_zone_purge() - return dirty free blocks to the kernel.  With @all,
  * every dirty block of any order (malloc_trim); otherwise blocks of at
- * least UCMA_PURGE_MIN_ORDER freed before the current epoch.  The zone
+ * least UCMA_PURGE_MIN_ORDER (whole pageblocks on transparent huge pages)
+ * freed before the current epoch.  The zone
  * lock is held across madvise: the blocks must stay free meanwhile.  With
  * @all the per-CPU lists are drained first, so their pages merge and go
  * too; the periodic purge leaves them, as pages about to be used again.
@@ -1268,6 +1270,7 @@ void ucma_zone_purge(struct ucma_zone *z, bool all)
 	struct ucma_arena *a = z->arena;
 	uint64_t purged = 0;
 	uint32_t epoch;
+	unsigned min_order;
 
 	if (zone_keeps_memory(z))
 		return;
@@ -1275,7 +1278,18 @@ void ucma_zone_purge(struct ucma_zone *z, bool all)
 		ucma_pcp_drain_zone(z);
 	pthread_mutex_lock(&z->lock);
 	epoch = z->purge_epoch++;
-	for (unsigned o = all ? 0 : UCMA_PURGE_MIN_ORDER; o < UCMA_NR_ORDERS; o++) {
+	/*
+	 * On transparent huge pages, the periodic purge gives back whole
+	 * pageblocks only: a smaller piece would split its huge page, and
+	 * every later first touch of it would fault page by page until
+	 * khugepaged rebuilds it, which by default (max_ptes_none 511) it
+	 * does around a single used page, taking the memory back anyway.
+	 * malloc_trim() gives back everything.
+	 */
+	min_order = all ? 0 :
+		    z->backing == UCMA_BACKING_THP && !z->thp_deferred ? UCMA_PAGEBLOCK_ORDER :
+									   UCMA_PURGE_MIN_ORDER;
+	for (unsigned o = min_order; o < UCMA_NR_ORDERS; o++) {
 		for (int mt = 0; mt < UCMA_MT_NR; mt++) {
 			for (uint32_t pfn = z->free_area[o].head[mt]; pfn != UCMA_PFN_NONE;
 			     pfn = a->pages[pfn].link.next) {

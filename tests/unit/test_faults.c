@@ -611,12 +611,13 @@ static void test_advice_fails(void)
 }
 
 /* Dirty free pages of zone @z (free heads carrying UCMA_PF_DIRTY). */
-static uint64_t dirty_pages(struct ucma_zone *z)
+/* Dirty free pages of @z in blocks of order @lo to @hi - 1. */
+static uint64_t dirty_in_orders(struct ucma_zone *z, unsigned lo, unsigned hi)
 {
 	uint64_t n = 0;
 
 	pthread_mutex_lock(&z->lock);
-	for (unsigned o = 0; o < UCMA_NR_ORDERS; o++)
+	for (unsigned o = lo; o < hi; o++)
 		for (int mt = 0; mt < UCMA_MT_NR; mt++)
 			for (uint32_t pfn = z->free_area[o].head[mt]; pfn != UCMA_PFN_NONE;
 			     pfn = a->pages[pfn].link.next)
@@ -624,6 +625,78 @@ static uint64_t dirty_pages(struct ucma_zone *z)
 					n += 1u << o;
 	pthread_mutex_unlock(&z->lock);
 	return n;
+}
+
+static uint64_t dirty_pages(struct ucma_zone *z)
+{
+	return dirty_in_orders(z, 0, UCMA_NR_ORDERS);
+}
+
+/*
+ * The periodic purge of a zone on transparent huge pages gives back whole
+ * pageblocks only; before the zone asks for huge pages (or without them),
+ * blocks of 64 KiB and more go too.  One page stays allocated at the
+ * front, so the freed runs merge into blocks smaller than a pageblock.
+ */
+static void test_purge_thp(void)
+{
+	struct ucma_config cfg = cfg_of(32 * MiB, 8 * MiB, UCMA_BACKING_NONE, UCMA_BACKING_THP);
+	struct ucma_zone *z;
+	uint32_t hold, pfns[32];
+	uint64_t small0, small1, small2, whole1;
+
+	if (!thp_ok) {
+		skip(2, "no transparent huge pages here");
+		return;
+	}
+	cfg.cma_policy = UCMA_CMA_LEND_HANDLES;
+	setenv("UCMA_DECAY_MS", "0", 1);	/* purged by hand below */
+	if (init_captured(&cfg, false) != 0 || !a) {
+		unsetenv("UCMA_DECAY_MS");
+		ok(0, "purge on THP: ucma_init: %s", strerror(errno));
+		skip(1, "no arena");
+		return;
+	}
+	unsetenv("UCMA_DECAY_MS");
+	z = &a->zones[UCMA_ZONE_NORMAL];
+	if (z->backing != UCMA_BACKING_THP) {
+		skip(2, "the NORMAL zone is not on THP (%d)", z->backing);
+		return;
+	}
+	hold = ucma_pages_alloc(a, 1, UCMA_GFP_UNMOVABLE);
+	for (int i = 0; i < 32; i++) {
+		pfns[i] = ucma_pages_alloc(a, 16, UCMA_GFP_UNMOVABLE);
+		if (pfns[i] != UCMA_PFN_NONE)
+			memset(ucma_pfn_to_addr(a, pfns[i]), 0x5a, 16 * UCMA_PAGE_SIZE);
+	}
+	for (int i = 0; i < 32; i++)
+		if (pfns[i] != UCMA_PFN_NONE)
+			ucma_pages_free(a, pfns[i]);
+	ucma_pcp_drain_zone(z);
+	small0 = dirty_in_orders(z, UCMA_PURGE_MIN_ORDER, UCMA_PAGEBLOCK_ORDER);
+
+	/* The zone has asked for huge pages (it grew, zone.c thp_grow()). */
+	pthread_mutex_lock(&z->lock);
+	z->thp_deferred = false;
+	pthread_mutex_unlock(&z->lock);
+	ucma_zone_purge(z, false);	/* the blocks' epoch passes */
+	ucma_zone_purge(z, false);
+	small1 = dirty_in_orders(z, UCMA_PURGE_MIN_ORDER, UCMA_PAGEBLOCK_ORDER);
+	whole1 = dirty_in_orders(z, UCMA_PAGEBLOCK_ORDER, UCMA_NR_ORDERS);
+	ok(small0 >= 16 * 16 && small1 == small0 && whole1 == 0,
+	   "on huge pages the periodic purge leaves the %llu dirty pages in blocks of 64 KiB "
+	   "to 1 MiB (%llu left) and gives back whole pageblocks (%llu dirty left)",
+	   (unsigned long long)small0, (unsigned long long)small1, (unsigned long long)whole1);
+
+	pthread_mutex_lock(&z->lock);
+	z->thp_deferred = true;
+	pthread_mutex_unlock(&z->lock);
+	ucma_zone_purge(z, false);
+	small2 = dirty_in_orders(z, UCMA_PURGE_MIN_ORDER, UCMA_PAGEBLOCK_ORDER);
+	ok(small2 == 0 && zones_ok(),
+	   "on small pages it gives those back (%llu dirty left)", (unsigned long long)small2);
+	if (hold != UCMA_PFN_NONE)
+		ucma_pages_free(a, hold);
 }
 
 static void test_purge_fails(void)
@@ -732,6 +805,7 @@ int main(void)
 	test_mbind_fails();
 	test_advice_fails();
 	test_purge_fails();
+	test_purge_thp();
 	test_init_twice();
 	ucma_test_reset();
 	return done();
