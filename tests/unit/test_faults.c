@@ -632,6 +632,24 @@ static uint64_t dirty_pages(struct ucma_zone *z)
 	return dirty_in_orders(z, 0, UCMA_NR_ORDERS);
 }
 
+/* @n runs of 16 pages of NORMAL zone @z written and freed: dirty free
+ * blocks on the buddy lists (drained from the per-CPU lists, as a purge
+ * of everything would). */
+static void dirty_runs(struct ucma_zone *z, int n)
+{
+	uint32_t pfns[64];
+
+	for (int i = 0; i < n && i < 64; i++) {
+		pfns[i] = ucma_pages_alloc(a, 16, UCMA_GFP_UNMOVABLE);
+		if (pfns[i] != UCMA_PFN_NONE)
+			memset(ucma_pfn_to_addr(a, pfns[i]), 0xa5, 16 * UCMA_PAGE_SIZE);
+	}
+	for (int i = 0; i < n && i < 64; i++)
+		if (pfns[i] != UCMA_PFN_NONE)
+			ucma_pages_free(a, pfns[i]);
+	ucma_pcp_drain_zone(z);
+}
+
 /*
  * The periodic purge of a zone on transparent huge pages gives back whole
  * pageblocks only; before the zone asks for huge pages (or without them),
@@ -642,7 +660,7 @@ static void test_purge_thp(void)
 {
 	struct ucma_config cfg = cfg_of(32 * MiB, 8 * MiB, UCMA_BACKING_NONE, UCMA_BACKING_THP);
 	struct ucma_zone *z;
-	uint32_t hold, pfns[32];
+	uint32_t hold;
 	uint64_t small0, small1, small2, whole1;
 
 	if (!thp_ok) {
@@ -664,15 +682,7 @@ static void test_purge_thp(void)
 		return;
 	}
 	hold = ucma_pages_alloc(a, 1, UCMA_GFP_UNMOVABLE);
-	for (int i = 0; i < 32; i++) {
-		pfns[i] = ucma_pages_alloc(a, 16, UCMA_GFP_UNMOVABLE);
-		if (pfns[i] != UCMA_PFN_NONE)
-			memset(ucma_pfn_to_addr(a, pfns[i]), 0x5a, 16 * UCMA_PAGE_SIZE);
-	}
-	for (int i = 0; i < 32; i++)
-		if (pfns[i] != UCMA_PFN_NONE)
-			ucma_pages_free(a, pfns[i]);
-	ucma_pcp_drain_zone(z);
+	dirty_runs(z, 32);
 	small0 = dirty_in_orders(z, UCMA_PURGE_MIN_ORDER, UCMA_PAGEBLOCK_ORDER);
 
 	/* The zone has asked for huge pages (it grew, zone.c thp_grow()). */
@@ -721,17 +731,7 @@ static void test_purge_fails(void)
 	}
 	unsetenv("UCMA_DECAY_MS");
 	z = &a->zones[UCMA_ZONE_NORMAL];
-	for (int i = 0; i < 64; i++) {
-		pfns[i] = ucma_pages_alloc(a, 16, UCMA_GFP_UNMOVABLE);
-		if (pfns[i] != UCMA_PFN_NONE)
-			memset(ucma_pfn_to_addr(a, pfns[i]), 0xa5, 16 * UCMA_PAGE_SIZE);
-	}
-	for (int i = 0; i < 64; i++)
-		if (pfns[i] != UCMA_PFN_NONE)
-			ucma_pages_free(a, pfns[i]);
-	/* Runs freed to the per-CPU lists reach the buddy lists, as the
-	 * purge below would make them (pcp.c). */
-	ucma_pcp_drain_zone(z);
+	dirty_runs(z, 64);
 	dirty = dirty_pages(z);
 	purged_before = atomic_load(&ucma_vmstat[UCMA_STAT_PURGED_PAGES]);
 
