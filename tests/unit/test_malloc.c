@@ -876,7 +876,7 @@ static void test_fork(void)
 		pthread_create(&t[i], NULL, churn, (void *)(intptr_t)(i + 1));
 	for (int r = 0; r < rounds; r++) {
 		pid_t pid;
-		int status;
+		int status = 0;
 
 		fflush(NULL);
 		pid = fork();
@@ -907,6 +907,12 @@ static void test_fork(void)
 		if (pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
 		    WEXITSTATUS(status) == 0)
 			good++;
+		else if (pid < 0)
+			diag("round %d: fork: %s", r, strerror(errno));
+		else	/* 2: data lost, 3: no thread; a signal: died */
+			diag("round %d: the child %s %d", r,
+			     WIFSIGNALED(status) ? "died of signal" : "exited with",
+			     WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
 	}
 	__atomic_store_n(&churn_stop, true, __ATOMIC_RELAXED);
 	for (int i = 0; i < 3; i++)
