@@ -453,7 +453,6 @@ static void unmap_area(struct ucma_cma_area *area)
 	f->sort_ns = 0;
 }
 
-/* Can step @backing work for every area of @a at all? */
 /* Can the kernel give @total bytes of areas pages of kind @backing now? */
 static bool backing_available(int backing, size_t total)
 {
@@ -471,6 +470,7 @@ static bool backing_available(int backing, size_t total)
 	}
 }
 
+/* Can step @backing work for every area of @a at all? */
 static bool step_possible(struct ucma_arena *a, int backing)
 {
 	size_t total = 0;
@@ -530,7 +530,6 @@ static int map_next_step(void)
 	}
 	return -1;
 }
-
 
 bool ucma_frames_expect_lendable(const struct ucma_options *o)
 {

@@ -88,6 +88,14 @@ static inline struct ucma_frames *ucma_area_frames(const struct ucma_cma_area *a
 }
 
 /*
+ * Before the arena is laid out (arena.c): will the CMA areas described by
+ * @o have 2 MiB frames on a file, which heap lending can borrow?  Foreseen
+ * from the hugetlb pools and the kernel's shmem settings as they are now;
+ * ucma_frames_map_areas() makes the choice.
+ */
+UCMA_INTERNAL bool ucma_frames_expect_lendable(const struct ucma_options *o);
+
+/*
  * arena.c: back every CMA area of @a (names, base_pfn and npages set, the
  * reservation PROT_NONE there), in two phases so the caller can apply the
  * arena's NUMA policy in between, before any page is allocated.
@@ -106,13 +114,6 @@ static inline struct ucma_frames *ucma_area_frames(const struct ucma_cma_area *a
  * the next one is mapped, placed with @place and allocated.  Returns the
  * backing in effect for all areas, or -1 with ENOMEM.
  */
-/*
- * Before the arena is laid out (arena.c): will the CMA areas described by
- * @o have 2 MiB frames on a file, which heap lending can borrow?  Foreseen
- * from the hugetlb pools and the kernel's shmem settings as they are now;
- * ucma_frames_map_areas() makes the choice.
- */
-UCMA_INTERNAL bool ucma_frames_expect_lendable(const struct ucma_options *o);
 UCMA_INTERNAL int ucma_frames_map_areas(struct ucma_arena *a, const struct ucma_options *o);
 UCMA_INTERNAL int ucma_frames_allocate(struct ucma_arena *a,
 				       void (*place)(struct ucma_arena *a, void *addr, size_t len));

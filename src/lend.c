@@ -121,12 +121,12 @@
  * futex system calls made through syscall() back when the program sets
  * them up, and a pageblock holding live blocks is never lent again.  Not
  * seen, so still exposed (UCMA_CMA_POLICY=lend-handles is the setting for
- * programs that do such things): futex
- * calls made with the system call instruction (statically linked code,
- * inline calls on words set up by hand), a process-shared object copied
- * into place (memcpy()) rather than initialised, a raw clone() with its
- * stack or CLONE_CHILD_CLEARTID word on the heap, and programs that use
- * libucma.so's own heap for such words without the preloaded library.
+ * programs that do such things): futex calls made with the system call
+ * instruction (statically linked code, inline calls on words set up by
+ * hand), a process-shared object copied into place (memcpy()) rather
+ * than initialised, a raw clone() with its stack or CLONE_CHILD_CLEARTID
+ * word on the heap, and programs that use libucma.so's own heap for such
+ * words without the preloaded library.
  *
  * Memory that the kernel or a device holds on to (mlock, io_uring fixed
  * buffers, RDMA, CUDA host registration, O_DIRECT) must not be copied
@@ -1160,7 +1160,7 @@ int ucma_unlend(const void *addr, size_t len)
 	/* The library's own memory calls (a preloaded madvise() seen from
 	 * inside) never take anything back. */
 	if (len == 0 || !a || !lend.of || lend.a != a || ucma_os_in_call() ||
-	    atomic_load_explicit(&ucma_lend_nr_borrowed, memory_order_acquire) == 0)
+	    !ucma_lend_any_borrowed())
 		return 0;
 	zlo = (uintptr_t)ucma_pfn_to_addr(a, a->zones[UCMA_ZONE_NORMAL].start_pfn);
 	zhi = (uintptr_t)ucma_pfn_to_addr(a, a->zones[UCMA_ZONE_NORMAL].end_pfn);

@@ -118,16 +118,14 @@ static bool tc_key_ok;
 /*
  * Wholly free slabs a class keeps: enough that a thread freeing and
  * refilling a few slabs' worth does not make and destroy slabs each time,
- * at most 4 and 128 KiB of them (at least one); the GC gives them back
- * when the class idles.  A thread keeps at most KEEP_EMPTY_THREAD bytes
- * of them over all its classes: the class that keeps one more gives up
- * another class's first.  Per class alone, a program that went through
- * eight sizes one after the other kept 600 KiB its next size could not
- * use (bench_malloc "simple": 1.4 MiB resident against mimalloc's 0.7).
+ * at most KEEP_EMPTY_MAX and UCMA_TCACHE_KEEP_EMPTY bytes of them (at
+ * least one); the GC gives them back when the class idles.  The same
+ * bytes bound the thread's kept slabs over all its classes: the class
+ * that keeps one more gives up another class's first.  With the bound
+ * per class alone, a thread that went through eight sizes one after the
+ * other kept 600 KiB of them (test_malloc).
  */
-#define KEEP_EMPTY_MAX    4u
-#define KEEP_EMPTY_BYTES  (128u << 10)
-#define KEEP_EMPTY_THREAD UCMA_TCACHE_KEEP_EMPTY
+#define KEEP_EMPTY_MAX 4u
 
 static void tcache_destroy(void *arg);
 static void bin_flush(struct ucma_tcache *tc, unsigned cls, unsigned keep);
@@ -308,15 +306,15 @@ static void keep_empty(struct ucma_tcache *tc, unsigned cls, struct ucma_slab *s
 {
 	struct ucma_tlists *l = &tc->lists[cls];
 	uint32_t bytes = slab_bytes(cls);
-	unsigned keep = KEEP_EMPTY_BYTES / bytes;
+	unsigned keep = UCMA_TCACHE_KEEP_EMPTY / bytes;
 
 	if (keep > KEEP_EMPTY_MAX)
 		keep = KEEP_EMPTY_MAX;
 	if (l->nempty < (keep ? keep : 1)) {
-		while (tc->kept_bytes + bytes > KEEP_EMPTY_THREAD && evict_other(tc, cls))
+		while (tc->kept_bytes + bytes > UCMA_TCACHE_KEEP_EMPTY && evict_other(tc, cls))
 			;
 		/* (One slab larger than the budget is still kept: at least one.) */
-		if (tc->kept_bytes + bytes <= KEEP_EMPTY_THREAD || !tc->kept_bytes) {
+		if (tc->kept_bytes + bytes <= UCMA_TCACHE_KEEP_EMPTY || !tc->kept_bytes) {
 			set_state(s, UCMA_SLAB_EMPTY);
 			ucma_slab_list_add(&l->empty, s);
 			l->nempty++;

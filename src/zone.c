@@ -36,8 +36,8 @@
  * kernel with MADV_DONTNEED (order >= UCMA_PURGE_MIN_ORDER, so the cost of
  * the system call is amortised; whole pageblocks only where the zone is on
  * transparent huge pages, which a smaller purge would split).  Zones on
- * hugetlb pages are not purged:
- * hugetlb memory is reserved and cannot be given back in pieces.  Nor are
+ * hugetlb pages are not purged: hugetlb memory is reserved and cannot be
+ * given back in pieces.  Nor are
  * CMA areas on files (frames.c): their frames are the reservation, and
  * MADV_DONTNEED would not even free a shared page, only unmap it.
  *
@@ -110,7 +110,6 @@ void ucma_arena_poison(struct ucma_arena *a, bool poison)
 	else
 		pages_unpoison(a, 0, a->npages);
 }
-
 
 static unsigned order_for(uint32_t npages)
 {
@@ -1260,8 +1259,8 @@ static _Atomic uint64_t next_purge_ns[UCMA_ZONE_NR];
  * ucma_zone_purge() - return dirty free blocks to the kernel.  With @all,
  * every dirty block of any order (malloc_trim); otherwise blocks of at
  * least UCMA_PURGE_MIN_ORDER (whole pageblocks on transparent huge pages)
- * freed before the current epoch.  The zone
- * lock is held across madvise: the blocks must stay free meanwhile.  With
+ * freed before the current epoch.  The zone lock is held across madvise:
+ * the blocks must stay free meanwhile.  With
  * @all the per-CPU lists are drained first, so their pages merge and go
  * too; the periodic purge leaves them, as pages about to be used again.
  */
