@@ -205,10 +205,11 @@ typedef int (*rwlock_init_fn)(pthread_rwlock_t *, const pthread_rwlockattr_t *);
 typedef int (*barrier_init_fn)(pthread_barrier_t *, const pthread_barrierattr_t *, unsigned);
 typedef int (*sem_init_fn)(sem_t *, int, unsigned);
 
-/* Take back the object at [@obj, @obj + @len) when @shared; 0 or EAGAIN. */
-static int unlend_object(bool shared, const void *obj, size_t len)
+/* Take back the object at [@obj, @obj + @len) when @shared: false if
+ * that failed. */
+static bool unlend_object(bool shared, const void *obj, size_t len)
 {
-	return shared && ucma_unlend(obj, len) != 0 ? EAGAIN : 0;
+	return !shared || ucma_unlend(obj, len) == 0;
 }
 
 /*
@@ -228,13 +229,13 @@ FUTEX_GUARD_EXPORT int pthread_mutex_init(pthread_mutex_t *mutex, const pthread_
 		pthread_mutexattr_getpshared(attr, &pshared);
 		pthread_mutexattr_getrobust(attr, &robust);
 		pthread_mutexattr_getprotocol(attr, &protocol);
-		if (unlend_object(pshared == PTHREAD_PROCESS_SHARED ||
-					  robust == PTHREAD_MUTEX_ROBUST ||
-					  protocol == PTHREAD_PRIO_INHERIT,
-				  mutex, sizeof(*mutex)))
+		if (!unlend_object(pshared == PTHREAD_PROCESS_SHARED ||
+					   robust == PTHREAD_MUTEX_ROBUST ||
+					   protocol == PTHREAD_PRIO_INHERIT,
+				   mutex, sizeof(*mutex)))
 			return EAGAIN;
 	}
-	if (!attr && !__atomic_load_n(&real_cache, __ATOMIC_ACQUIRE)) {
+	if (!attr) {
 		*mutex = (pthread_mutex_t)PTHREAD_MUTEX_INITIALIZER;
 		return 0;
 	}
@@ -249,7 +250,7 @@ FUTEX_GUARD_EXPORT int pthread_cond_init(pthread_cond_t *cond, const pthread_con
 
 	if (attr && ucma_lend_any_borrowed()) {
 		pthread_condattr_getpshared(attr, &pshared);
-		if (unlend_object(pshared == PTHREAD_PROCESS_SHARED, cond, sizeof(*cond)))
+		if (!unlend_object(pshared == PTHREAD_PROCESS_SHARED, cond, sizeof(*cond)))
 			return EAGAIN;
 	}
 	return real(cond, attr);
@@ -263,7 +264,7 @@ FUTEX_GUARD_EXPORT int pthread_rwlock_init(pthread_rwlock_t *rwlock,
 
 	if (attr && ucma_lend_any_borrowed()) {
 		pthread_rwlockattr_getpshared(attr, &pshared);
-		if (unlend_object(pshared == PTHREAD_PROCESS_SHARED, rwlock, sizeof(*rwlock)))
+		if (!unlend_object(pshared == PTHREAD_PROCESS_SHARED, rwlock, sizeof(*rwlock)))
 			return EAGAIN;
 	}
 	return real(rwlock, attr);
@@ -277,7 +278,7 @@ FUTEX_GUARD_EXPORT int pthread_barrier_init(pthread_barrier_t *barrier,
 
 	if (attr && ucma_lend_any_borrowed()) {
 		pthread_barrierattr_getpshared(attr, &pshared);
-		if (unlend_object(pshared == PTHREAD_PROCESS_SHARED, barrier, sizeof(*barrier)))
+		if (!unlend_object(pshared == PTHREAD_PROCESS_SHARED, barrier, sizeof(*barrier)))
 			return EAGAIN;
 	}
 	return real(barrier, attr, count);
@@ -292,7 +293,7 @@ FUTEX_GUARD_EXPORT int sem_init(sem_t *sem, int pshared, unsigned value)
 		errno = ENOSYS;
 		return -1;
 	}
-	if (pshared && ucma_lend_any_borrowed() && unlend_object(true, sem, sizeof(*sem))) {
+	if (pshared && ucma_lend_any_borrowed() && !unlend_object(true, sem, sizeof(*sem))) {
 		errno = ENOSPC;	/* POSIX: "a resource ... has been exhausted" */
 		return -1;
 	}
@@ -303,15 +304,18 @@ FUTEX_GUARD_EXPORT int sem_init(sem_t *sem, int pshared, unsigned value)
 /* syscall() of the futex calls                                              */
 /* ------------------------------------------------------------------------ */
 
-/* Take back the futex2 word of @w unless it is private; 0 or -errno. */
-static long unlend_waitv(const struct waitv *w)
+static long unlend_word(long addr, size_t len)
 {
-	if ((w->flags & FUTEX2_PRIVATE) || !w->uaddr)
+	return addr && ucma_unlend((const void *)addr, len) != 0 ? -errno : 0;
+}
+
+/* Take back the futex2 word at @addr, of the size in @flags, unless it is
+ * private; 0 or -errno. */
+static long unlend_futex2(long addr, unsigned long flags)
+{
+	if (flags & FUTEX2_PRIVATE)
 		return 0;
-	if (ucma_unlend((const void *)(uintptr_t)w->uaddr,
-			(size_t)1 << (w->flags & FUTEX2_SIZE_MASK)) != 0)
-		return -errno;
-	return 0;
+	return unlend_word(addr, (size_t)1 << (flags & FUTEX2_SIZE_MASK));
 }
 
 /* The @nr futex_waitv entries at @uw; an array the kernel cannot read is
@@ -325,13 +329,8 @@ static long unlend_waitv_array(const void *uw, unsigned long nr)
 	    !ucma_preload_read_user(w, uw, nr * sizeof(w[0])))
 		return 0;
 	for (unsigned long i = 0; i < nr && rc == 0; i++)
-		rc = unlend_waitv(&w[i]);
+		rc = unlend_futex2((long)w[i].uaddr, w[i].flags);
 	return rc;
-}
-
-static long unlend_word(long addr, size_t len)
-{
-	return addr && ucma_unlend((const void *)addr, len) != 0 ? -errno : 0;
 }
 
 /* The priority-inheritance calls: the kernel writes the word itself, and
@@ -354,41 +353,46 @@ static bool futex_pi_op(int op)
 	}
 }
 
+/* The calls with a second word (uaddr2, the fifth argument). */
+static bool futex_has_uaddr2(int op)
+{
+	switch (op & FUTEX_CMD_MASK) {
+	case FUTEX_REQUEUE:
+	case FUTEX_CMP_REQUEUE:
+	case FUTEX_WAKE_OP:
+	case FUTEX_WAIT_REQUEUE_PI:
+	case FUTEX_CMP_REQUEUE_PI:
+		return true;
+	default:
+		return false;
+	}
+}
+
 long ucma_preload_futex_unlend(long nr, const long a[6])
 {
 	long rc;
 
+	/* Memory in use while nothing is lent never will be (lend.h). */
+	if (!ucma_lend_any_borrowed())
+		return 0;
 	switch (nr) {
 	case SYS_futex: {
 		int op = (int)a[1];
 
-		if (((op & FUTEX_PRIVATE_FLAG) && !futex_pi_op(op)) || !ucma_lend_any_borrowed())
+		if ((op & FUTEX_PRIVATE_FLAG) && !futex_pi_op(op))
 			return 0;
 		rc = unlend_word(a[0], sizeof(uint32_t));
-		switch (op & FUTEX_CMD_MASK) {
-		case FUTEX_REQUEUE:
-		case FUTEX_CMP_REQUEUE:
-		case FUTEX_WAKE_OP:
-		case FUTEX_WAIT_REQUEUE_PI:
-		case FUTEX_CMP_REQUEUE_PI:
-			if (rc == 0)
-				rc = unlend_word(a[4], sizeof(uint32_t));
-			break;
-		default:
-			break;
-		}
+		if (rc == 0 && futex_has_uaddr2(op))
+			rc = unlend_word(a[4], sizeof(uint32_t));
 		return rc;
 	}
 	case UCMA_SYS_futex_wake:	/* (uaddr, mask, nr, flags) */
 	case UCMA_SYS_futex_wait:	/* (uaddr, val, mask, flags, timeout, clockid) */
-		if (((unsigned long)a[3] & FUTEX2_PRIVATE) || !ucma_lend_any_borrowed())
-			return 0;
-		return unlend_word(a[0], (size_t)1 << (a[3] & FUTEX2_SIZE_MASK));
+		return unlend_futex2(a[0], (unsigned long)a[3]);
 	case UCMA_SYS_futex_waitv:	/* (waiters, nr, flags, timeout, clockid) */
-		return ucma_lend_any_borrowed() ? unlend_waitv_array((const void *)a[0],
-								     (unsigned long)a[1]) : 0;
+		return unlend_waitv_array((const void *)a[0], (unsigned long)a[1]);
 	case UCMA_SYS_futex_requeue:	/* (waiters[2], flags, nr_wake, nr_requeue) */
-		return ucma_lend_any_borrowed() ? unlend_waitv_array((const void *)a[0], 2) : 0;
+		return unlend_waitv_array((const void *)a[0], 2);
 	default:
 		return 0;
 	}

@@ -38,7 +38,8 @@ UCMA_PRELOAD_HIDDEN bool ucma_preload_read_user(void *dst, const void *src, size
  * syscall() of a futex call (SYS_futex, futex_waitv, futex_wait,
  * futex_wake, futex_requeue) with arguments @a: the words it names that
  * are not process-private leave the frames lent to the heap first.
- * Returns 0, or -errno when one stays lent (the call is then refused).
+ * Returns 0 (also for any other call @nr), or -errno when one stays lent
+ * (the call is then refused).
  */
 UCMA_PRELOAD_HIDDEN long ucma_preload_futex_unlend(long nr, const long a[6]);
 

@@ -258,19 +258,15 @@ LONGTERM_EXPORT long syscall(long nr, ...)
 	case SYS_io_uring_register:
 		return libc_result(io_uring_register_raw(a[0], (unsigned)a[1], (const void *)a[2],
 							 (unsigned)a[3]));
-	case SYS_futex:
-	case UCMA_SYS_futex_waitv:
-	case UCMA_SYS_futex_wake:
-	case UCMA_SYS_futex_wait:
-	case UCMA_SYS_futex_requeue: {
+	default: {
+		/* The futex calls' shared words first (futex_guard.c): 0 for
+		 * any other call. */
 		long rc = ucma_preload_futex_unlend(nr, a);
 
 		if (rc != 0)
 			return libc_result(rc);
 		return libc_result(ucma_raw_syscall6(nr, a[0], a[1], a[2], a[3], a[4], a[5]));
 	}
-	default:
-		return libc_result(ucma_raw_syscall6(nr, a[0], a[1], a[2], a[3], a[4], a[5]));
 	}
 }
 

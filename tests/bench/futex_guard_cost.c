@@ -60,12 +60,13 @@ static double best(void (*fn)(void), int n)
 	double b = 1e18;
 
 	for (int r = 0; r < ROUNDS; r++) {
-		double t0 = now_ns();
+		double t0 = now_ns(), per;
 
 		for (int i = 0; i < n; i++)
 			fn();
-		if ((now_ns() - t0) / n < b)
-			b = (now_ns() - t0) / n;
+		per = (now_ns() - t0) / n;
+		if (per < b)
+			b = per;
 	}
 	return b;
 }

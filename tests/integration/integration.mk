@@ -54,6 +54,7 @@ TESTS += \
 	tests/integration/preload_compilers.sh
 EXTRA_DIST += \
 	tests/integration/common.sh \
+	tests/integration/lent.h \
 	tests/integration/py_workload.py \
 	tests/integration/lend_workload.py \
 	tests/integration/preload_lend.sh \

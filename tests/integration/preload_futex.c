@@ -50,6 +50,7 @@
 #include "ucma.h"
 #include "tap.h"
 #include "testutil.h"
+#include "lent.h"
 
 #define MiB ((size_t)1 << 20)
 #define BLOCK (3 * MiB)
@@ -69,29 +70,6 @@ struct waitv {
 	uint32_t flags;
 	uint32_t reserved;
 };
-
-/* The CMA area the script configures (UCMA_CMA_SIZE). */
-static size_t cma_size;
-
-/* Blocks stay allocated until the end, so that each case's malloc breaks
- * into fresh pageblocks, the ones the heap lends. */
-static char *kept[32];
-static int nkept;
-
-static void keep(char *b)
-{
-	if (b && nkept < (int)(sizeof(kept) / sizeof(kept[0])))
-		kept[nkept++] = b;
-	else
-		free(b);
-}
-
-static uint64_t stat_of(const char *name)
-{
-	uint64_t v = 0;
-
-	return ucma_stat(name, &v) == 0 ? v : UINT64_MAX;
-}
 
 /* A fresh block whose pages are all on CMA frames, or NULL (diagnosed). */
 static char *lent_block(void)
@@ -524,22 +502,18 @@ static void wake_cur_word(void)
 	syscall(SYS_futex, cur->obj, FUTEX_WAKE, 1, NULL, NULL, 0);
 }
 
-static void case_futex(void (*check)(const char *what, int rc), void *(*fn)(void *),
-		       const char *what)
+static void case_futex(void *(*fn)(void *), const char *what)
 {
 	char *b = lent_block();
 	struct sleeper s = { 0 };
+	int rc;
 
 	if (!b) {
 		skip(1, "no lent block for a futex word");
 		return;
 	}
 	s.obj = b + MiB;
-	check(what, across_take_back(fn, &s, wake_cur_word));
-}
-
-static void check_woken(const char *what, int rc)
-{
+	rc = across_take_back(fn, &s, wake_cur_word);
 	ok(rc == 0, "%s on a lent heap word across a take-back is woken by FUTEX_WAKE (%s)",
 	   what, rc > 0 ? strerror(rc) : rc ? "did not run" : "woken");
 }
@@ -556,16 +530,8 @@ static void on_alarm(int sig)
 
 int main(void)
 {
-	const char *cma = getenv("UCMA_CMA_SIZE");	/* "<n>M" */
-	char *probe;
-
-	cma_size = cma ? (size_t)strtoull(cma, NULL, 10) * MiB : 0;
-	if (!cma_size)
-		skip_all("UCMA_CMA_SIZE (in MiB) is not set");
-	probe = lent_block();
-	if (!probe || stat_of("lend_heap_pageblocks") == 0)
-		skip_all("the heap borrows no CMA frames here (lending needs a userfaultfd "
-			 "with write-protection: root, or vm.unprivileged_userfaultfd=1)");
+	lent_cma_size();
+	lent_require(lent_block());
 	signal(SIGALRM, on_alarm);
 	alarm(120);
 	plan_no_plan();
@@ -576,9 +542,8 @@ int main(void)
 	case_cond();
 	case_sem();
 	case_other_objects();
-	case_futex(check_woken, futex_sleeper, "syscall(SYS_futex, FUTEX_WAIT)");
-	case_futex(check_woken, waitv_sleeper, "syscall(SYS_futex_waitv) of a shared word");
-	while (nkept)
-		free(kept[--nkept]);
+	case_futex(futex_sleeper, "syscall(SYS_futex, FUTEX_WAIT)");
+	case_futex(waitv_sleeper, "syscall(SYS_futex_waitv) of a shared word");
+	free_kept();
 	return done();
 }

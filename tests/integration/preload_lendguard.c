@@ -25,6 +25,7 @@
 #include "ucma.h"
 #include "tap.h"
 #include "testutil.h"
+#include "lent.h"
 
 #define MiB ((size_t)1 << 20)
 #define BLOCK (3 * MiB)
@@ -38,14 +39,6 @@
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
 #endif
 
-static size_t cma_size;
-
-static uint64_t stat_of(const char *name)
-{
-	uint64_t v = 0;
-
-	return ucma_stat(name, &v) == 0 ? v : UINT64_MAX;
-}
 
 static char *block_new(uint64_t seed)
 {
@@ -102,19 +95,14 @@ static void fd_target(int fd, char *out, size_t len)
 
 int main(void)
 {
-	const char *cma = getenv("UCMA_CMA_SIZE");	/* "<n>M" */
 	int mine[8], n, again[8], m, p[2], extra, uffd = -1, null;
 	char *b[3], what[128];
 	bool lent = true, good = true;
 	void *area;
 
-	cma_size = cma ? (size_t)strtoull(cma, NULL, 10) * MiB : 0;
-	if (!cma_size)
-		skip_all("UCMA_CMA_SIZE (in MiB) is not set");
+	lent_cma_size();
 	b[0] = block_new(1);
-	if (!b[0] || !tu_on_frame(b[0]) || stat_of("lend_heap_pageblocks") == 0)
-		skip_all("the heap borrows no CMA frames here (lending needs a userfaultfd "
-			 "with write-protection: root, or vm.unprivileged_userfaultfd=1)");
+	lent_require(b[0]);
 	plan_no_plan();
 	n = owned(mine, 8);
 	for (int i = 0; i < n; i++) {

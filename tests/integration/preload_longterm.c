@@ -37,32 +37,17 @@
 #include "ucma.h"
 #include "tap.h"
 #include "testutil.h"
+#include "lent.h"
 
 #define MiB ((size_t)1 << 20)
 #define BLOCK (3 * MiB)
 #define PAGE ((size_t)4096)
 
-/* The CMA area the script configures (UCMA_CMA_SIZE). */
-static size_t cma_size;
-
-static uint64_t stat_of(const char *name)
-{
-	uint64_t v = 0;
-
-	return ucma_stat(name, &v) == 0 ? v : UINT64_MAX;
-}
-
-/* Is @addr on a CMA frame? */
-static bool on_frame(const void *addr)
-{
-	return tu_on_frame(addr);
-}
-
 /* Does any page of [@b, @b + @len) lie on a CMA frame? */
 static bool any_on_frame(const char *b, size_t len)
 {
 	for (size_t off = 0; off < len; off += PAGE)
-		if (on_frame(b + off))
+		if (tu_on_frame(b + off))
 			return true;
 	return false;
 }
@@ -85,28 +70,12 @@ static bool block_good(const char *b, uint64_t seed)
 	return true;
 }
 
-/*
- * Blocks stay allocated until the end: a freed block is dirty memory the
- * heap hands out again as it is (only wholly free, clean pageblocks are
- * lent), so each case's malloc must break into fresh pageblocks.
- */
-static char *kept[32];
-static int nkept;
-
-static void keep(char *b)
-{
-	if (b && nkept < (int)(sizeof(kept) / sizeof(kept[0])))
-		kept[nkept++] = b;
-	else
-		free(b);
-}
-
 /* A fresh block on a CMA frame, or NULL (diagnosed). */
 static char *lent_block(uint64_t seed)
 {
 	char *b = block_new(seed);
 
-	if (b && !on_frame(b)) {
+	if (b && !tu_on_frame(b)) {
 		diag("a fresh %zu-byte block at %p is not on a CMA frame", BLOCK, (void *)b);
 		keep(b);
 		return NULL;
@@ -134,7 +103,7 @@ static void case_mlock(void)
 	b = lent_block(2);
 	/* Only one page of the block: its pageblock leaves, the call works. */
 	rc = b ? mlock2(b + PAGE, PAGE, MLOCK_ONFAULT) : -1;
-	ok(b && rc == 0 && !on_frame(b + PAGE) && block_good(b, 2),
+	ok(b && rc == 0 && !tu_on_frame(b + PAGE) && block_good(b, 2),
 	   "mlock2(MLOCK_ONFAULT) of one page: that page is off the frames, data intact");
 	if (b)
 		munlock(b + PAGE, PAGE);
@@ -234,7 +203,7 @@ static void case_liburing(void)
 	iov.iov_len = BLOCK;
 	rc = b ? io_uring_register_buffers(&ring, &iov, 1) : -1;
 	check_unlent(b, 5, rc, "liburing's io_uring_register_buffers()");
-	ok(other && on_frame(other), "a block not registered stays on its frame");
+	ok(other && tu_on_frame(other), "a block not registered stays on its frame");
 
 	/* Take every frame back, then let the kernel write the buffer. */
 	area = whole_area();
@@ -274,7 +243,7 @@ static void case_mlockall(void)
 	   "mlockall(MCL_CURRENT): nothing is lent any more, data intact");
 	munlockall();
 	later = block_new(10);
-	ok(later && !on_frame(later) && stat_of("lend_heap_pageblocks") == 0,
+	ok(later && !tu_on_frame(later) && stat_of("lend_heap_pageblocks") == 0,
 	   "after mlockall the heap lends no more");
 	keep(later);
 	keep(b[0]);
@@ -283,16 +252,11 @@ static void case_mlockall(void)
 
 int main(void)
 {
-	const char *cma = getenv("UCMA_CMA_SIZE");	/* "<n>M" */
 	char *probe;
 
-	cma_size = cma ? (size_t)strtoull(cma, NULL, 10) * MiB : 0;
-	if (!cma_size)
-		skip_all("UCMA_CMA_SIZE (in MiB) is not set");
+	lent_cma_size();
 	probe = block_new(0);
-	if (!probe || !on_frame(probe) || stat_of("lend_heap_pageblocks") == 0)
-		skip_all("the heap borrows no CMA frames here (lending needs a userfaultfd "
-			 "with write-protection: root, or vm.unprivileged_userfaultfd=1)");
+	lent_require(probe);
 	keep(probe);
 	plan_no_plan();
 	case_mlock();
@@ -303,7 +267,6 @@ int main(void)
 	skip(3, "liburing is not installed");
 #endif
 	case_mlockall();
-	while (nkept)
-		free(kept[--nkept]);
+	free_kept();
 	return done();
 }
