@@ -1,8 +1,9 @@
 #!/bin/sh
 # futex_guard.sh - the cost of the preloaded futex guards (preload/
 # futex_guard.c): futex_guard_cost without the library, under it with
-# heap lending off (the default), and with lending on and a pageblock
-# borrowed.  Each row compares the interposed call with the C library's
+# nothing lent (the defaults where the CMA areas get no 2 MiB frames on a
+# file, as with no hugetlb pool and shmem without huge pages), and with
+# lending on and a pageblock borrowed.  Each row compares the interposed call with the C library's
 # own, measured in the same run.  `make bench-futex-guard`; lending needs
 # a userfaultfd (root).
 #
