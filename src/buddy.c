@@ -337,6 +337,34 @@ static uint32_t buddy_take(struct ucma_zone *z, unsigned order, int mt, bool *wa
 	return UCMA_PFN_NONE;
 }
 
+/*
+ * ucma_buddy_take_resident() - like ucma_buddy_take(), from the first list
+ * of order >= @order whose first block may hold data (is dirty), so that
+ * its pages are resident already; UCMA_PFN_NONE when no list starts with
+ * one.  Only the first block of each list is looked at: a free goes to
+ * the front, so the blocks freed last come first.  Looking further finds
+ * more blocks marked dirty, but a merged block is marked so when any part
+ * of it was, and taking those gave bench_malloc "small-batch" a higher
+ * peak (9.5 MiB against 8.9 with eight looks per list).
+ */
+uint32_t ucma_buddy_take_resident(struct ucma_zone *z, unsigned order, int mt)
+{
+	for (unsigned o = order; o < UCMA_NR_ORDERS; o++) {
+		uint32_t pfn = z->free_area[o].head[mt];
+		uint8_t flags;
+		uint32_t epoch;
+
+		if (pfn == UCMA_PFN_NONE || !(pg(z, pfn)->flags & UCMA_PF_DIRTY))
+			continue;
+		flags = pg(z, pfn)->flags;
+		epoch = pg(z, pfn)->aux;
+		free_list_del(z, pfn, o, mt);
+		expand(z, pfn, order, o, mt, flags, epoch);
+		return pfn;
+	}
+	return UCMA_PFN_NONE;
+}
+
 uint32_t ucma_buddy_take(struct ucma_zone *z, unsigned order, int mt)
 {
 	return buddy_take(z, order, mt, NULL);

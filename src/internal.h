@@ -363,12 +363,17 @@ UCMA_INTERNAL struct ucma_cma_area *ucma_area_of_pfn(struct ucma_arena *a, uint3
 #define UCMA_GFP_NO_COMPACT  0x08u	/* do not run direct compaction */
 #define UCMA_GFP_POPULATE    0x10u	/* written whole at once (a migration copy): map fresh pages
 					 * in one call first (zone.c, ucma_pages_alloc_in()) */
+#define UCMA_GFP_RESIDENT    0x20u	/* rather a free block that may hold data (resident) than
+					 * a clean one, whose pages would add to the RSS: taken
+					 * from the buddy lists and per-CPU refills (zone.c); a
+					 * run already on a per-CPU list is taken as it is */
 
 /* buddy.c: primitives; the caller holds z->lock. */
 UCMA_INTERNAL void ucma_buddy_init_zone(struct ucma_zone *z);
 UCMA_INTERNAL uint32_t ucma_buddy_take(struct ucma_zone *z, unsigned order, int mt);
 UCMA_INTERNAL uint32_t ucma_buddy_take_dirty(struct ucma_zone *z, unsigned order, int mt,
 					     bool *was_dirty);
+UCMA_INTERNAL uint32_t ucma_buddy_take_resident(struct ucma_zone *z, unsigned order, int mt);
 UCMA_INTERNAL void ucma_buddy_free_clean_range(struct ucma_zone *z, uint32_t pfn, uint32_t npages,
 					       bool dirty);
 UCMA_INTERNAL void ucma_buddy_free_block(struct ucma_zone *z, uint32_t pfn, unsigned order);
@@ -401,8 +406,16 @@ UCMA_INTERNAL bool ucma_page_is_free_head(const struct ucma_arena *a, uint32_t p
 
 /* zone.c: runs of pages with the zone rules; takes the zone locks itself. */
 UCMA_INTERNAL uint32_t ucma_pages_alloc(struct ucma_arena *a, uint32_t npages, unsigned gfp);
+/* The same, telling in *@was_dirty (when a run is returned) whether its
+ * pages may hold data: false means they are not resident yet. */
+UCMA_INTERNAL uint32_t ucma_pages_alloc_dirty(struct ucma_arena *a, uint32_t npages, unsigned gfp,
+					      bool *was_dirty);
 UCMA_INTERNAL uint32_t ucma_pages_alloc_zone(struct ucma_zone *z, uint32_t npages, unsigned gfp);
 UCMA_INTERNAL void ucma_pages_free(struct ucma_arena *a, uint32_t pfn);
+/* Give back a run that ucma_pages_alloc_dirty() returned clean and that
+ * nothing wrote: to the buddy lists, clean, not to a per-CPU list (where
+ * it would count as dirty). */
+UCMA_INTERNAL void ucma_pages_free_unused(struct ucma_arena *a, uint32_t pfn);
 /* Keep only [keep, keep + nkeep) of the allocated run at @head and give
  * the pages before and after back (an aligned request's slack, as dirty).
  * The kept part must lie in one pageblock or start on a pageblock

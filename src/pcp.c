@@ -63,8 +63,10 @@
  *    nothing in the buddy lists drains every list of the zone and tries
  *    again (the kernel's drain_all_pages() before giving up), as do
  *    compaction, malloc_trim's purge, and the search for a wholly free
- *    CMA pageblock to lend.  The decay purge does not: pages on a list
- *    are the ones about to be used again.
+ *    CMA pageblock to lend.  A new slab that would take pages not resident
+ *    yet drains the runs that may hold data (ucma_pcp_drain_dirty(),
+ *    slab.c), so that it takes those instead.  The decay purge does not:
+ *    pages on a list are the ones about to be used again.
  *  - fork: the zones' fork stage takes every list lock of a zone before
  *    its zone lock and releases them in both processes; the lists are
  *    memory, so the child has the same pages on the same lists.
@@ -395,6 +397,30 @@ void ucma_pcp_drain_zone(struct ucma_zone *z)
 		if (pcp->count || pcp->nr_pb) {
 			pthread_mutex_lock(&z->lock);
 			drain_pcp_locked(z, pcp);
+			pthread_mutex_unlock(&z->lock);
+		}
+		ucma_unlock(&pcp->lock);
+	}
+}
+
+void ucma_pcp_drain_dirty(struct ucma_zone *z)
+{
+	struct ucma_page *pages = z->arena->pages;
+
+	for (unsigned c = 0; c < z->nr_pcp; c++) {
+		struct ucma_pcp *pcp = &z->pcp[c];
+
+		ucma_lock(&pcp->lock);
+		if (pcp->count) {
+			pthread_mutex_lock(&z->lock);
+			for (unsigned k = 0; k < UCMA_PCP_PB_CLASS; k++)
+				for (int mt = 0; mt < UCMA_PCP_NR_MT; mt++)
+					for (uint32_t *link = &pcp->head[k][mt]; *link != UCMA_PFN_NONE;) {
+						if (pages[*link].flags & UCMA_PF_DIRTY)
+							release_after(z, pcp, k, mt, link);
+						else
+							link = &pages[*link].link.next;
+					}
 			pthread_mutex_unlock(&z->lock);
 		}
 		ucma_unlock(&pcp->lock);

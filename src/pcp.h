@@ -99,6 +99,9 @@ UCMA_INTERNAL int ucma_pcp_free(struct ucma_zone *z, uint32_t pfn, uint32_t npag
 
 /* drain_all_pages: every list of @z back to the buddy lists. */
 UCMA_INTERNAL void ucma_pcp_drain_zone(struct ucma_zone *z);
+/* The runs on @z's lists that may hold data (dirty) back to the buddy
+ * lists, where they merge; the clean ones, which cost no memory, stay. */
+UCMA_INTERNAL void ucma_pcp_drain_dirty(struct ucma_zone *z);
 /* Every pcp lock of @z, ascending, and back (isolation, checks, fork,
  * a heap pageblock's take-back). */
 UCMA_INTERNAL void ucma_pcp_lock_all(struct ucma_zone *z);

@@ -55,7 +55,9 @@
  */
 #include "internal.h"
 #include "lock.h"
+#include "pcp.h"
 #include "slab.h"
+#include "tcache.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -87,6 +89,33 @@ struct slab_bin {
 static struct slab_bin bins[UCMA_MAX_BINSETS][UCMA_NR_CLASSES];
 static unsigned nbinsets = 1;
 static unsigned binset_turn;	/* atomic */
+/* Slabs on the empty lists of all bins: changed under a bin lock, read
+ * without one (atomic), so a slab creation finds out cheaply whether any
+ * are kept (reclaim_kept()). */
+static unsigned central_nempty;
+
+/* Keep the wholly free slab @s on bin @b's empty list (bin lock held). */
+static void empty_add(struct slab_bin *b, struct ucma_slab *s)
+{
+	ucma_slab_list_add(&b->empty, s);
+	__atomic_store_n(&b->nempty, b->nempty + 1, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&central_nempty, 1, __ATOMIC_RELAXED);
+}
+
+/* Take the first slab of bin @b's empty list, or NULL (bin lock held). */
+static size_t release_central(bool partials);
+
+static struct ucma_slab *empty_take(struct slab_bin *b)
+{
+	struct ucma_slab *s = b->empty;
+
+	if (s) {
+		ucma_slab_list_del(&b->empty, s);
+		__atomic_store_n(&b->nempty, b->nempty - 1, __ATOMIC_RELAXED);
+		__atomic_fetch_sub(&central_nempty, 1, __ATOMIC_RELAXED);
+	}
+	return s;
+}
 
 /* ------------------------------------------------------------------------ */
 /* Size classes                                                              */
@@ -581,6 +610,42 @@ static void registry_add(struct slab_bin *b, struct ucma_slab *s)
 }
 
 /*
+ * The pages of a new slab: rather memory that is resident already than
+ * fresh pages, which would add to the process's RSS (UCMA_GFP_RESIDENT).
+ * Wholly free slabs kept for reuse, by the creating thread's cache
+ * (@owner) and by the central bins, hold pages of their own length that
+ * nothing else uses, and freed runs wait on the per-CPU lists by length:
+ * a program that went from one size to the next found them splitting the
+ * freed pages, and its new slabs took fresh pages instead.  So when the
+ * page allocator hands out a run that is not resident while slabs are
+ * kept, the run goes back, the kept slabs go back to the page allocator
+ * and the dirty runs of the per-CPU lists to the buddy lists, where they
+ * merge, and the run is asked for again (bench_malloc "simple" under the
+ * preload: peak RSS in tests/bench/RESULTS.md).  A program that grows with
+ * nothing kept pays a look at two counters per slab.
+ */
+static uint32_t slab_pages(struct ucma_arena *a, uint32_t npages, struct ucma_tcache *owner)
+{
+	const unsigned gfp = UCMA_GFP_UNMOVABLE | UCMA_GFP_RESIDENT;
+	bool dirty = true;
+	uint32_t pfn = ucma_pages_alloc_dirty(a, npages, gfp, &dirty);
+
+	if (pfn == UCMA_PFN_NONE || dirty)
+		return pfn;
+	if ((owner == &ucma_slab_unowned || !ucma_tcache_keeps_empty(owner)) &&
+	    !__atomic_load_n(&central_nempty, __ATOMIC_RELAXED))
+		return pfn;
+	/* Back first, so that what follows is freed after it: the buddy
+	 * lists hand out the blocks freed last first. */
+	ucma_pages_free_unused(a, pfn);
+	if (owner != &ucma_slab_unowned)
+		ucma_tcache_release_kept(owner);
+	release_central(false);
+	ucma_pcp_drain_dirty(&a->zones[UCMA_ZONE_NORMAL]);
+	return ucma_pages_alloc(a, npages, gfp);
+}
+
+/*
  * A new slab of class @cls, all objects free, owned by @owner (a cache,
  * or &ucma_slab_unowned) in state @state, returning to bin set @set.
  * NULL with ENOMEM.  Called without any bin lock.
@@ -597,7 +662,7 @@ static struct ucma_slab *slab_create(unsigned set, unsigned cls, struct ucma_tca
 	if (!s)
 		return NULL;
 	if (a)
-		pfn = ucma_pages_alloc(a, c->npages, UCMA_GFP_UNMOVABLE);
+		pfn = slab_pages(a, c->npages, owner);
 	if (pfn != UCMA_PFN_NONE) {
 		s->base = (uintptr_t)ucma_pfn_to_addr(a, pfn);
 		s->where = UCMA_SLAB_ARENA;
@@ -724,9 +789,8 @@ struct ucma_slab *ucma_slab_adopt(unsigned set, unsigned cls, struct ucma_tcache
 	s = b->partial;
 	if (s) {
 		ucma_slab_list_del(&b->partial, s);
-	} else if ((s = b->empty) != NULL) {
-		ucma_slab_list_del(&b->empty, s);
-		b->nempty--;
+	} else {
+		s = empty_take(b);
 	}
 	if (s) {
 		__atomic_store_n(&s->queued, 0, __ATOMIC_RELAXED);
@@ -784,8 +848,7 @@ static bool central_file(struct slab_bin *b, struct ucma_slab *s, int old_state)
 			__atomic_store_n(&s->state, UCMA_SLAB_DEAD, __ATOMIC_RELAXED);
 			return true;
 		}
-		ucma_slab_list_add(&b->empty, s);
-		b->nempty++;
+		empty_add(b, s);
 	} else if (state == UCMA_SLAB_C_PARTIAL) {
 		ucma_slab_list_add(&b->partial, s);
 	}
@@ -867,9 +930,7 @@ void *ucma_slab_central_alloc(unsigned cls)
 	ucma_lock(&b->lock);
 	while (!p) {
 		s = b->partial;
-		if (!s && (s = b->empty) != NULL) {
-			ucma_slab_list_del(&b->empty, s);
-			b->nempty--;
+		if (!s && (s = empty_take(b)) != NULL) {
 			ucma_slab_list_add(&b->partial, s);
 			__atomic_store_n(&s->state, UCMA_SLAB_C_PARTIAL, __ATOMIC_RELAXED);
 		}
@@ -963,32 +1024,34 @@ void ucma_slab_release_foreign(struct ucma_tcache *self)
 	}
 }
 
-size_t ucma_slab_trim(void)
+/* Destroy the wholly free slabs of the central bins: the kept ones, and
+ * with @partials those that remote frees emptied on the partial lists.
+ * Returns the bytes given back. */
+static size_t release_central(bool partials)
 {
 	size_t released = 0;
 
 	for (unsigned set = 0; set < nbinsets; set++) {
 		for (unsigned cls = 0; cls < UCMA_NR_CLASSES; cls++) {
 			struct slab_bin *b = &bins[set][cls];
-			struct ucma_slab *list, *s, *next;
+			struct ucma_slab *list = NULL, *s, *next;
 
+			if (!partials && !__atomic_load_n(&b->nempty, __ATOMIC_RELAXED))
+				continue;	/* (a stale look costs a slab kept) */
 			ucma_lock(&b->lock);
-			/* Partial slabs whose remote frees emptied them. */
-			for (s = b->partial; s; s = next) {
+			for (s = partials ? b->partial : NULL; s; s = next) {
 				next = s->next;
 				ucma_slab_collect(s);
 				if (slab_looks_empty(s)) {
 					ucma_slab_list_del(&b->partial, s);
-					ucma_slab_list_add(&b->empty, s);
-					b->nempty++;
+					empty_add(b, s);
 					__atomic_store_n(&s->state, UCMA_SLAB_C_EMPTY, __ATOMIC_RELAXED);
 				}
 			}
-			list = b->empty;
-			b->empty = NULL;
-			b->nempty = 0;
-			for (s = list; s; s = s->next)
+			while ((s = empty_take(b)) != NULL) {
 				__atomic_store_n(&s->state, UCMA_SLAB_DEAD, __ATOMIC_RELAXED);
+				ucma_slab_list_add(&list, s);
+			}
 			ucma_unlock(&b->lock);
 			for (s = list; s; s = next) {
 				next = s->next;
@@ -998,6 +1061,11 @@ size_t ucma_slab_trim(void)
 		}
 	}
 	return released;
+}
+
+size_t ucma_slab_trim(void)
+{
+	return release_central(true);
 }
 
 uint64_t ucma_slab_active_bytes(void)

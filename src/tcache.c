@@ -334,6 +334,12 @@ static void release_empties(struct ucma_tcache *tc, unsigned cls)
 		give_up(tc, cls, s);
 }
 
+void ucma_tcache_release_kept(struct ucma_tcache *self)
+{
+	while (self->kept_classes)
+		release_empties(self, (unsigned)__builtin_ctzll(self->kept_classes));
+}
+
 /* Remote frees gave room in full slabs of @cls: move those to partial
  * (the wholly free ones to the kept empties). */
 static void rescan_fulls(struct ucma_tcache *tc, unsigned cls)

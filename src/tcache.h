@@ -336,6 +336,15 @@ UCMA_INTERNAL void ucma_tcache_free_slow(struct ucma_tcache *tc, struct ucma_sla
 UCMA_INTERNAL void ucma_tcache_word_emptied(struct ucma_tcache *tc, struct ucma_slab *s);
 /* Give back every wholly free slab of @self, the caller's own cache. */
 UCMA_INTERNAL void ucma_tcache_trim(struct ucma_tcache *self);
+/* Does @self (the caller's own cache) keep wholly free slabs for reuse? */
+static inline bool ucma_tcache_keeps_empty(const struct ucma_tcache *self)
+{
+	return self->kept_bytes != 0;
+}
+/* Give the wholly free slabs @self (the caller's own cache) keeps for
+ * reuse up, to the central bins, whatever their class (slab.c, before a
+ * new slab takes pages that are not resident yet). */
+UCMA_INTERNAL void ucma_tcache_release_kept(struct ucma_tcache *self);
 /* Is object @idx (at @p) of @s free already: free in its slab, freed by
  * another thread and not merged, or parked in any thread's stack?  The
  * walk over the stacks is taken only when the block carries the free

@@ -180,6 +180,17 @@ static uint32_t rmqueue(struct ucma_zone *z, unsigned order, unsigned gfp, bool 
 {
 	uint32_t pfn;
 
+	if (gfp & UCMA_GFP_RESIDENT) {
+		int mt = z->id == UCMA_ZONE_CMA	     ? UCMA_MT_CMA :
+			 (gfp & UCMA_GFP_MOVABLE) ? UCMA_MT_MOVABLE :
+						    UCMA_MT_UNMOVABLE;
+
+		pfn = ucma_buddy_take_resident(z, order, mt);
+		if (pfn != UCMA_PFN_NONE) {
+			*dirty = true;
+			return pfn;
+		}
+	}
 	if (z->id == UCMA_ZONE_CMA)
 		return ucma_buddy_take_dirty(z, order, UCMA_MT_CMA, dirty);
 
@@ -377,7 +388,7 @@ static void thp_grow(struct ucma_zone *z)
  * UCMA_PFN_NONE with *@lend_pb set (see ucma_pages_alloc()).
  */
 static uint32_t alloc_zone_once(struct ucma_zone *z, uint32_t npages, unsigned gfp,
-				uint32_t *lend_pb)
+				uint32_t *lend_pb, bool *was_dirty)
 {
 	struct ucma_arena *a = z->arena;
 	bool dirty = true, wake = false, grow = false, listed = false;
@@ -434,6 +445,8 @@ done:
 		thp_grow(z);
 	if (pfn == UCMA_PFN_NONE)
 		return pfn;
+	if (was_dirty)
+		*was_dirty = dirty;
 	pages_unpoison(a, pfn, npages);
 	if (!listed)
 		ucma_count(UCMA_STAT_PAGE_ALLOC, 1);
@@ -447,7 +460,8 @@ done:
  * per-CPU lists are drained into them and the request tried once more
  * (the kernel's drain_all_pages() before an allocation fails).
  */
-static uint32_t alloc_zone(struct ucma_zone *z, uint32_t npages, unsigned gfp, uint32_t *lend_pb)
+static uint32_t alloc_zone(struct ucma_zone *z, uint32_t npages, unsigned gfp, uint32_t *lend_pb,
+			   bool *was_dirty)
 {
 	uint32_t pfn;
 
@@ -455,11 +469,11 @@ static uint32_t alloc_zone(struct ucma_zone *z, uint32_t npages, unsigned gfp, u
 		return UCMA_PFN_NONE;
 	if (z->id == UCMA_ZONE_CMA && !(gfp & UCMA_GFP_MOVABLE))
 		return UCMA_PFN_NONE;	/* lesson 1: never unmovable in CMA */
-	pfn = alloc_zone_once(z, npages, gfp, lend_pb);
+	pfn = alloc_zone_once(z, npages, gfp, lend_pb, was_dirty);
 	if (pfn == UCMA_PFN_NONE && !(lend_pb && *lend_pb != UCMA_PFN_NONE) && z->pcp &&
 	    ucma_pcp_pages(z)) {
 		ucma_pcp_drain_zone(z);
-		pfn = alloc_zone_once(z, npages, gfp, lend_pb);
+		pfn = alloc_zone_once(z, npages, gfp, lend_pb, was_dirty);
 	}
 	return pfn;
 }
@@ -535,7 +549,7 @@ void ucma_zone_pcp_release_locked(struct ucma_zone *z, uint32_t pfn, uint32_t np
 
 uint32_t ucma_pages_alloc_zone(struct ucma_zone *z, uint32_t npages, unsigned gfp)
 {
-	return alloc_zone(z, npages, gfp, NULL);
+	return alloc_zone(z, npages, gfp, NULL, NULL);
 }
 
 /*
@@ -545,14 +559,14 @@ uint32_t ucma_pages_alloc_zone(struct ucma_zone *z, uint32_t npages, unsigned gf
  * request is tried again.  Each round lends one more pageblock or
  * allocates, so the loop ends; a failed lending is not tried again here.
  */
-static uint32_t alloc_normal(struct ucma_arena *a, uint32_t npages, unsigned gfp)
+static uint32_t alloc_normal(struct ucma_arena *a, uint32_t npages, unsigned gfp, bool *was_dirty)
 {
 	struct ucma_zone *z = &a->zones[UCMA_ZONE_NORMAL];
 	bool lend = !(gfp & UCMA_GFP_MOVABLE);
 
 	for (;;) {
 		uint32_t lend_pb = UCMA_PFN_NONE;
-		uint32_t pfn = alloc_zone(z, npages, gfp, lend ? &lend_pb : NULL);
+		uint32_t pfn = alloc_zone(z, npages, gfp, lend ? &lend_pb : NULL, was_dirty);
 
 		if (pfn != UCMA_PFN_NONE || lend_pb == UCMA_PFN_NONE)
 			return pfn;
@@ -563,6 +577,12 @@ static uint32_t alloc_normal(struct ucma_arena *a, uint32_t npages, unsigned gfp
 
 uint32_t ucma_pages_alloc(struct ucma_arena *a, uint32_t npages, unsigned gfp)
 {
+	return ucma_pages_alloc_dirty(a, npages, gfp, NULL);
+}
+
+uint32_t ucma_pages_alloc_dirty(struct ucma_arena *a, uint32_t npages, unsigned gfp,
+				bool *was_dirty)
+{
 	uint32_t pfn = UCMA_PFN_NONE;
 
 	if (!a || npages == 0) {
@@ -571,9 +591,9 @@ uint32_t ucma_pages_alloc(struct ucma_arena *a, uint32_t npages, unsigned gfp)
 	}
 	if ((gfp & UCMA_GFP_MOVABLE) && !(gfp & UCMA_GFP_NO_CMA) &&
 	    ucma_opt.cma_policy != UCMA_CMA_RESERVED)
-		pfn = ucma_pages_alloc_zone(&a->zones[UCMA_ZONE_CMA], npages, gfp);
+		pfn = alloc_zone(&a->zones[UCMA_ZONE_CMA], npages, gfp, NULL, was_dirty);
 	if (pfn == UCMA_PFN_NONE)
-		pfn = alloc_normal(a, npages, gfp);
+		pfn = alloc_normal(a, npages, gfp, was_dirty);
 	if (pfn == UCMA_PFN_NONE) {
 		ucma_count(UCMA_STAT_PAGE_ALLOC_FAIL, 1);
 		errno = ENOMEM;
@@ -886,6 +906,21 @@ void ucma_pages_free(struct ucma_arena *a, uint32_t pfn)
 	pthread_mutex_unlock(&z->lock);
 	ucma_count(UCMA_STAT_PAGE_FREE, 1);
 	maybe_purge(z);
+}
+
+void ucma_pages_free_unused(struct ucma_arena *a, uint32_t pfn)
+{
+	struct ucma_zone *z = ucma_pfn_zone(a, pfn);
+	uint32_t npages;
+
+	pthread_mutex_lock(&z->lock);
+	if (a->pages[pfn].kind != UCMA_PK_RUN)
+		ucma_fatal("internal error: freeing page %u which is no run head", pfn);
+	npages = a->pages[pfn].aux;
+	pages_poison(a, pfn, npages);
+	ucma_zone_pcp_release_locked(z, pfn, npages, false);
+	pthread_mutex_unlock(&z->lock);
+	ucma_count(UCMA_STAT_PAGE_FREE, 1);
 }
 
 void ucma_pages_trim(struct ucma_arena *a, uint32_t head, uint32_t keep, uint32_t nkeep)

@@ -154,6 +154,48 @@ static void test_exact_split(void)
 	ok(tu_zones_ok(a, "exact split"), "invariants hold after exact splits");
 }
 
+/*
+ * UCMA_GFP_RESIDENT: a clean order-3 block first on its list and a dirty
+ * order-4 block first on its own.  A plain take of order 3 gets the clean
+ * block; a resident one splits the dirty block instead (its pages are
+ * resident already), leaving its dirty half first on the order-3 list.
+ */
+static void test_resident(void)
+{
+	struct ucma_zone *z = normal();
+	const int mt = UCMA_MT_MOVABLE;
+	uint32_t clean, clean_buddy, dirty, dirty_buddy, r;
+
+	ucma_pcp_drain_zone(z);
+	pthread_mutex_lock(&z->lock);
+	clean = ucma_buddy_take(z, 3, mt);
+	clean_buddy = ucma_buddy_take(z, 3, mt);
+	dirty = ucma_buddy_take(z, 4, mt);
+	dirty_buddy = ucma_buddy_take(z, 4, mt);
+	/* Each stays a block of its own once freed: its buddy is taken. */
+	if (clean_buddy != (clean ^ 8) ||
+	    ((dirty ^ 16) != dirty_buddy && (dirty ^ 16) != (clean & ~15u))) {
+		pthread_mutex_unlock(&z->lock);
+		bail_out("set-up: blocks %u, %u, %u and %u: a buddy is free", clean, clean_buddy,
+			 dirty, dirty_buddy);
+	}
+	ucma_buddy_free_clean_range(z, dirty, 16, true);
+	ucma_buddy_free_clean_range(z, clean, 8, false);
+	r = ucma_buddy_take(z, 3, mt);
+	ok(r == clean, "a plain take of order 3 gets the clean block %u first on its list (%u)",
+	   clean, r);
+	ucma_buddy_free_clean_range(z, r, 8, false);
+	r = ucma_buddy_take_resident(z, 3, mt);
+	ok(r == dirty, "a resident take splits the dirty order-4 block %u instead (%u)", dirty, r);
+	ok(z->free_area[3].head[mt] == dirty + 8 && (a->pages[dirty + 8].flags & UCMA_PF_DIRTY),
+	   "its other half, dirty, is first on the order-3 list");
+	ucma_buddy_free_clean_range(z, r, 8, true);
+	ucma_buddy_free_clean_range(z, clean_buddy, 8, true);
+	ucma_buddy_free_clean_range(z, dirty_buddy, 16, true);
+	pthread_mutex_unlock(&z->lock);
+	ok(tu_zones_ok(a, "resident"), "invariants hold after resident takes");
+}
+
 static void test_zone_rules(void)
 {
 	uint32_t pfn, *list;
@@ -297,6 +339,7 @@ int main(void)
 	ok(a->base % UCMA_PAGEBLOCK_SIZE == 0, "arena is 2 MiB aligned");
 	ok(tu_zones_ok(a, "start"), "invariants hold at start");
 	test_exact_split();
+	test_resident();
 	test_random();
 	test_zone_rules();
 	test_isolation();

@@ -19,7 +19,9 @@
  *  - the free pages per order (buddyinfo) count the runs on the lists,
  *    and a drain leaves the total unchanged and the lists empty;
  *  - a list nobody takes from while other lengths are refilled goes back
- *    to the buddy lists, and one in use stays.
+ *    to the buddy lists, and one in use stays;
+ *  - draining the dirty runs gives back a freed run and keeps the clean
+ *    runs a refill listed.
  *
  * The thread stays on one CPU where it checks what one list hands out.
  *
@@ -639,6 +641,56 @@ static void test_idle_lists(void)
 	sched_setaffinity(0, sizeof(saved), &saved);
 }
 
+/* Is the run at @pfn on this CPU's lists of @npages in zone @z? */
+static bool listed_run(struct ucma_zone *z, uint32_t pfn, uint32_t npages)
+{
+	int cpu = sched_getcpu();
+	const struct ucma_pcp *pcp = &z->pcp[(unsigned)(cpu < 0 ? 0 : cpu) % z->nr_pcp];
+
+	for (int mt = 0; mt < UCMA_PCP_NR_MT; mt++)
+		for (uint32_t p = pcp->head[npages - 1][mt]; p != UCMA_PFN_NONE;
+		     p = a->pages[p].link.next)
+			if (p == pfn)
+				return true;
+	return false;
+}
+
+/*
+ * ucma_pcp_drain_dirty(): a run freed to a list (dirty: it may hold data)
+ * goes back to the buddy lists; the runs a refill listed but nobody used
+ * (clean, not resident) stay.
+ */
+static void test_drain_dirty(void)
+{
+	struct ucma_zone *z = normal();
+	uint32_t r, clean;
+	cpu_set_t saved;
+
+	if (!stay_on_cpu(&saved)) {
+		skip(3, "cannot stay on one CPU: %s", strerror(errno));
+		return;
+	}
+	drain_all();
+	ucma_zone_purge(z, true);	/* every free page clean: back to the kernel */
+	r = ucma_pages_alloc(a, 3, UCMA_GFP_UNMOVABLE);
+	clean = listed_runs(z, 3);
+	if (r == UCMA_PFN_NONE || clean == 0) {
+		ok(0, "set-up: a 3-page run, and a refill that listed more (%u)", clean);
+		sched_setaffinity(0, sizeof(saved), &saved);
+		return;
+	}
+	ucma_pages_free(a, r);
+	ok(listed_run(z, r, 3) && listed_runs(z, 3) == clean + 1,
+	   "the freed 3-page run is listed, with the %u clean runs of the refill", clean);
+	ucma_pcp_drain_dirty(z);
+	ok(!listed_run(z, r, 3) && listed_runs(z, 3) == clean,
+	   "draining the dirty runs gives it back and keeps the %u clean ones (%u listed)", clean,
+	   listed_runs(z, 3));
+	ok(tu_zones_ok(a, "drain dirty"), "invariants hold");
+	sched_setaffinity(0, sizeof(saved), &saved);
+	drain_all();
+}
+
 int main(void)
 {
 	struct ucma_config cfg = {
@@ -672,5 +724,6 @@ int main(void)
 	test_two_threads();
 	test_counts_drain();
 	test_idle_lists();
+	test_drain_dirty();
 	return done();
 }
