@@ -24,7 +24,9 @@
  * (and the pool restored); otherwise it runs on what the machine allows.
  *
  * Environment: UCMA_BENCH_ARENA_MB (default 512), UCMA_BENCH_OPS (default
- * 400000).
+ * 400000), UCMA_BENCH_PART (the parts to run, any of "workload",
+ * "throughput" and "fresh" separated by commas; default all three: one part
+ * alone is what a profiler wants to look at).
  *
  * SPDX-License-Identifier: MIT
  */
@@ -433,12 +435,23 @@ static void fresh_destinations(size_t arena_mb)
 		       pct(lat[1], nlat[1], 0.5) / pct(lat[0], nlat[0], 0.5));
 }
 
-int main(void)
+/* Is part @name asked for (UCMA_BENCH_PART)? */
+static bool part(const char *name)
 {
-	const char *e = getenv("UCMA_BENCH_ARENA_MB");
-	size_t arena_mb = e ? strtoul(e, NULL, 10) : 512;
-	uint64_t ops = getenv("UCMA_BENCH_OPS") ? strtoull(getenv("UCMA_BENCH_OPS"), NULL, 10)
-						: 400000;
+	const char *parts = getenv("UCMA_BENCH_PART");
+	size_t n = strlen(name);
+
+	if (!parts || !*parts)
+		return true;
+	for (const char *p = parts; (p = strstr(p, name)) != NULL; p += n)
+		if ((p == parts || p[-1] == ',') && (p[n] == '\0' || p[n] == ','))
+			return true;
+	return false;
+}
+
+/* The workload under each policy, and its table. */
+static int workloads(size_t arena_mb, uint64_t ops)
+{
 	struct result *res = mmap(NULL, NRUNS * sizeof(struct result), PROT_READ | PROT_WRITE,
 				  MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	/* The third run is the first with the arena prefaulted (UCMA_POPULATE):
@@ -447,15 +460,13 @@ int main(void)
 	static const char *const names[NRUNS] = { "lend (ZONE_CMA)", "reserved (static)",
 						  "lend, prefaulted" };
 	static const int policy[NRUNS] = { UCMA_CMA_LEND, UCMA_CMA_RESERVED, UCMA_CMA_LEND };
-	char why[256];
 	pid_t pid;
 	int st;
 
-	if (tu_hugepages_reserve(2048, (long)(arena_mb / 2 / 2), why, sizeof(why)) != 0)
-		printf("note: CMA area not on reserved 2 MiB hugetlb pages: %s\n", why);
-	printf("zone_cma: arena %zu MiB, CMA area %zu MiB, %llu operations per run, "
-	       "movable working set %zu MiB\n",
-	       arena_mb, arena_mb / 2, (unsigned long long)ops, arena_mb * 3 / 4);
+	if (res == MAP_FAILED) {
+		printf("mmap of the results: %s\n", strerror(errno));
+		return 1;
+	}
 	for (int p = 0; p < NRUNS; p++) {
 		fflush(stdout);
 		pid = fork();
@@ -494,20 +505,44 @@ int main(void)
 	       "purged), all ucma_alloc() calls: %llu, %llu, %llu\n",
 	       (unsigned long long)res[0].populated, (unsigned long long)res[1].populated,
 	       (unsigned long long)res[2].populated);
+	return 0;
+}
+
+/* Run @fn(@arena_mb) in a child process, with an arena of its own. */
+static void in_child(void (*fn)(size_t), size_t arena_mb)
+{
+	pid_t pid;
+	int st;
+
 	fflush(stdout);
 	pid = fork();
 	if (pid == 0) {
-		throughput(arena_mb);
+		fn(arena_mb);
 		fflush(stdout);
 		_exit(0);
 	}
-	waitpid(pid, &st, 0);
-	pid = fork();
-	if (pid == 0) {
-		fresh_destinations(arena_mb);
-		fflush(stdout);
-		_exit(0);
-	}
-	waitpid(pid, &st, 0);
+	if (pid > 0)
+		waitpid(pid, &st, 0);
+}
+
+int main(void)
+{
+	const char *e = getenv("UCMA_BENCH_ARENA_MB");
+	size_t arena_mb = e ? strtoul(e, NULL, 10) : 512;
+	uint64_t ops = getenv("UCMA_BENCH_OPS") ? strtoull(getenv("UCMA_BENCH_OPS"), NULL, 10)
+						: 400000;
+	char why[256];
+
+	if (tu_hugepages_reserve(2048, (long)(arena_mb / 2 / 2), why, sizeof(why)) != 0)
+		printf("note: CMA area not on reserved 2 MiB hugetlb pages: %s\n", why);
+	printf("zone_cma: arena %zu MiB, CMA area %zu MiB, %llu operations per run, "
+	       "movable working set %zu MiB\n",
+	       arena_mb, arena_mb / 2, (unsigned long long)ops, arena_mb * 3 / 4);
+	if (part("workload") && workloads(arena_mb, ops) != 0)
+		return 1;
+	if (part("throughput"))
+		in_child(throughput, arena_mb);
+	if (part("fresh"))
+		in_child(fresh_destinations, arena_mb);
 	return 0;
 }
