@@ -6,8 +6,9 @@
  * lent); a random quarter is freed; then ucma_alloc() of 64 MiB must
  * succeed by migrating live objects out of its run, every remaining object
  * must verify, and after ucma_release() the space is lent again.  With the
- * reserved policy the same fill stops near the NORMAL zone's size.  Pinned
- * objects are never moved; bad input gets an errno.
+ * reserved policy the same fill stops near the NORMAL zone's size.  Objects
+ * of odd sizes arrive whole when moved.  Pinned objects are never moved;
+ * bad input gets an errno.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -161,6 +162,46 @@ static void test_lending(void)
 		   (unsigned long long)(more >> 20));
 		ok(verify_all() == 0, "all objects verify after refilling");
 	}
+	free_all();
+}
+
+/*
+ * Objects from 16 KiB up, whose copies a migration writes with streaming
+ * stores, of sizes that are no multiple of a store's width or a page: the
+ * CMA area is filled with them, wholly stamped, and taken back whole by
+ * one ucma_alloc(); every byte of every object must arrive.
+ */
+static void test_copy_sizes(void)
+{
+	static const uint32_t odd[] = { 16384 + 48, 16384 + 4000, 65536 - 16, 100000,
+					131072 + 80, 262144 - 48 };
+	uint64_t mig0, mig1, bytes = 0;
+	void *buf;
+
+	nobj = 0;
+	while (nobj < MAXOBJ && bytes < CMA / 2) {
+		uint32_t sz = odd[nobj % UCMA_ARRAY_SIZE(odd)];
+		ucma_handle_t x = ucma_halloc(sz, 0);
+		void *p;
+
+		if (!x)
+			break;
+		p = ucma_pin(x, 0);
+		tu_fill(p, sz, (uint64_t)nobj);
+		ucma_unpin(x);
+		h[nobj] = x;
+		sizes[nobj++] = sz;
+		bytes += sz;
+	}
+	ucma_stat("pgmigrate_success", &mig0);
+	buf = ucma_alloc(CMA, 0, 0);
+	ucma_stat("pgmigrate_success", &mig1);
+	ok(buf != NULL && mig1 > mig0,
+	   "ucma_alloc() of the whole CMA area moves the %d objects of odd sizes out of it "
+	   "(%llu moved)", nobj, (unsigned long long)(mig1 - mig0));
+	ok(verify_full() == 0, "every byte of every moved object arrived");
+	if (buf)
+		ucma_release(buf);
 	free_all();
 }
 
@@ -390,6 +431,7 @@ int main(void)
 		bail_out("ucma_init: %s", strerror(errno));
 	a = ucma_arena_get();
 	test_lending();
+	test_copy_sizes();
 	test_reserved();
 	test_pinned();
 	test_bad_input();
