@@ -382,6 +382,8 @@ static void free_block(struct ucma_zone *z, uint32_t pfn, unsigned order, uint8_
 {
 	int mt = block_mt(z, pfn);
 
+	/* Extents may have grown: find_free_extent()'s note is stale. */
+	z->arena->blocks[pfn >> UCMA_PAGEBLOCK_ORDER].free_seq++;
 	while (order < UCMA_MAX_ORDER) {
 		uint32_t buddy = pfn ^ (1u << order);
 		struct ucma_page *b = pg(z, buddy);

@@ -173,7 +173,9 @@ enum ucma_migratetype {
  * object into a pageblock being emptied, which the emptier's next round
  * (cma.c, compact.c) finds and moves out again.  flags (the skip
  * hints) belong to the zone's compact_lock; a byte of its own, so their
- * writes never touch the fields the zone lock guards.
+ * writes never touch the fields the zone lock guards.  free_seq,
+ * extent_seq and extent_max belong to the zone lock too (buddy.c
+ * free_block(), zone.c find_free_extent()).
  */
 struct ucma_pageblock {
 	uint8_t mt;		/* enum ucma_migratetype */
@@ -183,6 +185,9 @@ struct ucma_pageblock {
 	uint16_t isolate_count;	/* nested isolations */
 	uint16_t nr_free;	/* free pages in this pageblock (zone lock) */
 	uint8_t deferred;	/* wholly free, on no list yet (buddy.c; zone lock) */
+	uint16_t extent_max;	/* longest free extent when free_seq was extent_seq */
+	uint32_t free_seq;	/* blocks freed into this pageblock (wraps) */
+	uint32_t extent_seq;	/* free_seq + 1 when extent_max was found; 0: never */
 };
 
 enum ucma_zone_id { UCMA_ZONE_NORMAL = 0, UCMA_ZONE_CMA, UCMA_ZONE_NR };

@@ -611,7 +611,12 @@ uint32_t ucma_pages_alloc_dirty(struct ucma_arena *a, uint32_t npages, unsigned 
  * in the pageblocks looked at, highest pageblock first, up to
  * EXTENT_BESTFIT_PAGEBLOCKS pageblocks after the first that fits (an exact
  * fit ends the search).  Walks the pageblocks head to head; those with too
- * few free pages are passed at once.  The zone lock is held.
+ * few free pages are passed at once, and so are those whose longest free
+ * extent was shorter when last walked, if no block was freed into them
+ * since (extent_max, free_seq): taking pages only shortens extents.
+ * Without that, ucma_compact() walked some 25 pageblocks without room for
+ * each copy of bench_highalloc's throughput part, and the walks took about
+ * as long as the copies.  The zone lock is held.
  */
 static uint32_t find_free_extent(struct ucma_zone *z, uint32_t npages, int mt, uint32_t lo,
 				 uint32_t hi)
@@ -619,21 +624,23 @@ static uint32_t find_free_extent(struct ucma_zone *z, uint32_t npages, int mt, u
 	struct ucma_arena *a = z->arena;
 	uint32_t first = UCMA_ALIGN_DOWN(lo > z->start_pfn ? lo : z->start_pfn, UCMA_PAGEBLOCK_PAGES);
 	uint32_t last = hi < z->end_pfn ? hi : z->end_pfn;
-	uint32_t best = UCMA_PFN_NONE, best_slack = UINT32_MAX;
+	uint32_t best = UCMA_PFN_NONE, best_slack = UINT32_MAX, longest;
 	unsigned looked = 0;
 
 	for (uint32_t pb = UCMA_ALIGN_UP(last, UCMA_PAGEBLOCK_PAGES); pb > first;) {
-		const struct ucma_pageblock *b;
+		struct ucma_pageblock *b;
 		uint32_t ext = UCMA_PFN_NONE, end;
 
 		pb -= UCMA_PAGEBLOCK_PAGES;
 		b = ucma_pfn_block(a, pb);
 		/* A deferred pageblock's metadata is not read: see zone_alloc_in(). */
-		if (b->mt != mt || b->nr_free < npages || b->deferred)
+		if (b->mt != mt || b->nr_free < npages || b->deferred ||
+		    (b->extent_seq == b->free_seq + 1 && b->extent_max < npages))
 			continue;
 		if (best != UCMA_PFN_NONE && ++looked > EXTENT_BESTFIT_PAGEBLOCKS)
 			break;
 		end = pb + UCMA_PAGEBLOCK_PAGES;
+		longest = 0;
 		for (uint32_t pfn = pb; pfn <= end;) {
 			const struct ucma_page *p = pfn < end ? &a->pages[pfn] : NULL;
 			uint32_t next;
@@ -647,6 +654,8 @@ static uint32_t find_free_extent(struct ucma_zone *z, uint32_t npages, int mt, u
 			if (ext != UCMA_PFN_NONE) {
 				uint32_t s = ext < lo ? lo : ext, e = pfn > hi ? hi : pfn;
 
+				if (pfn - ext > longest)
+					longest = pfn - ext;
 				if (e > s && e - s >= npages && e - s - npages < best_slack) {
 					best = s;
 					best_slack = e - s - npages;
@@ -662,6 +671,9 @@ static uint32_t find_free_extent(struct ucma_zone *z, uint32_t npages, int mt, u
 							 pfn + 1;
 			pfn = next;
 		}
+		/* (An exact fit returned above, before the walk's end.) */
+		b->extent_max = (uint16_t)longest;
+		b->extent_seq = b->free_seq + 1;
 	}
 	return best;
 }
@@ -719,7 +731,11 @@ static uint32_t zone_alloc_in(struct ucma_zone *z, uint32_t npages, unsigned gfp
 		pfn = find_free_extent(z, npages, mt, lo, hi);
 		extent = pfn != UCMA_PFN_NONE;
 	}
-	for (unsigned o = order; o < UCMA_NR_ORDERS && pfn == UCMA_PFN_NONE; o++) {
+	/* Every block on the lists lies in an extent the search saw or knew
+	 * too short, so the lists are walked for single pages only: a walk
+	 * of lists holding mostly blocks outside the range cost a seventh of
+	 * ucma_compact()'s time in bench_highalloc. */
+	for (unsigned o = order; o < UCMA_NR_ORDERS && pfn == UCMA_PFN_NONE && order == 0; o++) {
 		for (uint32_t b = z->free_area[o].head[mt]; b != UCMA_PFN_NONE;
 		     b = a->pages[b].link.next) {
 			if (b >= lo && b + npages <= hi) {

@@ -196,6 +196,58 @@ static void test_resident(void)
 	ok(tu_zones_ok(a, "resident"), "invariants hold after resident takes");
 }
 
+/*
+ * The search for a free extent (ucma_pages_alloc_in()) notes a pageblock's
+ * longest free extent and passes the pageblock while that is too short;
+ * a free into it must make it look again.  One pageblock filled with
+ * single pages, every other one freed: no room for 2 pages.  Then the
+ * page between two holes is freed and a hole elsewhere filled (as many
+ * free pages as before): 3 pages now fit, and the search must find them.
+ */
+static void test_extent_note(void)
+{
+	const unsigned gfp = UCMA_GFP_MOVABLE | UCMA_GFP_NO_CMA;
+	static uint32_t page[UCMA_PAGEBLOCK_PAGES];
+	uint32_t pb, got, filler;
+	unsigned n = 0;
+
+	pb = ucma_pages_alloc(a, UCMA_PAGEBLOCK_PAGES, gfp);
+	if (pb == UCMA_PFN_NONE)
+		bail_out("set-up: a whole pageblock: %s", strerror(errno));
+	ucma_pages_free(a, pb);
+	ucma_pcp_drain_zone(normal());
+	while (n < UCMA_PAGEBLOCK_PAGES &&
+	       (page[n] = ucma_pages_alloc_in(a, 1, gfp, pb, pb + UCMA_PAGEBLOCK_PAGES)) !=
+		       UCMA_PFN_NONE)
+		n++;
+	if (n != UCMA_PAGEBLOCK_PAGES)
+		bail_out("set-up: %u single pages of pageblock %u", n, pb);
+	/* Free the pages at even offsets from the pageblock's start. */
+	for (unsigned i = 0; i < n; i++)
+		if (!((page[i] - pb) & 1))
+			ucma_pages_free(a, page[i]);
+	ucma_pcp_drain_zone(normal());
+	got = ucma_pages_alloc_in(a, 2, gfp, pb, pb + UCMA_PAGEBLOCK_PAGES);
+	ok(got == UCMA_PFN_NONE, "a pageblock of single free pages has no room for 2 (%u)", got);
+	for (unsigned i = 0; i < n; i++)
+		if (page[i] == pb + 101)
+			ucma_pages_free(a, page[i]);	/* 100, 101, 102 free */
+	ucma_pcp_drain_zone(normal());
+	filler = ucma_pages_alloc_in(a, 1, gfp, pb + 200, pb + 201);
+	got = ucma_pages_alloc_in(a, 3, gfp, pb, pb + UCMA_PAGEBLOCK_PAGES);
+	ok(filler == pb + 200 && got == pb + 100,
+	   "after a free next to two holes (and a hole filled), 3 pages fit there: %u", got);
+	if (got != UCMA_PFN_NONE)
+		ucma_pages_free(a, got);
+	if (filler != UCMA_PFN_NONE)
+		ucma_pages_free(a, filler);
+	for (unsigned i = 0; i < n; i++)
+		if ((page[i] - pb) & 1 && page[i] != pb + 101)
+			ucma_pages_free(a, page[i]);
+	ucma_pcp_drain_zone(normal());
+	ok(tu_zones_ok(a, "extent note"), "invariants hold after it");
+}
+
 static void test_zone_rules(void)
 {
 	uint32_t pfn, *list;
@@ -340,6 +392,7 @@ int main(void)
 	ok(tu_zones_ok(a, "start"), "invariants hold at start");
 	test_exact_split();
 	test_resident();
+	test_extent_note();
 	test_random();
 	test_zone_rules();
 	test_isolation();
