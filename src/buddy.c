@@ -314,20 +314,29 @@ static void expand(struct ucma_zone *z, uint32_t pfn, unsigned low, unsigned hig
  * UNUSED afterwards; the caller marks it.  Returns the pfn or UCMA_PFN_NONE.
  * *@was_dirty (if not NULL) tells whether the pages may hold old data.
  */
+/* Take block @pfn, first on the list of order @o and migratetype @mt, and
+ * split it down to @order; the halves given back keep its flags, which
+ * are returned. */
+static uint8_t take_head(struct ucma_zone *z, uint32_t pfn, unsigned order, unsigned o, int mt)
+{
+	uint8_t flags = pg(z, pfn)->flags;
+	uint32_t epoch = pg(z, pfn)->aux;
+
+	free_list_del(z, pfn, o, mt);
+	expand(z, pfn, order, o, mt, flags, epoch);
+	return flags;
+}
+
 static uint32_t buddy_take(struct ucma_zone *z, unsigned order, int mt, bool *was_dirty)
 {
 	do {
 		for (unsigned o = order; o < UCMA_NR_ORDERS; o++) {
 			uint32_t pfn = z->free_area[o].head[mt];
 			uint8_t flags;
-			uint32_t epoch;
 
 			if (pfn == UCMA_PFN_NONE)
 				continue;
-			flags = pg(z, pfn)->flags;
-			epoch = pg(z, pfn)->aux;
-			free_list_del(z, pfn, o, mt);
-			expand(z, pfn, order, o, mt, flags, epoch);
+			flags = take_head(z, pfn, order, o, mt);
 			if (was_dirty)
 				*was_dirty = flags & UCMA_PF_DIRTY;
 			return pfn;
@@ -351,15 +360,10 @@ uint32_t ucma_buddy_take_resident(struct ucma_zone *z, unsigned order, int mt)
 {
 	for (unsigned o = order; o < UCMA_NR_ORDERS; o++) {
 		uint32_t pfn = z->free_area[o].head[mt];
-		uint8_t flags;
-		uint32_t epoch;
 
 		if (pfn == UCMA_PFN_NONE || !(pg(z, pfn)->flags & UCMA_PF_DIRTY))
 			continue;
-		flags = pg(z, pfn)->flags;
-		epoch = pg(z, pfn)->aux;
-		free_list_del(z, pfn, o, mt);
-		expand(z, pfn, order, o, mt, flags, epoch);
+		take_head(z, pfn, order, o, mt);
 		return pfn;
 	}
 	return UCMA_PFN_NONE;

@@ -257,13 +257,16 @@ __attribute__((target("avx2"))) static void copy_stream(void *dst, const void *s
 
 static void copy_object(void *dst, const void *src, size_t n)
 {
-	/* (The init is a no-op once done; needed only if a migration ever
-	 * ran before the constructors that do it.) */
-	__builtin_cpu_init();
-	if (n >= COPY_STREAM_MIN && !((uintptr_t)dst & 31) && __builtin_cpu_supports("avx2"))
-		copy_stream(dst, src, n);
-	else
-		memcpy(dst, src, n);
+	if (n >= COPY_STREAM_MIN && !((uintptr_t)dst & 31)) {
+		/* (The init is a no-op once done; needed only if a migration
+		 * ever ran before the constructors that do it.) */
+		__builtin_cpu_init();
+		if (__builtin_cpu_supports("avx2")) {
+			copy_stream(dst, src, n);
+			return;
+		}
+	}
+	memcpy(dst, src, n);
 }
 #else
 static void copy_object(void *dst, const void *src, size_t n)

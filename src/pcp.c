@@ -403,10 +403,22 @@ void ucma_pcp_drain_zone(struct ucma_zone *z)
 	}
 }
 
-void ucma_pcp_drain_dirty(struct ucma_zone *z)
+/* The dirty runs of list (@k, @mt) back to the buddy lists; both locks
+ * held. */
+static void release_dirty_locked(struct ucma_zone *z, struct ucma_pcp *pcp, unsigned k, int mt)
 {
 	struct ucma_page *pages = z->arena->pages;
 
+	for (uint32_t *link = &pcp->head[k][mt]; *link != UCMA_PFN_NONE;) {
+		if (pages[*link].flags & UCMA_PF_DIRTY)
+			release_after(z, pcp, k, mt, link);
+		else
+			link = &pages[*link].link.next;
+	}
+}
+
+void ucma_pcp_drain_dirty(struct ucma_zone *z)
+{
 	for (unsigned c = 0; c < z->nr_pcp; c++) {
 		struct ucma_pcp *pcp = &z->pcp[c];
 
@@ -415,12 +427,7 @@ void ucma_pcp_drain_dirty(struct ucma_zone *z)
 			pthread_mutex_lock(&z->lock);
 			for (unsigned k = 0; k < UCMA_PCP_PB_CLASS; k++)
 				for (int mt = 0; mt < UCMA_PCP_NR_MT; mt++)
-					for (uint32_t *link = &pcp->head[k][mt]; *link != UCMA_PFN_NONE;) {
-						if (pages[*link].flags & UCMA_PF_DIRTY)
-							release_after(z, pcp, k, mt, link);
-						else
-							link = &pages[*link].link.next;
-					}
+					release_dirty_locked(z, pcp, k, mt);
 			pthread_mutex_unlock(&z->lock);
 		}
 		ucma_unlock(&pcp->lock);

@@ -91,7 +91,7 @@ static unsigned nbinsets = 1;
 static unsigned binset_turn;	/* atomic */
 /* Slabs on the empty lists of all bins: changed under a bin lock, read
  * without one (atomic), so a slab creation finds out cheaply whether any
- * are kept (reclaim_kept()). */
+ * are kept (slab_pages()). */
 static unsigned central_nempty;
 
 /* Keep the wholly free slab @s on bin @b's empty list (bin lock held). */
@@ -103,8 +103,6 @@ static void empty_add(struct slab_bin *b, struct ucma_slab *s)
 }
 
 /* Take the first slab of bin @b's empty list, or NULL (bin lock held). */
-static size_t release_central(bool partials);
-
 static struct ucma_slab *empty_take(struct slab_bin *b)
 {
 	struct ucma_slab *s = b->empty;
@@ -624,6 +622,8 @@ static void registry_add(struct slab_bin *b, struct ucma_slab *s)
  * preload: peak RSS in tests/bench/RESULTS.md).  A program that grows with
  * nothing kept pays a look at two counters per slab.
  */
+static size_t release_central(bool partials);
+
 static uint32_t slab_pages(struct ucma_arena *a, uint32_t npages, struct ucma_tcache *owner)
 {
 	const unsigned gfp = UCMA_GFP_UNMOVABLE | UCMA_GFP_RESIDENT;

@@ -175,17 +175,21 @@ static bool steal_fallback(struct ucma_zone *z, unsigned order, int from, int to
 	return false;
 }
 
+/* The migratetype a request of kind @gfp takes its pages from in @z. */
+static int gfp_mt(const struct ucma_zone *z, unsigned gfp)
+{
+	if (z->id == UCMA_ZONE_CMA)
+		return UCMA_MT_CMA;
+	return (gfp & UCMA_GFP_MOVABLE) ? UCMA_MT_MOVABLE : UCMA_MT_UNMOVABLE;
+}
+
 /* One block of 2^order pages from zone @z for a request of kind @gfp. */
 static uint32_t rmqueue(struct ucma_zone *z, unsigned order, unsigned gfp, bool *dirty)
 {
 	uint32_t pfn;
 
 	if (gfp & UCMA_GFP_RESIDENT) {
-		int mt = z->id == UCMA_ZONE_CMA	     ? UCMA_MT_CMA :
-			 (gfp & UCMA_GFP_MOVABLE) ? UCMA_MT_MOVABLE :
-						    UCMA_MT_UNMOVABLE;
-
-		pfn = ucma_buddy_take_resident(z, order, mt);
+		pfn = ucma_buddy_take_resident(z, order, gfp_mt(z, gfp));
 		if (pfn != UCMA_PFN_NONE) {
 			*dirty = true;
 			return pfn;
@@ -330,8 +334,7 @@ static uint32_t alloc_pageblocks(struct ucma_zone *z, uint32_t npages, unsigned 
 		ucma_buddy_materialise(z, start, start + need * UCMA_PAGEBLOCK_PAGES);
 		if (lend_pb && lend_one_of(z, start >> UCMA_PAGEBLOCK_ORDER, need, lend_pb))
 			return UCMA_PFN_NONE;
-		to = z->id == UCMA_ZONE_CMA ? UCMA_MT_CMA :
-		     (gfp & UCMA_GFP_MOVABLE) ? UCMA_MT_MOVABLE : UCMA_MT_UNMOVABLE;
+		to = gfp_mt(z, gfp);
 		*dirty = false;
 		for (uint32_t i = 0; i < need; i++) {
 			uint32_t pbi = (start >> UCMA_PAGEBLOCK_ORDER) + i;
@@ -395,11 +398,7 @@ static uint32_t alloc_zone_once(struct ucma_zone *z, uint32_t npages, unsigned g
 	uint32_t pfn;
 
 	if (ucma_pcp_eligible(z, npages)) {
-		int mt = z->id == UCMA_ZONE_CMA	     ? UCMA_MT_CMA :
-			 (gfp & UCMA_GFP_MOVABLE) ? UCMA_MT_MOVABLE :
-						    UCMA_MT_UNMOVABLE;
-
-		pfn = ucma_pcp_alloc(z, npages, mt, gfp, lend_pb, &dirty, &wake, &grow);
+		pfn = ucma_pcp_alloc(z, npages, gfp_mt(z, gfp), gfp, lend_pb, &dirty, &wake, &grow);
 		listed = true;	/* counted there */
 		/* No pageblock listed: from the buddy lists below. */
 		if (pfn != UCMA_PFN_NONE || npages <= UCMA_PCP_MAX_PAGES)
@@ -720,12 +719,8 @@ static uint32_t zone_alloc_in(struct ucma_zone *z, uint32_t npages, unsigned gfp
 	bool populate = (gfp & UCMA_GFP_POPULATE) && !z->prefaulted &&
 			z->backing != UCMA_BACKING_HUGETLB_1G && z->backing != UCMA_BACKING_HUGETLB_2M;
 	uint32_t pfn = UCMA_PFN_NONE, extra = 0, fresh = 0;
-	int mt;
+	int mt = gfp_mt(z, gfp);
 
-	if (z->id == UCMA_ZONE_CMA)
-		mt = UCMA_MT_CMA;
-	else
-		mt = (gfp & UCMA_GFP_MOVABLE) ? UCMA_MT_MOVABLE : UCMA_MT_UNMOVABLE;
 	pthread_mutex_lock(&z->lock);
 	if (order > 0) {
 		pfn = find_free_extent(z, npages, mt, lo, hi);
@@ -735,7 +730,7 @@ static uint32_t zone_alloc_in(struct ucma_zone *z, uint32_t npages, unsigned gfp
 	 * too short, so the lists are walked for single pages only: a walk
 	 * of lists holding mostly blocks outside the range cost a seventh of
 	 * ucma_compact()'s time in bench_highalloc. */
-	for (unsigned o = order; o < UCMA_NR_ORDERS && pfn == UCMA_PFN_NONE && order == 0; o++) {
+	for (unsigned o = 0; order == 0 && o < UCMA_NR_ORDERS && pfn == UCMA_PFN_NONE; o++) {
 		for (uint32_t b = z->free_area[o].head[mt]; b != UCMA_PFN_NONE;
 		     b = a->pages[b].link.next) {
 			if (b >= lo && b + npages <= hi) {
