@@ -10,6 +10,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +25,7 @@
 static char tu_hp_path[128];
 static long tu_hp_added = -1;	/* pages this process added to the pool; -1: none */
 static int tu_hp_lockfd = -1;
+static pid_t tu_hp_pid;		/* the process that added them (not its children) */
 
 static inline long tu_read_long(const char *path)
 {
@@ -61,6 +64,65 @@ static void tu_hugepages_restore(void)
 	if (tu_hp_lockfd >= 0)
 		close(tu_hp_lockfd);	/* drops the flock */
 	tu_hp_lockfd = -1;
+}
+
+/*
+ * The same as tu_hugepages_restore() from a signal handler: open, read and
+ * write only.  A benchmark piped into head(1) dies of SIGPIPE, and one
+ * stopped by ^C of SIGINT, without running atexit(); the pool kept its
+ * pages, and every hugetlb test skipped afterwards because it found free
+ * pages it had not made.  A forked child inherits the handler but never
+ * added the pages: it leaves them.
+ */
+static void tu_hugepages_on_signal(int sig)
+{
+	int saved = errno;
+
+	if (tu_hp_added > 0 && getpid() == tu_hp_pid) {
+		char buf[32];
+		int fd = open(tu_hp_path, O_RDONLY);
+		ssize_t n = fd >= 0 ? read(fd, buf, sizeof(buf) - 1) : -1;
+		long now = 0;
+
+		if (fd >= 0)
+			close(fd);
+		for (ssize_t i = 0; i < n && buf[i] >= '0' && buf[i] <= '9'; i++)
+			now = now * 10 + (buf[i] - '0');
+		if (n > 0) {
+			char out[24];
+			size_t len = 0;
+
+			now = now > tu_hp_added ? now - tu_hp_added : 0;
+			do {
+				out[sizeof(out) - 1 - len++] = (char)('0' + now % 10);
+				now /= 10;
+			} while (now);
+			fd = open(tu_hp_path, O_WRONLY);
+			if (fd >= 0) {
+				if (write(fd, out + sizeof(out) - len, len) < 0)
+					(void)0;	/* nothing more to do in a dying process */
+				close(fd);
+			}
+		}
+		tu_hp_added = -1;
+	}
+	errno = saved;
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+/* Restore the pool on the signals that end a process without atexit(),
+ * where the process has not chosen a handler of its own. */
+static inline void tu_hugepages_catch_signals(void)
+{
+	static const int sigs[] = { SIGHUP, SIGINT, SIGQUIT, SIGPIPE, SIGTERM, SIGABRT };
+
+	for (size_t i = 0; i < sizeof(sigs) / sizeof(sigs[0]); i++) {
+		struct sigaction old, sa = { .sa_handler = tu_hugepages_on_signal };
+
+		if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler == SIG_DFL)
+			sigaction(sigs[i], &sa, NULL);
+	}
 }
 
 /*
@@ -108,7 +170,9 @@ static inline int tu_hugepages_reserve(long kb, long count, char *why, size_t wh
 		return -1;
 	}
 	tu_hp_added = tu_read_long(tu_hp_path) - total;
+	tu_hp_pid = getpid();
 	atexit(tu_hugepages_restore);
+	tu_hugepages_catch_signals();
 	if (tu_hp_added < count || tu_read_long(freepath) < count) {
 		snprintf(why, whylen, "the kernel gave fewer than %ld free %ld KiB hugepages",
 			 count, kb);
