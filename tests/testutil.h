@@ -267,6 +267,22 @@ static inline uint64_t tu_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* Is part @name of a benchmark asked for in UCMA_BENCH_PART (names
+ * separated by commas; unset or empty: every part)?  One part alone is
+ * what a profiler wants to look at. */
+static inline bool tu_bench_part(const char *name)
+{
+	const char *parts = getenv("UCMA_BENCH_PART");
+	size_t n = strlen(name);
+
+	if (!parts || !*parts)
+		return true;
+	for (const char *p = parts; (p = strstr(p, name)) != NULL; p += n)
+		if ((p == parts || p[-1] == ',') && (p[n] == '\0' || p[n] == ','))
+			return true;
+	return false;
+}
+
 /* xorshift64* for reproducible test randomness */
 static inline uint64_t tu_rand(uint64_t *s)
 {

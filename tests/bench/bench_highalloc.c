@@ -31,7 +31,8 @@
  *
  * Environment: UCMA_BENCH_HA_CMA_MB (default 512), UCMA_BENCH_HA_NORMAL_MB
  * (256), UCMA_BENCH_HA_CHURN (50000 operations), UCMA_BENCH_HA_PROACTIVENESS
- * (90), UCMA_BENCH_HA_SEED (1).
+ * (90), UCMA_BENCH_HA_SEED (1), UCMA_BENCH_PART (the parts to run, any of
+ * "alloc", "pin" and "throughput" separated by commas; default all).
  *
  * SPDX-License-Identifier: MIT
  */
@@ -495,6 +496,42 @@ static void print_alloc(void)
 	}
 }
 
+/* The table of the allocation cases, with its backing and legend. */
+static void print_alloc_cases(void)
+{
+	printf("# backing of the CMA areas: %s\n", sh->alloc[0][0].backing);
+	print_alloc();
+	printf("# success: blocks obtained / (free bytes of the CMA areas before allocating / "
+	       "block size); off and background use UCMA_ALLOC_NOWAIT; score = fragmentation "
+	       "score of the CMA zone then; moved = objects migrated during the allocations; "
+	       "phys-contig = buffers whose physical frames are contiguous / checked\n");
+}
+
+static void print_pin(void)
+{
+	printf("pin+unpin latency: idle p50 %llu ns p99 %llu ns max %llu ns (%llu calls); "
+	       "thread compacting p50 %llu ns p99 %llu ns max %llu ns (%llu calls, %llu "
+	       "objects moved meanwhile)\n",
+	       (unsigned long long)sh->pin.idle_p50, (unsigned long long)sh->pin.idle_p99,
+	       (unsigned long long)sh->pin.idle_max, (unsigned long long)sh->pin.idle_n,
+	       (unsigned long long)sh->pin.busy_p50, (unsigned long long)sh->pin.busy_p99,
+	       (unsigned long long)sh->pin.busy_max, (unsigned long long)sh->pin.busy_n,
+	       (unsigned long long)sh->pin.migrated_during);
+}
+
+static void print_tput(void)
+{
+	double gbs = (double)sh->tput.bytes_moved / (double)sh->tput.ns;
+
+	printf("compaction throughput: ucma_compact(SYNC_FULL) moved %llu objects, "
+	       "%.1f MiB in %.1f ms = %.2f GB/s; memcpy %.2f GB/s; ratio %.2f; "
+	       "free pageblocks %u -> %u\n",
+	       (unsigned long long)sh->tput.objects_moved,
+	       (double)sh->tput.bytes_moved / (1 << 20), (double)sh->tput.ns / 1e6, gbs,
+	       sh->tput.memcpy_gbs, sh->tput.memcpy_gbs ? gbs / sh->tput.memcpy_gbs : 0,
+	       sh->tput.o9_before, sh->tput.o9_after);
+}
+
 int main(void)
 {
 	char why[256];
@@ -522,41 +559,22 @@ int main(void)
 	       "background: proactiveness %u, interval 50 ms; seed %llu\n",
 	       cma_mb + normal_mb, normal_mb, cma_mb, mode_cma, churn, proactiveness,
 	       (unsigned long long)seed0);
-	for (int m = 0; m < NR_MODES; m++) {
+	for (int m = 0; m < NR_MODES && tu_bench_part("alloc"); m++) {
 		for (unsigned si = 0; si < NR_SIZES; si++) {
 			cur_mode = (enum mode)m;
 			cur_size = si;
 			in_child(alloc_case);
 		}
 	}
-	printf("# backing of the CMA areas: %s\n", sh->alloc[0][0].backing);
-	print_alloc();
-	printf("# success: blocks obtained / (free bytes of the CMA areas before allocating / "
-	       "block size); off and background use UCMA_ALLOC_NOWAIT; score = fragmentation "
-	       "score of the CMA zone then; moved = objects migrated during the allocations; "
-	       "phys-contig = buffers whose physical frames are contiguous / checked\n");
-
-	in_child(run_pin);
+	if (tu_bench_part("alloc"))
+		print_alloc_cases();
+	if (tu_bench_part("pin"))
+		in_child(run_pin);
 	if (sh->pin.done)
-		printf("pin+unpin latency: idle p50 %llu ns p99 %llu ns max %llu ns (%llu calls); "
-		       "thread compacting p50 %llu ns p99 %llu ns max %llu ns (%llu calls, %llu "
-		       "objects moved meanwhile)\n",
-		       (unsigned long long)sh->pin.idle_p50, (unsigned long long)sh->pin.idle_p99,
-		       (unsigned long long)sh->pin.idle_max, (unsigned long long)sh->pin.idle_n,
-		       (unsigned long long)sh->pin.busy_p50, (unsigned long long)sh->pin.busy_p99,
-		       (unsigned long long)sh->pin.busy_max, (unsigned long long)sh->pin.busy_n,
-		       (unsigned long long)sh->pin.migrated_during);
-	in_child(run_tput);
-	if (sh->tput.done && sh->tput.ns) {
-		double gbs = (double)sh->tput.bytes_moved / (double)sh->tput.ns;
-
-		printf("compaction throughput: ucma_compact(SYNC_FULL) moved %llu objects, "
-		       "%.1f MiB in %.1f ms = %.2f GB/s; memcpy %.2f GB/s; ratio %.2f; "
-		       "free pageblocks %u -> %u\n",
-		       (unsigned long long)sh->tput.objects_moved,
-		       (double)sh->tput.bytes_moved / (1 << 20), (double)sh->tput.ns / 1e6, gbs,
-		       sh->tput.memcpy_gbs, sh->tput.memcpy_gbs ? gbs / sh->tput.memcpy_gbs : 0,
-		       sh->tput.o9_before, sh->tput.o9_after);
-	}
+		print_pin();
+	if (tu_bench_part("throughput"))
+		in_child(run_tput);
+	if (sh->tput.done && sh->tput.ns)
+		print_tput();
 	return 0;
 }

@@ -435,20 +435,6 @@ static void fresh_destinations(size_t arena_mb)
 		       pct(lat[1], nlat[1], 0.5) / pct(lat[0], nlat[0], 0.5));
 }
 
-/* Is part @name asked for (UCMA_BENCH_PART)? */
-static bool part(const char *name)
-{
-	const char *parts = getenv("UCMA_BENCH_PART");
-	size_t n = strlen(name);
-
-	if (!parts || !*parts)
-		return true;
-	for (const char *p = parts; (p = strstr(p, name)) != NULL; p += n)
-		if ((p == parts || p[-1] == ',') && (p[n] == '\0' || p[n] == ','))
-			return true;
-	return false;
-}
-
 /* The workload under each policy, and its table. */
 static int workloads(size_t arena_mb, uint64_t ops)
 {
@@ -538,11 +524,11 @@ int main(void)
 	printf("zone_cma: arena %zu MiB, CMA area %zu MiB, %llu operations per run, "
 	       "movable working set %zu MiB\n",
 	       arena_mb, arena_mb / 2, (unsigned long long)ops, arena_mb * 3 / 4);
-	if (part("workload") && workloads(arena_mb, ops) != 0)
+	if (tu_bench_part("workload") && workloads(arena_mb, ops) != 0)
 		return 1;
-	if (part("throughput"))
+	if (tu_bench_part("throughput"))
 		in_child(throughput, arena_mb);
-	if (part("fresh"))
+	if (tu_bench_part("fresh"))
 		in_child(fresh_destinations, arena_mb);
 	return 0;
 }
