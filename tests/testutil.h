@@ -283,6 +283,31 @@ static inline bool tu_bench_part(const char *name)
 	return false;
 }
 
+/*
+ * tu_profile(true) before the code a benchmark times, tu_profile(false)
+ * after: with UCMA_BENCH_PERF_CTL naming the control FIFO of a
+ * "perf record -D -1 --control fifo:PATH" that runs the benchmark, only
+ * that code is sampled (a setup of seconds around a measurement of
+ * milliseconds otherwise fills the profile).  No-op without the variable.
+ */
+static inline void tu_profile(bool on)
+{
+	const char *path = getenv("UCMA_BENCH_PERF_CTL");
+	const char *cmd = on ? "enable\n" : "disable\n";
+	int fd;
+
+	if (!path || !*path)
+		return;
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0) {
+		fprintf(stderr, "UCMA_BENCH_PERF_CTL: %s: %s\n", path, strerror(errno));
+		return;
+	}
+	if (write(fd, cmd, strlen(cmd)) < 0)
+		fprintf(stderr, "UCMA_BENCH_PERF_CTL: %s: %s\n", path, strerror(errno));
+	close(fd);
+}
+
 /* xorshift64* for reproducible test randomness */
 static inline uint64_t tu_rand(uint64_t *s)
 {

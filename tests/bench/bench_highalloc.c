@@ -32,7 +32,9 @@
  * Environment: UCMA_BENCH_HA_CMA_MB (default 512), UCMA_BENCH_HA_NORMAL_MB
  * (256), UCMA_BENCH_HA_CHURN (50000 operations), UCMA_BENCH_HA_PROACTIVENESS
  * (90), UCMA_BENCH_HA_SEED (1), UCMA_BENCH_PART (the parts to run, any of
- * "alloc", "pin" and "throughput" separated by commas; default all).
+ * "alloc", "pin" and "throughput" separated by commas; default all),
+ * UCMA_BENCH_PERF_CTL (perf's control FIFO: only ucma_compact() of the
+ * throughput part is sampled).
  *
  * SPDX-License-Identifier: MIT
  */
@@ -427,9 +429,11 @@ static void run_tput(void)
 	ucma_read_unlock();
 	r->o9_before = free_pageblocks(&a->zones[UCMA_ZONE_CMA]) +
 		       free_pageblocks(&a->zones[UCMA_ZONE_NORMAL]);
+	tu_profile(true);
 	t0 = tu_now_ns();
 	ucma_compact(UCMA_COMPACT_SYNC_FULL);
 	r->ns = tu_now_ns() - t0;
+	tu_profile(false);
 	r->o9_after = free_pageblocks(&a->zones[UCMA_ZONE_CMA]) +
 		      free_pageblocks(&a->zones[UCMA_ZONE_NORMAL]);
 	ucma_read_lock();
