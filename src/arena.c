@@ -28,6 +28,7 @@
 #include "internal.h"
 #include "frames.h"
 #include "lend.h"
+#include "extent.h"
 #include "pcp.h"
 
 #include <errno.h>
@@ -57,6 +58,12 @@ static void *map_anon(size_t len)
 			       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 
 	return p == MAP_FAILED ? NULL : p;
+}
+
+static size_t extents_size(const struct ucma_arena *a)
+{
+	return UCMA_ALIGN_UP((size_t)a->nr_pageblocks * sizeof(struct ucma_extent_note),
+			     UCMA_PAGE_SIZE);
 }
 
 /*
@@ -290,7 +297,8 @@ int ucma_arena_create(const struct ucma_options *o, struct ucma_arena **out)
 	a->pages = map_anon((size_t)a->npages * sizeof(struct ucma_page));
 	a->blocks = map_anon(UCMA_ALIGN_UP((size_t)a->nr_pageblocks * sizeof(struct ucma_pageblock),
 					   UCMA_PAGE_SIZE));
-	if (!a->pages || !a->blocks)
+	a->extents = map_anon(extents_size(a));
+	if (!a->pages || !a->blocks || !a->extents)
 		goto nomem;
 	/* The page metadata is touched 4 KiB at a time as the heap grows
 	 * (buddy.c: deferred pageblocks); where THP is "always", a touch
@@ -377,6 +385,8 @@ void ucma_arena_destroy(struct ucma_arena *a)
 		ucma_os.munmap(a->blocks,
 			       UCMA_ALIGN_UP((size_t)a->nr_pageblocks * sizeof(struct ucma_pageblock),
 					     UCMA_PAGE_SIZE));
+	if (a->extents)
+		ucma_os.munmap(a->extents, extents_size(a));
 	if (a->reservation)
 		ucma_os.munmap(a->reservation, a->reservation_size);
 	memset(a, 0, sizeof(*a));

@@ -47,7 +47,7 @@
  *    is never isolated.  zone.c links before reading a pageblock's head
  *    (ucma_zone_set_free_dirty_locked(), runs of pageblocks, heap lending's
  *    pick) and asks ucma_buddy_deferred_in() where its own walks of page
- *    metadata pass deferred pageblocks by (find_free_extent());
+ *    metadata pass deferred pageblocks by (extent.c's walks);
  *  - every other walk over page metadata passes a deferred pageblock by
  *    or never reaches one: compaction scans only pageblocks with pages in
  *    use (nr_free < 512) and isolates what it empties, the purge walks the
@@ -380,14 +380,18 @@ uint32_t ucma_buddy_take_dirty(struct ucma_zone *z, unsigned order, int mt, bool
 }
 
 /* Free one aligned block, merging with free buddies (the kernel's
- * __free_one_page()).  The block's pages are dirty as of the zone's epoch. */
+ * __free_one_page()).  The block's pages are dirty as of the zone's epoch.
+ * @grows: the pages were not free before, so free extents may have grown
+ * and the pageblock's extent note (extent.h) no longer holds; false for
+ * the rest of a free block split by a take, which merges at most back
+ * into what it was split from. */
 static void free_block(struct ucma_zone *z, uint32_t pfn, unsigned order, uint8_t flags,
-		       uint32_t epoch)
+		       uint32_t epoch, bool grows)
 {
 	int mt = block_mt(z, pfn);
 
-	/* Extents may have grown: find_free_extent()'s note is stale. */
-	z->arena->blocks[pfn >> UCMA_PAGEBLOCK_ORDER].free_seq++;
+	if (grows)
+		z->arena->blocks[pfn >> UCMA_PAGEBLOCK_ORDER].free_seq++;
 	while (order < UCMA_MAX_ORDER) {
 		uint32_t buddy = pfn ^ (1u << order);
 		struct ucma_page *b = pg(z, buddy);
@@ -408,12 +412,12 @@ static void free_block(struct ucma_zone *z, uint32_t pfn, unsigned order, uint8_
 
 void ucma_buddy_free_block(struct ucma_zone *z, uint32_t pfn, unsigned order)
 {
-	free_block(z, pfn, order, UCMA_PF_DIRTY, z->purge_epoch);
+	free_block(z, pfn, order, UCMA_PF_DIRTY, z->purge_epoch, true);
 }
 
 /* Free any page range: the largest aligned blocks that fit, in order. */
 static void free_range(struct ucma_zone *z, uint32_t pfn, uint32_t npages, uint8_t flags,
-		       uint32_t epoch)
+		       uint32_t epoch, bool grows)
 {
 	uint32_t end = pfn + npages;
 
@@ -424,20 +428,20 @@ static void free_range(struct ucma_zone *z, uint32_t pfn, uint32_t npages, uint8
 			order = UCMA_MAX_ORDER;
 		while ((1u << order) > end - pfn)
 			order--;
-		free_block(z, pfn, order, flags, epoch);
+		free_block(z, pfn, order, flags, epoch, grows);
 		pfn += 1u << order;
 	}
 }
 
 void ucma_buddy_free_range(struct ucma_zone *z, uint32_t pfn, uint32_t npages)
 {
-	free_range(z, pfn, npages, UCMA_PF_DIRTY, z->purge_epoch);
+	free_range(z, pfn, npages, UCMA_PF_DIRTY, z->purge_epoch, true);
 }
 
 /* Give back the pages of a taken block that the caller does not want. */
 void ucma_buddy_free_clean_range(struct ucma_zone *z, uint32_t pfn, uint32_t npages, bool dirty)
 {
-	free_range(z, pfn, npages, dirty ? UCMA_PF_DIRTY : 0, z->purge_epoch);
+	free_range(z, pfn, npages, dirty ? UCMA_PF_DIRTY : 0, z->purge_epoch, true);
 }
 
 /*
@@ -478,9 +482,9 @@ bool ucma_buddy_take_range(struct ucma_zone *z, uint32_t start, uint32_t end)
 
 		free_list_del(z, h, order, block_mt(z, h));
 		if (h < start)
-			free_range(z, h, start - h, flags, epoch);
+			free_range(z, h, start - h, flags, epoch, false);
 		if (bend > end)
-			free_range(z, end, bend - end, flags, epoch);
+			free_range(z, end, bend - end, flags, epoch, false);
 		pfn = bend;
 	}
 	return true;

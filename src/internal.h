@@ -173,9 +173,9 @@ enum ucma_migratetype {
  * object into a pageblock being emptied, which the emptier's next round
  * (cma.c, compact.c) finds and moves out again.  flags (the skip
  * hints) belong to the zone's compact_lock; a byte of its own, so their
- * writes never touch the fields the zone lock guards.  free_seq,
- * extent_seq and extent_max belong to the zone lock too (buddy.c
- * free_block(), zone.c find_free_extent()).
+ * writes never touch the fields the zone lock guards.  free_seq belongs
+ * to the zone lock too (buddy.c free_block(); the extent notes, extent.h,
+ * hold while it stays).
  */
 struct ucma_pageblock {
 	uint8_t mt;		/* enum ucma_migratetype */
@@ -185,9 +185,7 @@ struct ucma_pageblock {
 	uint16_t isolate_count;	/* nested isolations */
 	uint16_t nr_free;	/* free pages in this pageblock (zone lock) */
 	uint8_t deferred;	/* wholly free, on no list yet (buddy.c; zone lock) */
-	uint16_t extent_max;	/* longest free extent when free_seq was extent_seq */
 	uint32_t free_seq;	/* blocks freed into this pageblock (wraps) */
-	uint32_t extent_seq;	/* free_seq + 1 when extent_max was found; 0: never */
 };
 
 enum ucma_zone_id { UCMA_ZONE_NORMAL = 0, UCMA_ZONE_CMA, UCMA_ZONE_NR };
@@ -237,6 +235,8 @@ struct ucma_zone {
 	bool thp_deferred;		/* THP backing, not yet asked for (zone.c) */
 	bool file_backed;		/* CMA areas on files (frames.c): never purged */
 	bool prefaulted;		/* UCMA_POPULATE: clean pages are mapped until purged */
+	uint64_t extent_walks;		/* pageblocks walked for their extents (extent.c) */
+	uint64_t extent_stale;		/* extent notes found wrong when read (extent.c) */
 
 	/* per-CPU page lists (pcp.h); set once when the zone is made */
 	struct ucma_pcp *pcp;		/* nr_pcp entries, or NULL: none */
@@ -261,6 +261,7 @@ struct ucma_zone {
 #define UCMA_MAX_CMA_AREAS 16
 
 struct ucma_frames;
+struct ucma_extent_note;
 #define UCMA_AREA_NAME_MAX 32
 
 /*
@@ -298,6 +299,7 @@ struct ucma_arena {
 	uint32_t nr_pageblocks;
 	struct ucma_page *pages;	/* npages entries, out of band */
 	struct ucma_pageblock *blocks;	/* nr_pageblocks entries, out of band */
+	struct ucma_extent_note *extents;	/* nr_pageblocks entries (extent.h) */
 	void *reservation;		/* what mmap returned (with alignment slack) */
 	size_t reservation_size;
 	struct ucma_zone zones[UCMA_ZONE_NR];

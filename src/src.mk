@@ -12,6 +12,8 @@ UCMA_SOURCES = \
 	src/memevent.h \
 	src/memevent.c \
 	src/buddy.c \
+	src/extent.h \
+	src/extent.c \
 	src/zone.c \
 	src/pcp.h \
 	src/pcp.c \

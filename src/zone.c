@@ -65,6 +65,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "extent.h"
 #include "lend.h"
 #include "pcp.h"
 
@@ -600,83 +601,6 @@ uint32_t ucma_pages_alloc_dirty(struct ucma_arena *a, uint32_t npages, unsigned 
 	return pfn;
 }
 
-#define EXTENT_BESTFIT_PAGEBLOCKS 8	/* looked at after the first fit */
-
-/*
- * @npages consecutive free pages inside [lo, hi), in pageblocks of
- * migratetype @mt, whatever the buddy alignment: adjacent free blocks of
- * any orders form one extent.  Best fit, so that the larger holes stay for
- * the larger objects: the extent with the least room to spare among those
- * in the pageblocks looked at, highest pageblock first, up to
- * EXTENT_BESTFIT_PAGEBLOCKS pageblocks after the first that fits (an exact
- * fit ends the search).  Walks the pageblocks head to head; those with too
- * few free pages are passed at once, and so are those whose longest free
- * extent was shorter when last walked, if no block was freed into them
- * since (extent_max, free_seq): taking pages only shortens extents.
- * Without that, ucma_compact() walked some 25 pageblocks without room for
- * each copy of bench_highalloc's throughput part, and the walks took about
- * as long as the copies.  The zone lock is held.
- */
-static uint32_t find_free_extent(struct ucma_zone *z, uint32_t npages, int mt, uint32_t lo,
-				 uint32_t hi)
-{
-	struct ucma_arena *a = z->arena;
-	uint32_t first = UCMA_ALIGN_DOWN(lo > z->start_pfn ? lo : z->start_pfn, UCMA_PAGEBLOCK_PAGES);
-	uint32_t last = hi < z->end_pfn ? hi : z->end_pfn;
-	uint32_t best = UCMA_PFN_NONE, best_slack = UINT32_MAX, longest;
-	unsigned looked = 0;
-
-	for (uint32_t pb = UCMA_ALIGN_UP(last, UCMA_PAGEBLOCK_PAGES); pb > first;) {
-		struct ucma_pageblock *b;
-		uint32_t ext = UCMA_PFN_NONE, end;
-
-		pb -= UCMA_PAGEBLOCK_PAGES;
-		b = ucma_pfn_block(a, pb);
-		/* A deferred pageblock's metadata is not read: see zone_alloc_in(). */
-		if (b->mt != mt || b->nr_free < npages || b->deferred ||
-		    (b->extent_seq == b->free_seq + 1 && b->extent_max < npages))
-			continue;
-		if (best != UCMA_PFN_NONE && ++looked > EXTENT_BESTFIT_PAGEBLOCKS)
-			break;
-		end = pb + UCMA_PAGEBLOCK_PAGES;
-		longest = 0;
-		for (uint32_t pfn = pb; pfn <= end;) {
-			const struct ucma_page *p = pfn < end ? &a->pages[pfn] : NULL;
-			uint32_t next;
-
-			if (p && p->kind == UCMA_PK_FREE) {
-				if (ext == UCMA_PFN_NONE)
-					ext = pfn;
-				pfn += 1u << p->order;
-				continue;
-			}
-			if (ext != UCMA_PFN_NONE) {
-				uint32_t s = ext < lo ? lo : ext, e = pfn > hi ? hi : pfn;
-
-				if (pfn - ext > longest)
-					longest = pfn - ext;
-				if (e > s && e - s >= npages && e - s - npages < best_slack) {
-					best = s;
-					best_slack = e - s - npages;
-					if (best_slack == 0)
-						return best;
-				}
-				ext = UCMA_PFN_NONE;
-			}
-			if (!p)
-				break;
-			next = p->kind == UCMA_PK_RUN  ? pfn + p->aux :
-			       p->kind == UCMA_PK_TAIL ? p->aux + a->pages[p->aux].aux :
-							 pfn + 1;
-			pfn = next;
-		}
-		/* (An exact fit returned above, before the walk's end.) */
-		b->extent_max = (uint16_t)longest;
-		b->extent_seq = b->free_seq + 1;
-	}
-	return best;
-}
-
 /*
  * Map the fresh (clean) pages [pfn, pfn + n) in one call before a
  * migration copy writes them: the copy would otherwise take one kernel
@@ -723,7 +647,7 @@ static uint32_t zone_alloc_in(struct ucma_zone *z, uint32_t npages, unsigned gfp
 
 	pthread_mutex_lock(&z->lock);
 	if (order > 0) {
-		pfn = find_free_extent(z, npages, mt, lo, hi);
+		pfn = ucma_extent_find(z, npages, mt, lo, hi);
 		extent = pfn != UCMA_PFN_NONE;
 	}
 	/* Every block on the lists lies in an extent the search saw or knew
@@ -758,6 +682,8 @@ static uint32_t zone_alloc_in(struct ucma_zone *z, uint32_t npages, unsigned gfp
 		if (!ucma_buddy_take_range(z, pfn, pfn + npages))
 			ucma_fatal("internal error: free block %u of zone %s is not free", pfn,
 				   z->name);
+		if (extent)
+			ucma_extent_taken(z, pfn, npages);
 		set_run(a, pfn, npages, gfp & UCMA_GFP_MOVABLE);
 		wake = crossed_low_wmark(z, npages);
 		if (batch) {

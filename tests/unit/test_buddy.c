@@ -198,7 +198,7 @@ static void test_resident(void)
 
 /*
  * The search for a free extent (ucma_pages_alloc_in()) notes a pageblock's
- * longest free extent and passes the pageblock while that is too short;
+ * free extents and passes the pageblock while its longest is too short;
  * a free into it must make it look again.  One pageblock filled with
  * single pages, every other one freed: no room for 2 pages.  Then the
  * page between two holes is freed and a hole elsewhere filled (as many
@@ -246,6 +246,89 @@ static void test_extent_note(void)
 			ucma_pages_free(a, page[i]);
 	ucma_pcp_drain_zone(normal());
 	ok(tu_zones_ok(a, "extent note"), "invariants hold after it");
+}
+
+/* Free the pages of @page[] (one per page of the pageblock at @pb, in any
+ * order) whose offsets lie in [from, to). */
+static void free_offsets(uint32_t *page, unsigned n, uint32_t pb, uint32_t from, uint32_t to)
+{
+	for (unsigned i = 0; i < n; i++)
+		if (page[i] != UCMA_PFN_NONE && page[i] - pb >= from && page[i] - pb < to) {
+			ucma_pages_free(a, page[i]);
+			page[i] = UCMA_PFN_NONE;
+		}
+	ucma_pcp_drain_zone(normal());
+}
+
+/*
+ * The notes are read instead of the page metadata (extent.c): one walk of
+ * a pageblock serves the searches after it, by best fit, as the search's
+ * own takes are written into the note; pages taken by another path make
+ * the note wrong, and a result read from it is checked before it is given
+ * out; a free makes the search walk again.  Holes of 5, 3, 8 and 2 pages
+ * in a pageblock of single pages.
+ */
+static void test_extent_cache(void)
+{
+	const unsigned gfp = UCMA_GFP_MOVABLE | UCMA_GFP_NO_CMA;
+	static uint32_t page[UCMA_PAGEBLOCK_PAGES];
+	struct ucma_zone *z = normal();
+	uint32_t pb, end, got[4], one, again;
+	uint64_t walks, stale;
+	unsigned n = 0;
+
+	pb = ucma_pages_alloc(a, UCMA_PAGEBLOCK_PAGES, gfp);
+	if (pb == UCMA_PFN_NONE)
+		bail_out("set-up: a whole pageblock: %s", strerror(errno));
+	end = pb + UCMA_PAGEBLOCK_PAGES;
+	ucma_pages_free(a, pb);
+	ucma_pcp_drain_zone(z);
+	while (n < UCMA_PAGEBLOCK_PAGES &&
+	       (page[n] = ucma_pages_alloc_in(a, 1, gfp, pb, end)) != UCMA_PFN_NONE)
+		n++;
+	if (n != UCMA_PAGEBLOCK_PAGES)
+		bail_out("set-up: %u single pages of pageblock %u", n, pb);
+	free_offsets(page, n, pb, 10, 15);
+	free_offsets(page, n, pb, 40, 43);
+	free_offsets(page, n, pb, 100, 108);
+	free_offsets(page, n, pb, 200, 202);
+
+	walks = z->extent_walks;
+	got[0] = ucma_pages_alloc_in(a, 3, gfp, pb, end);
+	got[1] = ucma_pages_alloc_in(a, 4, gfp, pb, end);
+	got[2] = ucma_pages_alloc_in(a, 2, gfp, pb, end);
+	got[3] = ucma_pages_alloc_in(a, 2, gfp, pb, end);
+	ok(got[0] == pb + 40 && got[1] == pb + 10 && got[2] == pb + 200 && got[3] == pb + 100,
+	   "best fit from the note: 3 in the hole of 3, 4 in that of 5, 2 in that of 2, 2 in "
+	   "that of 8 (offsets %d %d %d %d)", (int)(got[0] - pb), (int)(got[1] - pb),
+	   (int)(got[2] - pb), (int)(got[3] - pb));
+	ok(z->extent_walks - walks == 1, "one walk of the pageblock for four searches (%llu)",
+	   (unsigned long long)(z->extent_walks - walks));
+
+	/* Page 104 taken as a single page: the note still says 102..108. */
+	one = ucma_pages_alloc_in(a, 1, gfp, pb + 104, pb + 105);
+	stale = z->extent_stale;
+	again = ucma_pages_alloc_in(a, 5, gfp, pb, end);
+	ok(one == pb + 104 && again == UCMA_PFN_NONE && z->extent_stale - stale == 1,
+	   "a note made wrong by a take elsewhere is caught: no room for 5 (%d), 1 stale note",
+	   again == UCMA_PFN_NONE ? -1 : (int)(again - pb));
+	if (again != UCMA_PFN_NONE)
+		ucma_pages_free(a, again);
+	if (one != UCMA_PFN_NONE)
+		ucma_pages_free(a, one);
+	ucma_pcp_drain_zone(z);
+	walks = z->extent_walks;
+	again = ucma_pages_alloc_in(a, 6, gfp, pb, end);
+	ok(again == pb + 102 && z->extent_walks - walks == 1,
+	   "after the page is freed, the search walks again and 6 fit at 102 (%d)",
+	   again == UCMA_PFN_NONE ? -1 : (int)(again - pb));
+	if (again != UCMA_PFN_NONE)
+		ucma_pages_free(a, again);
+	for (unsigned i = 0; i < 4; i++)
+		if (got[i] != UCMA_PFN_NONE)
+			ucma_pages_free(a, got[i]);
+	free_offsets(page, n, pb, 0, UCMA_PAGEBLOCK_PAGES);
+	ok(tu_zones_ok(a, "extent cache"), "invariants hold after it");
 }
 
 static void test_zone_rules(void)
@@ -393,6 +476,7 @@ int main(void)
 	test_exact_split();
 	test_resident();
 	test_extent_note();
+	test_extent_cache();
 	test_random();
 	test_zone_rules();
 	test_isolation();

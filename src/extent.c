@@ -1,0 +1,200 @@
+/*
+ * extent.c - best-fit placement of runs by free extents, for compaction's
+ * copies and ucma_pages_alloc_in().
+ *
+ * Buddy alignment leaves holes that no aligned block of a run's order fits
+ * but the run does: a free extent is any stretch of adjacent free blocks.
+ * Packing copies into the extent with the least room to spare keeps the
+ * larger holes for the larger objects, which is what lets compaction
+ * empty pageblocks.  Finding the extents means walking a pageblock's page
+ * metadata, run by run; ucma_compact() in bench_highalloc once spent as
+ * long walking as copying, since each copy looked at the first pageblock
+ * that fits and the EXTENT_BESTFIT_PAGEBLOCKS after it, and its own take
+ * had changed the pageblock it would look at first next time.
+ *
+ * So a walk writes down what it found (struct ucma_extent_note, extent.h),
+ * and the search reads the notes, one cache line per pageblock: a
+ * pageblock is walked again only after a block was freed into it, or when
+ * its note turns out wrong (pages taken by another path), or when it has
+ * more extents than a note holds.  A result read from a note is checked
+ * against the page metadata before it is returned; the search's own takes
+ * are written into the note (ucma_extent_taken()).
+ *
+ * Everything here runs under the zone lock.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "extent.h"
+
+#define EXTENT_BESTFIT_PAGEBLOCKS 8	/* looked at after the first that fits */
+
+/* The best fit for a request seen so far. */
+struct extent_fit {
+	uint32_t npages, lo, hi;	/* the request */
+	uint32_t pfn;			/* best start, or UCMA_PFN_NONE */
+	uint32_t slack;			/* its extent's pages beyond npages */
+	bool from_note;			/* pfn was read from a note, not walked */
+};
+
+static inline bool note_holds(const struct ucma_extent_note *n, const struct ucma_pageblock *b)
+{
+	return n->seq != 0 && n->seq == b->free_seq + 1;
+}
+
+/* The free extent [start, end) as a candidate for @f. */
+static void consider(struct extent_fit *f, uint32_t start, uint32_t end, bool from_note)
+{
+	uint32_t s = start < f->lo ? f->lo : start, e = end > f->hi ? f->hi : end;
+
+	if (e > s && e - s >= f->npages && e - s - f->npages < f->slack) {
+		f->pfn = s;
+		f->slack = e - s - f->npages;
+		f->from_note = from_note;
+	}
+}
+
+/* Write pageblock @pb's note from its page metadata, offering each extent
+ * to @f on the way. */
+static void note_walk(struct ucma_zone *z, uint32_t pb, struct ucma_extent_note *n,
+		      struct extent_fit *f)
+{
+	struct ucma_arena *a = z->arena;
+	uint32_t end = pb + UCMA_PAGEBLOCK_PAGES, ext = UCMA_PFN_NONE, longest = 0;
+	unsigned nr = 0;
+
+	z->extent_walks++;
+	for (uint32_t pfn = pb; pfn <= end;) {
+		const struct ucma_page *p = pfn < end ? &a->pages[pfn] : NULL;
+
+		if (p && p->kind == UCMA_PK_FREE) {
+			if (ext == UCMA_PFN_NONE)
+				ext = pfn;
+			pfn += 1u << p->order;
+			continue;
+		}
+		if (ext != UCMA_PFN_NONE) {
+			uint32_t len = pfn - ext;
+
+			consider(f, ext, pfn, false);
+			if (len > longest)
+				longest = len;
+			if (len >= 2 && nr < UCMA_EXTENT_SLOTS) {
+				n->ext[nr].off = (uint16_t)(ext - pb);
+				n->ext[nr].len = (uint16_t)len;
+			}
+			nr += len >= 2;
+			ext = UCMA_PFN_NONE;
+		}
+		if (!p)
+			break;
+		pfn = p->kind == UCMA_PK_RUN  ? pfn + p->aux :
+		      p->kind == UCMA_PK_TAIL ? p->aux + a->pages[p->aux].aux :
+						pfn + 1;
+	}
+	n->nr = nr > UCMA_EXTENT_SLOTS ? UCMA_EXTENT_OVERFLOW : (uint16_t)nr;
+	n->longest = (uint16_t)longest;
+	n->seq = a->blocks[pb >> UCMA_PAGEBLOCK_ORDER].free_seq + 1;
+}
+
+/*
+ * The best fit for @f among the pageblocks of [lo, hi) with migratetype
+ * @mt, highest first, up to EXTENT_BESTFIT_PAGEBLOCKS pageblocks after the
+ * first that fits; an exact fit ends the search.  Pageblocks with too few
+ * free pages, or a note whose longest extent is too short, are passed at
+ * once.  A deferred pageblock's metadata is not read (zone_alloc_in()
+ * takes those last).
+ */
+static void search(struct ucma_zone *z, int mt, struct extent_fit *f)
+{
+	struct ucma_arena *a = z->arena;
+	uint32_t first = UCMA_ALIGN_DOWN(f->lo > z->start_pfn ? f->lo : z->start_pfn,
+					 UCMA_PAGEBLOCK_PAGES);
+	uint32_t last = f->hi < z->end_pfn ? f->hi : z->end_pfn;
+	unsigned looked = 0;
+
+	for (uint32_t pb = UCMA_ALIGN_UP(last, UCMA_PAGEBLOCK_PAGES); pb > first;) {
+		struct ucma_pageblock *b;
+		struct ucma_extent_note *n;
+
+		pb -= UCMA_PAGEBLOCK_PAGES;
+		b = &a->blocks[pb >> UCMA_PAGEBLOCK_ORDER];
+		if (b->mt != mt || b->nr_free < f->npages || b->deferred)
+			continue;
+		n = &a->extents[pb >> UCMA_PAGEBLOCK_ORDER];
+		if (note_holds(n, b) && n->longest < f->npages)
+			continue;
+		if (f->pfn != UCMA_PFN_NONE && ++looked > EXTENT_BESTFIT_PAGEBLOCKS)
+			return;
+		if (!note_holds(n, b) || n->nr == UCMA_EXTENT_OVERFLOW) {
+			note_walk(z, pb, n, f);
+		} else {
+			for (unsigned i = 0; i < n->nr; i++)
+				consider(f, pb + n->ext[i].off, pb + n->ext[i].off + n->ext[i].len,
+					 true);
+		}
+		if (f->pfn != UCMA_PFN_NONE && f->slack == 0)
+			return;
+	}
+}
+
+uint32_t ucma_extent_find(struct ucma_zone *z, uint32_t npages, int mt, uint32_t lo, uint32_t hi)
+{
+	for (;;) {
+		struct extent_fit f = {
+			.npages = npages, .lo = lo, .hi = hi,
+			.pfn = UCMA_PFN_NONE, .slack = UINT32_MAX,
+		};
+
+		search(z, mt, &f);
+		if (f.pfn == UCMA_PFN_NONE || !f.from_note ||
+		    ucma_buddy_range_free(z, f.pfn, f.pfn + npages))
+			return f.pfn;
+		/* The note listed pages taken since by another path: drop it;
+		 * the search walks that pageblock again. */
+		z->arena->extents[f.pfn >> UCMA_PAGEBLOCK_ORDER].seq = 0;
+		z->extent_stale++;
+	}
+}
+
+void ucma_extent_taken(struct ucma_zone *z, uint32_t pfn, uint32_t npages)
+{
+	struct ucma_arena *a = z->arena;
+	uint32_t pb = UCMA_ALIGN_DOWN(pfn, UCMA_PAGEBLOCK_PAGES), off = pfn - pb;
+	struct ucma_extent_note *n = &a->extents[pb >> UCMA_PAGEBLOCK_ORDER];
+	unsigned i, longest = 0;
+
+	if (!note_holds(n, &a->blocks[pb >> UCMA_PAGEBLOCK_ORDER]) ||
+	    n->nr == UCMA_EXTENT_OVERFLOW)
+		return;	/* walked again when next looked at */
+	for (i = 0; i < n->nr; i++)
+		if (off >= n->ext[i].off && off + npages <= n->ext[i].off + n->ext[i].len)
+			break;
+	if (i == n->nr) {
+		n->seq = 0;	/* taken from outside what the note knows */
+		return;
+	}
+	{
+		uint32_t left = off - n->ext[i].off;
+		uint32_t right = n->ext[i].off + n->ext[i].len - (off + npages);
+		uint32_t right_off = off + npages;
+
+		n->ext[i] = n->ext[--n->nr];
+		if (left >= 2) {
+			/* n->ext[i]'s old start is off - left */
+			n->ext[n->nr].off = (uint16_t)(off - left);
+			n->ext[n->nr++].len = (uint16_t)left;
+		}
+		if (right >= 2) {
+			if (n->nr == UCMA_EXTENT_SLOTS) {
+				n->nr = UCMA_EXTENT_OVERFLOW;
+				return;
+			}
+			n->ext[n->nr].off = (uint16_t)right_off;
+			n->ext[n->nr++].len = (uint16_t)right;
+		}
+	}
+	for (i = 0; i < n->nr; i++)
+		if (n->ext[i].len > longest)
+			longest = n->ext[i].len;
+	n->longest = (uint16_t)longest;
+}
