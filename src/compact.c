@@ -76,6 +76,17 @@
  * started from cached positions missed what lay behind them), waiting
  * briefly for up to COMPACT_PIN_WAITS pins per run.
  *
+ * Grace periods.  The old copies of what a pageblock held are freed after
+ * a grace period, and the pageblock stays isolated until then, so they
+ * come back to it and it comes free whole.  A run for an order checks for
+ * a free block of that order after each pageblock: one grace period per
+ * pageblock.  A SYNC_FULL run without one (ucma_compact()) empties
+ * COMPACT_DRAIN_BATCH pageblocks, holding them isolated, before it waits:
+ * the freed pageblocks are wanted only when the run ends, and a grace
+ * period that finds a reader inside a section waits for it (liburcu-bp
+ * polls every 10 ms).  bench_highalloc's ucma_compact() waited 250 times,
+ * now 32.
+ *
  * Suitability and deferral are the kernel's: compaction for an order runs
  * only with 2^order + (2 << order) free pages, and, above order 3 (small
  * orders are always worth a try), when the fragmentation index says a
@@ -118,6 +129,7 @@
 #define COMPACT_COSTLY_ORDER      3	/* PAGE_ALLOC_COSTLY_ORDER */
 #define COMPACT_EXTFRAG_THRESHOLD 500	/* sysctl_extfrag_threshold */
 #define COMPACT_PIN_WAITS         4	/* SYNC_FULL: pins waited for per run */
+#define COMPACT_DRAIN_BATCH       8	/* SYNC_FULL, no order: pageblocks per grace period */
 
 unsigned ucma_compact_async_pageblocks = 16;
 
@@ -165,6 +177,8 @@ struct ucma_compact_control {
 	uint64_t free_scanned;		/* pages of pageblocks the free scanner passed */
 	uint64_t isolated;		/* pages of runs selected for moving */
 	unsigned moved;			/* runs emptied in the current pageblock */
+	unsigned nr_isolated;		/* pageblocks waiting for a grace period */
+	uint32_t isolated_pfn[COMPACT_DRAIN_BATCH];
 	unsigned nr_runs;
 	struct compact_run runs[UCMA_PAGEBLOCK_PAGES];
 };
@@ -510,6 +524,19 @@ static int by_size_desc(const void *x, const void *y)
 	return (r->npages < s->npages) - (r->npages > s->npages);
 }
 
+/* After a grace period, the emptied pageblocks go back to their
+ * migratetypes, with the old copies freed into them. */
+static void release_isolated(struct ucma_compact_control *cc)
+{
+	if (cc->nr_isolated == 0)
+		return;
+	ucma_defer_drain();
+	for (unsigned i = 0; i < cc->nr_isolated; i++)
+		ucma_undo_isolate_range(cc->arena, cc->isolated_pfn[i],
+					cc->isolated_pfn[i] + UCMA_PAGEBLOCK_PAGES);
+	cc->nr_isolated = 0;
+}
+
 /* Move one run out of the pageblock, widening the target window as
  * needed.  Returns false when it finds no room above the pageblock. */
 static bool migrate_one(struct ucma_compact_control *cc, const struct compact_run *r)
@@ -575,8 +602,10 @@ static int compact_pageblock(struct ucma_compact_control *cc)
 	 * while the pageblock is still isolated, so a movable slab emptied
 	 * here is destroyed instead of being kept for reuse.
 	 */
-	ucma_defer_drain();
-	ucma_undo_isolate_range(a, start, end);
+	cc->isolated_pfn[cc->nr_isolated++] = start;
+	if (cc->order >= 0 || cc->prio != UCMA_COMPACT_SYNC_FULL ||
+	    cc->nr_isolated == COMPACT_DRAIN_BATCH)
+		release_isolated(cc);
 	if (cc->moved == 0)
 		set_skip_hint(cc, start);
 	return ret;
@@ -624,6 +653,7 @@ static int compact_zone(struct ucma_compact_control *cc)
 			cc->target.avoid_end = cc->free_pfn;
 		}
 	}
+	release_isolated(cc);
 	if (ret == UCMA_COMPACT_COMPLETE && cc->order >= 0 &&
 	    ucma_zone_has_free_block(cc->zone, (unsigned)cc->order))
 		ret = UCMA_COMPACT_SUCCESS;

@@ -161,6 +161,7 @@ int ucma_rcu_synchronize(void)
 	}
 	urcu_bp_synchronize_rcu();
 	TSAN_ACQUIRE_GRACE();
+	ucma_count(UCMA_STAT_RCU_GRACE_PERIODS, 1);
 	return 0;
 }
 

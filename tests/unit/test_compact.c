@@ -339,7 +339,7 @@ static void test_priorities(void)
 	static const char *name[] = { "ASYNC", "SYNC_LIGHT", "SYNC_FULL" };
 
 	for (int prio = UCMA_COMPACT_ASYNC; prio <= UCMA_COMPACT_SYNC_FULL; prio++) {
-		uint64_t seed = 1000 + (uint64_t)prio, before, after, mig0;
+		uint64_t seed = 1000 + (uint64_t)prio, before, after, mig0, gp;
 		int pinned[8], np = 0, moved_pinned = 0;
 		void *at[8];
 
@@ -355,11 +355,22 @@ static void test_priorities(void)
 		}
 		before = free_blocks(9);
 		mig0 = stat_of("pgmigrate_success");
+		gp = stat_of("rcu_grace_periods");
 		ok(ucma_compact(prio) == 0, "ucma_compact(%s)", name[prio]);
+		gp = stat_of("rcu_grace_periods") - gp;
 		after = free_blocks(9);
 		ok(after > before, "%s: free order-9 blocks %llu -> %llu (%llu objects moved)",
 		   name[prio], (unsigned long long)before, (unsigned long long)after,
 		   (unsigned long long)(stat_of("pgmigrate_success") - mig0));
+		/* SYNC_FULL waits once per 8 pageblocks it empties, and at the
+		 * end; the others once per pageblock they move objects from. */
+		if (prio == UCMA_COMPACT_SYNC_FULL)
+			ok(after - before >= 8 && gp <= (after - before) / 2,
+			   "SYNC_FULL: %llu grace periods for %llu pageblocks emptied",
+			   (unsigned long long)gp, (unsigned long long)(after - before));
+		else
+			diag("%s: %llu grace periods for %llu pageblocks emptied", name[prio],
+			     (unsigned long long)gp, (unsigned long long)(after - before));
 		ok(verify_all() == 0, "%s: every object keeps its checksum", name[prio]);
 		ucma_read_lock();
 		for (int k = 0; k < np; k++)
