@@ -686,6 +686,9 @@ UCMA_INTERNAL unsigned ucma_stats_foreach(struct ucma_arena *a,
 /* Zeroed memory for allocator metadata, in power-of-two classes up to
  * 64 KiB (larger requests get their own mapping).  NULL with ENOMEM. */
 UCMA_INTERNAL void *ucma_meta_alloc(size_t size);
+/* The same without zeroing a reused block, for what is written before it
+ * is read (a 64 KiB snapshot, for one). */
+UCMA_INTERNAL void *ucma_meta_alloc_uninit(size_t size);
 UCMA_INTERNAL void ucma_meta_free(void *p, size_t size);
 
 /* ------------------------------------------------------------------------ */

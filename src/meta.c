@@ -64,7 +64,7 @@ static void *map_meta(size_t len)
 	return p == MAP_FAILED ? NULL : p;
 }
 
-void *ucma_meta_alloc(size_t size)
+static void *meta_alloc(size_t size, bool zero)
 {
 	unsigned c;
 	size_t csize;
@@ -84,7 +84,8 @@ void *ucma_meta_alloc(size_t size)
 		meta_free_list[c] = meta_free_list[c]->next;
 		((struct meta_free *)p)->marker = 0;
 		pthread_mutex_unlock(&meta_lock);
-		memset(p, 0, csize);
+		if (zero)
+			memset(p, 0, csize);
 		return p;
 	}
 	if (!meta_cur || (size_t)(meta_end - meta_cur) < csize) {
@@ -104,12 +105,22 @@ void *ucma_meta_alloc(size_t size)
 	meta_cur = (char *)UCMA_ALIGN_UP((uintptr_t)meta_cur, csize);
 	if ((size_t)(meta_end - meta_cur) < csize) {
 		pthread_mutex_unlock(&meta_lock);
-		return ucma_meta_alloc(size);	/* next chunk */
+		return meta_alloc(size, zero);	/* next chunk */
 	}
 	p = meta_cur;
 	meta_cur += csize;
 	pthread_mutex_unlock(&meta_lock);
 	return p;	/* fresh anonymous memory is zero */
+}
+
+void *ucma_meta_alloc(size_t size)
+{
+	return meta_alloc(size, true);
+}
+
+void *ucma_meta_alloc_uninit(size_t size)
+{
+	return meta_alloc(size, false);
 }
 
 void ucma_meta_free(void *p, size_t size)

@@ -362,7 +362,7 @@ int ucma_mslab_live_slots(struct ucma_mslab *s, struct ucma_mslab_slot **out)
 	bool destroy = false;
 	int n = 0;
 
-	v = ucma_meta_alloc(sizeof(*v) * MSLAB_MAX_OBJS);
+	v = ucma_meta_alloc_uninit(sizeof(*v) * MSLAB_MAX_OBJS);
 	*out = v;
 	if (!v)
 		return -1;
