@@ -27,12 +27,15 @@
  * Then: pin latency (ucma_pin + ucma_unpin) while the thread compacts
  * against idle, and the throughput of ucma_compact(SYNC_FULL) in bytes
  * moved per second as a ratio of memcpy bandwidth measured in the same
- * run.
+ * run; and the same again while a reader thread reads objects through
+ * their handles inside read-side sections, one object per section, since
+ * the grace periods compaction waits for wait for such readers.
  *
  * Environment: UCMA_BENCH_HA_CMA_MB (default 512), UCMA_BENCH_HA_NORMAL_MB
  * (256), UCMA_BENCH_HA_CHURN (50000 operations), UCMA_BENCH_HA_PROACTIVENESS
  * (90), UCMA_BENCH_HA_SEED (1), UCMA_BENCH_PART (the parts to run, any of
- * "alloc", "pin" and "throughput" separated by commas; default all),
+ * "alloc", "pin", "throughput" and "reader" separated by commas; default
+ * all),
  * UCMA_BENCH_PERF_CTL (perf's control FIFO: only ucma_compact() of the
  * throughput part is sampled).
  *
@@ -42,6 +45,8 @@
 #include "testutil.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,12 +88,14 @@ struct tput_result {
 	uint64_t bytes_moved, objects_moved, ns;
 	double memcpy_gbs;
 	unsigned o9_before, o9_after;
+	uint64_t grace_periods;		/* rcu_grace_periods during the run */
+	uint64_t reader_sections;	/* the reader thread's, during the run */
 };
 
 struct shared {
 	struct alloc_result alloc[NR_MODES][NR_SIZES];
 	struct pin_result pin;
-	struct tput_result tput;
+	struct tput_result tput[2];	/* alone, and with a reader thread */
 	uint64_t pin_samples[MAXPIN];	/* scratch for the pin child */
 };
 
@@ -414,12 +421,43 @@ static unsigned free_pageblocks(struct ucma_zone *z)
 	return (unsigned)c[UCMA_MAX_ORDER];
 }
 
+static atomic_bool reader_stop;
+static _Atomic uint64_t reader_sections;
+
+/*
+ * A reader as a program has them: read one object through its handle
+ * inside a read-side section (a few microseconds to tens of them), again
+ * and again.  A grace period that finds it inside a section waits for it
+ * (liburcu-bp polls every 10 ms once a short spin has not seen it leave).
+ */
+static void *reader(void *arg)
+{
+	uint64_t seed = 99, sum = 0;
+
+	(void)arg;
+	while (!atomic_load_explicit(&reader_stop, memory_order_relaxed)) {
+		unsigned i = (unsigned)(tu_rand(&seed) % nmov);
+		const uint64_t *p;
+
+		ucma_read_lock();
+		p = ucma_deref(mov[i]);
+		for (size_t k = 0; p && k < mov_size[i] / 8; k += 8)
+			sum += p[k];
+		ucma_read_unlock();
+		atomic_fetch_add_explicit(&reader_sections, 1, memory_order_relaxed);
+	}
+	return (void *)(uintptr_t)sum;
+}
+
+static bool tput_with_reader;
+
 static void run_tput(void)
 {
-	struct tput_result *r = &sh->tput;
+	struct tput_result *r = &sh->tput[tput_with_reader];
 	struct ucma_arena *a = start_arena(false, false);
 	static const void *before[MAXMOV];
-	uint64_t t0;
+	uint64_t t0, gp0, rs0;
+	pthread_t rd;
 
 	fragment(seed0);
 	r->memcpy_gbs = memcpy_gbs();
@@ -429,11 +467,23 @@ static void run_tput(void)
 	ucma_read_unlock();
 	r->o9_before = free_pageblocks(&a->zones[UCMA_ZONE_CMA]) +
 		       free_pageblocks(&a->zones[UCMA_ZONE_NORMAL]);
+	if (tput_with_reader && pthread_create(&rd, NULL, reader, NULL) != 0) {
+		fprintf(stderr, "bench_highalloc: no reader thread: %s\n", strerror(errno));
+		return;
+	}
+	gp0 = stat_of("rcu_grace_periods");
+	rs0 = atomic_load(&reader_sections);
 	tu_profile(true);
 	t0 = tu_now_ns();
 	ucma_compact(UCMA_COMPACT_SYNC_FULL);
 	r->ns = tu_now_ns() - t0;
 	tu_profile(false);
+	r->reader_sections = atomic_load(&reader_sections) - rs0;
+	r->grace_periods = stat_of("rcu_grace_periods") - gp0;
+	if (tput_with_reader) {
+		atomic_store(&reader_stop, true);
+		pthread_join(rd, NULL);
+	}
 	r->o9_after = free_pageblocks(&a->zones[UCMA_ZONE_CMA]) +
 		      free_pageblocks(&a->zones[UCMA_ZONE_NORMAL]);
 	ucma_read_lock();
@@ -523,17 +573,21 @@ static void print_pin(void)
 	       (unsigned long long)sh->pin.migrated_during);
 }
 
-static void print_tput(void)
+static void print_tput(const struct tput_result *t, bool with_reader)
 {
-	double gbs = (double)sh->tput.bytes_moved / (double)sh->tput.ns;
+	double gbs = (double)t->bytes_moved / (double)t->ns;
 
-	printf("compaction throughput: ucma_compact(SYNC_FULL) moved %llu objects, "
+	printf("compaction throughput%s: ucma_compact(SYNC_FULL) moved %llu objects, "
 	       "%.1f MiB in %.1f ms = %.2f GB/s; memcpy %.2f GB/s; ratio %.2f; "
-	       "free pageblocks %u -> %u\n",
-	       (unsigned long long)sh->tput.objects_moved,
-	       (double)sh->tput.bytes_moved / (1 << 20), (double)sh->tput.ns / 1e6, gbs,
-	       sh->tput.memcpy_gbs, sh->tput.memcpy_gbs ? gbs / sh->tput.memcpy_gbs : 0,
-	       sh->tput.o9_before, sh->tput.o9_after);
+	       "free pageblocks %u -> %u; %llu grace periods",
+	       with_reader ? " with a reader thread" : "", (unsigned long long)t->objects_moved,
+	       (double)t->bytes_moved / (1 << 20), (double)t->ns / 1e6, gbs, t->memcpy_gbs,
+	       t->memcpy_gbs ? gbs / t->memcpy_gbs : 0, t->o9_before, t->o9_after,
+	       (unsigned long long)t->grace_periods);
+	if (with_reader)
+		printf("; %llu read-side sections meanwhile",
+		       (unsigned long long)t->reader_sections);
+	printf("\n");
 }
 
 int main(void)
@@ -576,9 +630,12 @@ int main(void)
 		in_child(run_pin);
 	if (sh->pin.done)
 		print_pin();
-	if (tu_bench_part("throughput"))
-		in_child(run_tput);
-	if (sh->tput.done && sh->tput.ns)
-		print_tput();
+	for (int k = 0; k < 2; k++) {
+		tput_with_reader = k;
+		if (tu_bench_part(k ? "reader" : "throughput"))
+			in_child(run_tput);
+		if (sh->tput[k].done && sh->tput[k].ns)
+			print_tput(&sh->tput[k], k);
+	}
 	return 0;
 }
