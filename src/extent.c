@@ -53,6 +53,19 @@ static void consider(struct extent_fit *f, uint32_t start, uint32_t end, bool fr
 	}
 }
 
+/* List the extent [off, off + len) of a pageblock in note @n if it is two
+ * pages or more; false when the note is full. */
+static bool note_add(struct ucma_extent_note *n, uint32_t off, uint32_t len)
+{
+	if (len < 2)
+		return true;	/* fits no request that reads notes */
+	if (n->nr == UCMA_EXTENT_SLOTS)
+		return false;
+	n->ext[n->nr].off = (uint16_t)off;
+	n->ext[n->nr++].len = (uint16_t)len;
+	return true;
+}
+
 /* Write pageblock @pb's note from its page metadata, offering each extent
  * to @f on the way. */
 static void note_walk(struct ucma_zone *z, uint32_t pb, struct ucma_extent_note *n,
@@ -60,9 +73,10 @@ static void note_walk(struct ucma_zone *z, uint32_t pb, struct ucma_extent_note 
 {
 	struct ucma_arena *a = z->arena;
 	uint32_t end = pb + UCMA_PAGEBLOCK_PAGES, ext = UCMA_PFN_NONE, longest = 0;
-	unsigned nr = 0;
+	bool overflow = false;
 
 	z->extent_walks++;
+	n->nr = 0;
 	for (uint32_t pfn = pb; pfn <= end;) {
 		const struct ucma_page *p = pfn < end ? &a->pages[pfn] : NULL;
 
@@ -78,11 +92,8 @@ static void note_walk(struct ucma_zone *z, uint32_t pb, struct ucma_extent_note 
 			consider(f, ext, pfn, false);
 			if (len > longest)
 				longest = len;
-			if (len >= 2 && nr < UCMA_EXTENT_SLOTS) {
-				n->ext[nr].off = (uint16_t)(ext - pb);
-				n->ext[nr].len = (uint16_t)len;
-			}
-			nr += len >= 2;
+			if (!overflow && !note_add(n, ext - pb, len))
+				overflow = true;
 			ext = UCMA_PFN_NONE;
 		}
 		if (!p)
@@ -91,7 +102,8 @@ static void note_walk(struct ucma_zone *z, uint32_t pb, struct ucma_extent_note 
 		      p->kind == UCMA_PK_TAIL ? p->aux + a->pages[p->aux].aux :
 						pfn + 1;
 	}
-	n->nr = nr > UCMA_EXTENT_SLOTS ? UCMA_EXTENT_OVERFLOW : (uint16_t)nr;
+	if (overflow)
+		n->nr = UCMA_EXTENT_OVERFLOW;
 	n->longest = (uint16_t)longest;
 	n->seq = a->blocks[pb >> UCMA_PAGEBLOCK_ORDER].free_seq + 1;
 }
@@ -162,6 +174,7 @@ void ucma_extent_taken(struct ucma_zone *z, uint32_t pfn, uint32_t npages)
 	uint32_t pb = UCMA_ALIGN_DOWN(pfn, UCMA_PAGEBLOCK_PAGES), off = pfn - pb;
 	struct ucma_extent_note *n = &a->extents[pb >> UCMA_PAGEBLOCK_ORDER];
 	unsigned i, longest = 0;
+	uint32_t ext_start, ext_end;
 
 	if (!note_holds(n, &a->blocks[pb >> UCMA_PAGEBLOCK_ORDER]) ||
 	    n->nr == UCMA_EXTENT_OVERFLOW)
@@ -173,25 +186,16 @@ void ucma_extent_taken(struct ucma_zone *z, uint32_t pfn, uint32_t npages)
 		n->seq = 0;	/* taken from outside what the note knows */
 		return;
 	}
-	{
-		uint32_t left = off - n->ext[i].off;
-		uint32_t right = n->ext[i].off + n->ext[i].len - (off + npages);
-		uint32_t right_off = off + npages;
-
-		n->ext[i] = n->ext[--n->nr];
-		if (left >= 2) {
-			/* n->ext[i]'s old start is off - left */
-			n->ext[n->nr].off = (uint16_t)(off - left);
-			n->ext[n->nr++].len = (uint16_t)left;
-		}
-		if (right >= 2) {
-			if (n->nr == UCMA_EXTENT_SLOTS) {
-				n->nr = UCMA_EXTENT_OVERFLOW;
-				return;
-			}
-			n->ext[n->nr].off = (uint16_t)right_off;
-			n->ext[n->nr++].len = (uint16_t)right;
-		}
+	/* The extent gives way to what is left of it on either side (the
+	 * search takes from the start of an extent, or of its part inside
+	 * the request's range). */
+	ext_start = n->ext[i].off;
+	ext_end = ext_start + n->ext[i].len;
+	n->ext[i] = n->ext[--n->nr];
+	if (!note_add(n, ext_start, off - ext_start) ||
+	    !note_add(n, off + npages, ext_end - (off + npages))) {
+		n->nr = UCMA_EXTENT_OVERFLOW;
+		return;
 	}
 	for (i = 0; i < n->nr; i++)
 		if (n->ext[i].len > longest)
