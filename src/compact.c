@@ -85,7 +85,8 @@
  * the freed pageblocks are wanted only when the run ends, and a grace
  * period that finds a reader inside a section waits for it (liburcu-bp
  * polls every 10 ms).  bench_highalloc's ucma_compact() waited 250 times,
- * now 32.
+ * now 32.  Never more than an eighth of a small zone's pageblocks are
+ * held so: other threads find their free pages unusable meanwhile.
  *
  * Suitability and deferral are the kernel's: compaction for an order runs
  * only with 2^order + (2 << order) free pages, and, above order 3 (small
@@ -178,6 +179,7 @@ struct ucma_compact_control {
 	uint64_t isolated;		/* pages of runs selected for moving */
 	unsigned moved;			/* runs emptied in the current pageblock */
 	unsigned nr_isolated;		/* pageblocks waiting for a grace period */
+	unsigned drain_batch;		/* at most; COMPACT_DRAIN_BATCH or less */
 	uint32_t isolated_pfn[COMPACT_DRAIN_BATCH];
 	unsigned nr_runs;
 	struct compact_run runs[UCMA_PAGEBLOCK_PAGES];
@@ -626,7 +628,7 @@ static int compact_pageblock(struct ucma_compact_control *cc)
 	 */
 	cc->isolated_pfn[cc->nr_isolated++] = start;
 	if (cc->order >= 0 || cc->prio != UCMA_COMPACT_SYNC_FULL ||
-	    cc->nr_isolated == COMPACT_DRAIN_BATCH)
+	    cc->nr_isolated >= cc->drain_batch)
 		release_isolated(cc);
 	if (cc->moved == 0)
 		set_skip_hint(cc, start);
@@ -705,6 +707,11 @@ static void cc_init(struct ucma_compact_control *cc, struct ucma_zone *z, int or
 			prio == UCMA_COMPACT_SYNC_LIGHT ? 1 :
 							  0;
 	cc->abort = abort;
+	cc->drain_batch = (unsigned)(z->managed_pages >> UCMA_PAGEBLOCK_ORDER) / 8;
+	if (cc->drain_batch > COMPACT_DRAIN_BATCH)
+		cc->drain_batch = COMPACT_DRAIN_BATCH;
+	if (cc->drain_batch == 0)
+		cc->drain_batch = 1;
 	cc->target.no_cma = z->id == UCMA_ZONE_NORMAL;
 	cc->target.wait_pins = cc->pin_waits > 0;
 }
