@@ -559,13 +559,16 @@ static void sort_runs(struct ucma_compact_control *cc)
  * migratetypes, with the old copies freed into them. */
 static void release_isolated(struct ucma_compact_control *cc)
 {
-	uint64_t t0;
+	uint64_t waited;
 
 	if (cc->nr_isolated == 0)
 		return;
-	t0 = ucma_os_now_ns();
+	/* The wait for readers alone: freeing the old copies may take long
+	 * too (a slow machine, a sanitizer), without any reader about. */
+	waited = ucma_vmstat_read(UCMA_STAT_RCU_GRACE_NS);
 	ucma_defer_drain();
-	if (ucma_os_now_ns() - t0 > COMPACT_SLOW_GRACE_NS)
+	waited = ucma_vmstat_read(UCMA_STAT_RCU_GRACE_NS) - waited;
+	if (waited > COMPACT_SLOW_GRACE_NS)
 		cc->drain_batch = cc->drain_batch * 2 < cc->drain_batch_max ? cc->drain_batch * 2 :
 									      cc->drain_batch_max;
 	for (unsigned i = 0; i < cc->nr_isolated; i++)

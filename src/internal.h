@@ -649,6 +649,7 @@ enum ucma_vmstat_item {
 	UCMA_STAT_LEND_HEAP_FORK_EVACUATED,
 	UCMA_STAT_LEND_HEAP_FORK_COPIED,
 	UCMA_STAT_RCU_GRACE_PERIODS,
+	UCMA_STAT_RCU_GRACE_NS,
 	UCMA_STAT_NR
 };
 
@@ -658,6 +659,11 @@ UCMA_INTERNAL extern const char *const ucma_vmstat_names[UCMA_STAT_NR];
 static inline void ucma_count(enum ucma_vmstat_item i, uint64_t n)
 {
 	atomic_fetch_add_explicit(&ucma_vmstat[i], n, memory_order_relaxed);
+}
+
+static inline uint64_t ucma_vmstat_read(enum ucma_vmstat_item i)
+{
+	return atomic_load_explicit(&ucma_vmstat[i], memory_order_relaxed);
 }
 
 /* stats.c: the report at exit (init.c registers it with atexit), the

@@ -155,13 +155,17 @@ bool ucma_rcu_can_wait(void)
 
 int ucma_rcu_synchronize(void)
 {
+	uint64_t t0;
+
 	if (!ucma_rcu_can_wait()) {
 		errno = EDEADLK;
 		return -1;
 	}
+	t0 = ucma_os_now_ns();
 	urcu_bp_synchronize_rcu();
 	TSAN_ACQUIRE_GRACE();
 	ucma_count(UCMA_STAT_RCU_GRACE_PERIODS, 1);
+	ucma_count(UCMA_STAT_RCU_GRACE_NS, ucma_os_now_ns() - t0);
 	return 0;
 }
 

@@ -10,6 +10,8 @@
  * while a thread holds read-side sections of 2 ms one after the other
  * (reading objects in them).  With the reader the run must wait fewer
  * times, and both must keep every object's data and free pageblocks.
+ * (Alone, a slow grace period is rare but possible: a loaded machine
+ * may hold up the wait for no reader.  Only the comparison is checked.)
  *
  * SPDX-License-Identifier: MIT
  */
@@ -177,7 +179,7 @@ int main(void)
 	};
 	struct run alone, read;
 
-	plan(5);
+	plan(4);
 	if (ucma_init(&cfg) != 0)
 		bail_out("ucma_init: %s", strerror(errno));
 	a = ucma_arena_get();
@@ -191,9 +193,6 @@ int main(void)
 	ok(read.emptied >= 64, "with a reader: %llu pageblocks emptied, %llu grace periods, "
 	   "%lu sections", (unsigned long long)read.emptied,
 	   (unsigned long long)read.grace_periods, atomic_load(&sections));
-	ok(alone.grace_periods >= alone.emptied / 8,
-	   "alone, one grace period per eight pageblocks at most (%llu for %llu)",
-	   (unsigned long long)alone.grace_periods, (unsigned long long)alone.emptied);
 	ok(read.grace_periods * 3 <= alone.grace_periods * 2,
 	   "with a reader holding them up, larger batches: %llu grace periods against %llu",
 	   (unsigned long long)read.grace_periods, (unsigned long long)alone.grace_periods);
