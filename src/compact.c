@@ -84,8 +84,9 @@
  * COMPACT_DRAIN_BATCH pageblocks, holding them isolated, before it waits:
  * the freed pageblocks are wanted only when the run ends, and a grace
  * period that finds a reader inside a section waits for it (liburcu-bp
- * polls every 10 ms).  bench_highalloc's ucma_compact() waited 250 times,
- * now 32.  Never more than an eighth of a small zone's pageblocks are
+ * polls every 10 ms).  bench_highalloc's ucma_compact() drained after each
+ * of 250 pageblocks (112 grace periods with a reader about), now 32 times
+ * (15).  Never more than an eighth of a small zone's pageblocks are
  * held so: other threads find their free pages unusable meanwhile.  A
  * grace period longer than COMPACT_SLOW_GRACE_NS says a reader held it
  * up, and the next ones will be as long: the batch doubles, up to an
@@ -186,7 +187,7 @@ struct ucma_compact_control {
 	unsigned moved;			/* runs emptied in the current pageblock */
 	unsigned nr_isolated;		/* pageblocks waiting for a grace period */
 	unsigned drain_batch;		/* at most; COMPACT_DRAIN_BATCH or less at first */
-	unsigned drain_batch_max;	/* an eighth of the zone, up to COMPACT_DRAIN_BATCH_MAX */
+	unsigned drain_batch_max;	/* an eighth of the zone, up to COMPACT_DRAIN_BATCH_MAX; 1 but for SYNC_FULL without an order */
 	uint32_t isolated_pfn[COMPACT_DRAIN_BATCH_MAX];
 	unsigned nr_runs;
 	struct compact_run runs[UCMA_PAGEBLOCK_PAGES];
@@ -643,8 +644,7 @@ static int compact_pageblock(struct ucma_compact_control *cc)
 	 * here is destroyed instead of being kept for reuse.
 	 */
 	cc->isolated_pfn[cc->nr_isolated++] = start;
-	if (cc->order >= 0 || cc->prio != UCMA_COMPACT_SYNC_FULL ||
-	    cc->nr_isolated >= cc->drain_batch)
+	if (cc->nr_isolated >= cc->drain_batch)
 		release_isolated(cc);
 	if (cc->moved == 0)
 		set_skip_hint(cc, start);
@@ -727,6 +727,9 @@ static void cc_init(struct ucma_compact_control *cc, struct ucma_zone *z, int or
 	if (cc->drain_batch_max > COMPACT_DRAIN_BATCH_MAX)
 		cc->drain_batch_max = COMPACT_DRAIN_BATCH_MAX;
 	if (cc->drain_batch_max == 0)
+		cc->drain_batch_max = 1;
+	/* A run for an order looks for its block after each pageblock. */
+	if (order >= 0 || prio != UCMA_COMPACT_SYNC_FULL)
 		cc->drain_batch_max = 1;
 	cc->drain_batch = cc->drain_batch_max < COMPACT_DRAIN_BATCH ? cc->drain_batch_max :
 								       COMPACT_DRAIN_BATCH;

@@ -7,10 +7,11 @@
  * Packing copies into the extent with the least room to spare keeps the
  * larger holes for the larger objects, which is what lets compaction
  * empty pageblocks.  Finding the extents means walking a pageblock's page
- * metadata, run by run; ucma_compact() in bench_highalloc once spent as
- * long walking as copying, since each copy looked at the first pageblock
- * that fits and the EXTENT_BESTFIT_PAGEBLOCKS after it, and its own take
- * had changed the pageblock it would look at first next time.
+ * metadata, run by run; a profile of ucma_compact() in bench_highalloc
+ * (perf, call graphs) put the walks at as much time as the copies, since
+ * each copy looked at the first pageblock that fits and the
+ * EXTENT_BESTFIT_PAGEBLOCKS after it, and its own take had changed the
+ * pageblock it would look at first next time.
  *
  * So a walk writes down what it found (struct ucma_extent_note, extent.h),
  * and the search reads the notes, one cache line per pageblock: a
