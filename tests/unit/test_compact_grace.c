@@ -7,7 +7,7 @@
  * period that finds a reader inside a section waits for it; once one has
  * taken long, the run waits for more pageblocks at a time.  This test
  * empties the same kind of fragmented 512 MiB CMA zone twice: alone, and
- * while a thread holds read-side sections of 2 ms one after the other
+ * while a thread holds read-side sections of 20 ms one after the other
  * (reading objects in them).  With the reader the run must wait fewer
  * times, and both must keep every object's data and free pageblocks.
  * (Alone, a slow grace period is rare but possible: a loaded machine
@@ -110,14 +110,16 @@ static void free_all(void)
 	ucma_defer_drain();
 }
 
-/* Sections of 2 ms, one after the other, each reading an object. */
+/* Sections of 20 ms, one after the other, each reading an object: a
+ * grace period that finds the reader inside waits for liburcu-bp's 10 ms
+ * poll, unless the section ends within its short spin first. */
 static void *reader(void *arg)
 {
 	uint64_t seed = 5, sum = 0;
 
 	(void)arg;
 	while (!atomic_load(&stop)) {
-		struct timespec ts = { 0, 2 * 1000 * 1000 };
+		struct timespec ts = { 0, 20 * 1000 * 1000 };
 		int i = (int)(tu_rand(&seed) % (uint64_t)nobj);
 		const uint64_t *p;
 
