@@ -69,6 +69,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "extent.h"
 
 static inline struct ucma_page *pg(const struct ucma_zone *z, uint32_t pfn)
 {
@@ -390,8 +391,14 @@ static void free_block(struct ucma_zone *z, uint32_t pfn, unsigned order, uint8_
 {
 	int mt = block_mt(z, pfn);
 
-	if (grows)
-		z->arena->blocks[pfn >> UCMA_PAGEBLOCK_ORDER].free_seq++;
+	if (grows) {
+		uint32_t pb = pfn >> UCMA_PAGEBLOCK_ORDER;
+
+		/* When the count wraps, a note written 2^32 frees ago would
+		 * match it again: the pageblock's note goes (it has one). */
+		if (UCMA_UNLIKELY(++z->arena->blocks[pb].free_seq == 0))
+			z->arena->extents[pb].seq = 0;
+	}
 	while (order < UCMA_MAX_ORDER) {
 		uint32_t buddy = pfn ^ (1u << order);
 		struct ucma_page *b = pg(z, buddy);

@@ -21,7 +21,9 @@
  *
  * A note holds while no block was freed into the pageblock since it was
  * written (seq == the pageblock's free_seq + 1): frees are the only way an
- * extent grows, and buddy.c counts them.  Takes only shorten extents.  The
+ * extent grows, and buddy.c counts them; when the 32-bit count wraps,
+ * buddy.c drops the note, which would otherwise hold again 2^32 frees
+ * after it was written.  Takes only shorten extents.  The
  * takes of ucma_extent_find()'s own results are written into the note
  * (ucma_extent_taken()); others (a list head taken, a range claimed) leave
  * it listing pages no longer free, so a result read from a note is checked

@@ -185,7 +185,7 @@ struct ucma_pageblock {
 	uint16_t isolate_count;	/* nested isolations */
 	uint16_t nr_free;	/* free pages in this pageblock (zone lock) */
 	uint8_t deferred;	/* wholly free, on no list yet (buddy.c; zone lock) */
-	uint32_t free_seq;	/* blocks freed into this pageblock (wraps) */
+	uint32_t free_seq;	/* blocks freed into this pageblock (wraps: buddy.c) */
 };
 
 enum ucma_zone_id { UCMA_ZONE_NORMAL = 0, UCMA_ZONE_CMA, UCMA_ZONE_NR };

@@ -11,6 +11,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "extent.h"
 #include "pcp.h"
 #include "tap.h"
 #include "testutil.h"
@@ -196,6 +197,27 @@ static void test_resident(void)
 	ok(tu_zones_ok(a, "resident"), "invariants hold after resident takes");
 }
 
+/* A whole pageblock of the NORMAL zone taken as single pages, one by one,
+ * into @page; returns its first page. */
+static uint32_t pageblock_of_single_pages(uint32_t *page)
+{
+	const unsigned gfp = UCMA_GFP_MOVABLE | UCMA_GFP_NO_CMA;
+	uint32_t pb = ucma_pages_alloc(a, UCMA_PAGEBLOCK_PAGES, gfp), end;
+	unsigned n = 0;
+
+	if (pb == UCMA_PFN_NONE)
+		bail_out("set-up: a whole pageblock: %s", strerror(errno));
+	end = pb + UCMA_PAGEBLOCK_PAGES;
+	ucma_pages_free(a, pb);
+	ucma_pcp_drain_zone(normal());
+	while (n < UCMA_PAGEBLOCK_PAGES &&
+	       (page[n] = ucma_pages_alloc_in(a, 1, gfp, pb, end)) != UCMA_PFN_NONE)
+		n++;
+	if (n != UCMA_PAGEBLOCK_PAGES)
+		bail_out("set-up: %u single pages of pageblock %u", n, pb);
+	return pb;
+}
+
 /*
  * The search for a free extent (ucma_pages_alloc_in()) notes a pageblock's
  * free extents and passes the pageblock while its longest is too short;
@@ -209,19 +231,9 @@ static void test_extent_note(void)
 	const unsigned gfp = UCMA_GFP_MOVABLE | UCMA_GFP_NO_CMA;
 	static uint32_t page[UCMA_PAGEBLOCK_PAGES];
 	uint32_t pb, got, filler;
-	unsigned n = 0;
+	const unsigned n = UCMA_PAGEBLOCK_PAGES;
 
-	pb = ucma_pages_alloc(a, UCMA_PAGEBLOCK_PAGES, gfp);
-	if (pb == UCMA_PFN_NONE)
-		bail_out("set-up: a whole pageblock: %s", strerror(errno));
-	ucma_pages_free(a, pb);
-	ucma_pcp_drain_zone(normal());
-	while (n < UCMA_PAGEBLOCK_PAGES &&
-	       (page[n] = ucma_pages_alloc_in(a, 1, gfp, pb, pb + UCMA_PAGEBLOCK_PAGES)) !=
-		       UCMA_PFN_NONE)
-		n++;
-	if (n != UCMA_PAGEBLOCK_PAGES)
-		bail_out("set-up: %u single pages of pageblock %u", n, pb);
+	pb = pageblock_of_single_pages(page);
 	/* Free the pages at even offsets from the pageblock's start. */
 	for (unsigned i = 0; i < n; i++)
 		if (!((page[i] - pb) & 1))
@@ -275,19 +287,10 @@ static void test_extent_cache(void)
 	struct ucma_zone *z = normal();
 	uint32_t pb, end, got[4], one, again;
 	uint64_t walks, stale;
-	unsigned n = 0;
+	const unsigned n = UCMA_PAGEBLOCK_PAGES;
 
-	pb = ucma_pages_alloc(a, UCMA_PAGEBLOCK_PAGES, gfp);
-	if (pb == UCMA_PFN_NONE)
-		bail_out("set-up: a whole pageblock: %s", strerror(errno));
+	pb = pageblock_of_single_pages(page);
 	end = pb + UCMA_PAGEBLOCK_PAGES;
-	ucma_pages_free(a, pb);
-	ucma_pcp_drain_zone(z);
-	while (n < UCMA_PAGEBLOCK_PAGES &&
-	       (page[n] = ucma_pages_alloc_in(a, 1, gfp, pb, end)) != UCMA_PFN_NONE)
-		n++;
-	if (n != UCMA_PAGEBLOCK_PAGES)
-		bail_out("set-up: %u single pages of pageblock %u", n, pb);
 	free_offsets(page, n, pb, 10, 15);
 	free_offsets(page, n, pb, 40, 43);
 	free_offsets(page, n, pb, 100, 108);
@@ -329,6 +332,55 @@ static void test_extent_cache(void)
 			ucma_pages_free(a, got[i]);
 	free_offsets(page, n, pb, 0, UCMA_PAGEBLOCK_PAGES);
 	ok(tu_zones_ok(a, "extent cache"), "invariants hold after it");
+}
+
+/*
+ * A note holds while the pageblock's 32-bit count of frees is what it was
+ * when the note was written.  After 2^32 frees the count comes round
+ * again: the note must not hold then.  The count is set by hand around
+ * one real free that wraps it (2^32 frees would take minutes).
+ */
+static void test_extent_seq_wrap(void)
+{
+	const unsigned gfp = UCMA_GFP_MOVABLE | UCMA_GFP_NO_CMA;
+	static uint32_t page[UCMA_PAGEBLOCK_PAGES];
+	struct ucma_zone *z = normal();
+	struct ucma_pageblock *b;
+	uint32_t pb, end, got, none;
+	const unsigned n = UCMA_PAGEBLOCK_PAGES;
+
+	pb = pageblock_of_single_pages(page);
+	end = pb + UCMA_PAGEBLOCK_PAGES;
+	b = &a->blocks[pb >> UCMA_PAGEBLOCK_ORDER];
+	free_offsets(page, n, pb, 10, 15);
+	free_offsets(page, n, pb, 100, 102);
+
+	/* A note written at count 5: extents of 5 and 2 pages, no room for 6
+	 * (7 free pages, so the search reads the pageblock). */
+	pthread_mutex_lock(&z->lock);
+	b->free_seq = 5;
+	a->extents[pb >> UCMA_PAGEBLOCK_ORDER].seq = 0;
+	pthread_mutex_unlock(&z->lock);
+	none = ucma_pages_alloc_in(a, 6, gfp, pb, end);
+	/* 2^32 frees later the count is 5 again; the one that wraps it
+	 * frees page 15, which makes the extent 6 pages long. */
+	pthread_mutex_lock(&z->lock);
+	b->free_seq = UINT32_MAX;
+	pthread_mutex_unlock(&z->lock);
+	free_offsets(page, n, pb, 15, 16);
+	pthread_mutex_lock(&z->lock);
+	b->free_seq = 5;
+	pthread_mutex_unlock(&z->lock);
+	got = ucma_pages_alloc_in(a, 6, gfp, pb, end);
+	ok(none == UCMA_PFN_NONE && got == pb + 10,
+	   "a note 2^32 frees old does not hold: 6 pages found at 10 (%d)",
+	   got == UCMA_PFN_NONE ? -1 : (int)(got - pb));
+	if (none != UCMA_PFN_NONE)
+		ucma_pages_free(a, none);
+	if (got != UCMA_PFN_NONE)
+		ucma_pages_free(a, got);
+	free_offsets(page, n, pb, 0, UCMA_PAGEBLOCK_PAGES);
+	ok(tu_zones_ok(a, "extent note wrap"), "invariants hold after it");
 }
 
 static void test_zone_rules(void)
@@ -477,6 +529,7 @@ int main(void)
 	test_resident();
 	test_extent_note();
 	test_extent_cache();
+	test_extent_seq_wrap();
 	test_random();
 	test_zone_rules();
 	test_isolation();
