@@ -2,18 +2,28 @@
 ## same workloads, each case in its own process (tests/bench/malloc.sh
 ## installs the other allocators if it can and prints the tables).
 ## `make bench-malloc`, or `make bench` for every benchmark.
-check_PROGRAMS += tests/bench/bench_malloc
+## Two programs from one source: bench_malloc links nothing of ucma, so
+## that the runs under glibc and the preloaded allocators carry no
+## library but theirs (libucma.so and libnuma added half a MiB to every
+## one of them); bench_malloc_ucma calls ucma_malloc() and friends
+## directly (--ucma).
+check_PROGRAMS += tests/bench/bench_malloc tests/bench/bench_malloc_ucma
 tests_bench_bench_malloc_SOURCES = tests/bench/bench_malloc.c
 tests_bench_bench_malloc_CPPFLAGS = $(AM_CPPFLAGS)
-tests_bench_bench_malloc_LDADD = libucma.la -lpthread
-## A real executable in the build tree (no libtool wrapper script), so the
+tests_bench_bench_malloc_LDADD = -lpthread
+## Real executables in the build tree (no libtool wrapper script), so the
 ## driver can preload allocators into the program itself.
 tests_bench_bench_malloc_LDFLAGS = $(AM_LDFLAGS) -no-install
+tests_bench_bench_malloc_ucma_SOURCES = tests/bench/bench_malloc.c
+tests_bench_bench_malloc_ucma_CPPFLAGS = $(AM_CPPFLAGS) -DBENCH_MALLOC_UCMA
+tests_bench_bench_malloc_ucma_LDADD = libucma.la -lpthread
+tests_bench_bench_malloc_ucma_LDFLAGS = $(AM_LDFLAGS) -no-install
 EXTRA_DIST += tests/bench/malloc.sh tests/bench/RESULTS.md
 
 .PHONY: bench bench-malloc
 bench: bench-malloc
-bench-malloc: tests/bench/bench_malloc$(EXEEXT) libucma-preload.la
+bench-malloc: tests/bench/bench_malloc$(EXEEXT) tests/bench/bench_malloc_ucma$(EXEEXT) \
+	      libucma-preload.la
 	top_builddir=$(top_builddir) $(SHELL) $(top_srcdir)/tests/bench/malloc.sh
 
 ## The resident memory of a tiny program (1000 blocks of 64 B) under glibc,

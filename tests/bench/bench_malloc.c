@@ -1,7 +1,8 @@
 /*
  * bench_malloc.c - one case of the malloc benchmark, in one process.
  *
- *   bench_malloc [--ucma] CASE
+ *   bench_malloc CASE
+ *   bench_malloc_ucma [--ucma] CASE
  *
  * Runs the workload CASE and prints one line "CASE ms maxrss_kib cpu_ms"
  * (wall time of the workload, peak RSS, CPU time of the process).  By
@@ -9,6 +10,9 @@
  * or ucma's when the driver (malloc.sh) preloads them; with --ucma it calls
  * ucma_malloc() and friends directly.  Either way the calls go through
  * function pointers, so every allocator pays the same call overhead.
+ * Only bench_malloc_ucma (BENCH_MALLOC_UCMA) links libucma: the other
+ * allocators' runs load nothing of ucma's, whose libraries would count in
+ * their peak RSS.
  *
  * The cases (each small enough to run in about a second):
  *   small      random replacement in 10000 slots, 16-64 bytes
@@ -53,7 +57,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifdef BENCH_MALLOC_UCMA
 #include "ucma.h"
+#endif
 
 static unsigned long work_div = 1;	/* BENCH_MALLOC_DIV */
 
@@ -435,10 +441,16 @@ int main(int argc, char **argv)
 	int i = 1;
 
 	if (i < argc && strcmp(argv[i], "--ucma") == 0) {
+#ifdef BENCH_MALLOC_UCMA
 		bm_malloc = ucma_malloc;
 		bm_free = ucma_free;
 		bm_realloc = ucma_realloc;
 		i++;
+#else
+		fprintf(stderr, "%s: --ucma: this program links nothing of ucma; "
+				"bench_malloc_ucma calls it directly\n", argv[0]);
+		return 2;
+#endif
 	}
 	if (i >= argc) {
 		fprintf(stderr, "usage: %s [--ucma] small|small-batch|mixed|large|prodcons|"

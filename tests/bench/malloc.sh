@@ -29,6 +29,9 @@ set -eu
 
 b=${top_builddir:-.}
 bench=$b/tests/bench/bench_malloc
+# The direct calls (ucma, ucma-4k) need the program linked with libucma;
+# every other run uses the one that links nothing of ucma.
+bench_ucma=$b/tests/bench/bench_malloc_ucma
 runs=${RUNS:-3}
 cases=${CASES:-"simple thread larson burst small small-batch mixed large prodcons realloc mt-small mt-mixed"}
 impls=${IMPLS:-"glibc jemalloc mimalloc tcmalloc ucma ucma-preload"}
@@ -39,10 +42,12 @@ tcmalloc=${TCMALLOC_SO:-$libdir/libtcmalloc_minimal.so.4}
 metric=${METRIC:-wall}
 preload=$b/.libs/libucma-preload.so
 
-if [ ! -x "$bench" ]; then
-	echo "malloc.sh: $bench not built (make check_PROGRAMS or make bench)" >&2
-	exit 1
-fi
+for prog in "$bench" "$bench_ucma"; do
+	if [ ! -x "$prog" ]; then
+		echo "malloc.sh: $prog not built (make check_PROGRAMS or make bench)" >&2
+		exit 1
+	fi
+done
 
 # install FILE PACKAGE: make sure FILE exists, installing PACKAGE if we can
 install_lib() {
@@ -84,8 +89,8 @@ run() {
 	jemalloc) out=$(LD_PRELOAD=$jemalloc "$bench" "$2") ;;
 	mimalloc) out=$(LD_PRELOAD=$mimalloc "$bench" "$2") ;;
 	tcmalloc) out=$(LD_PRELOAD=$tcmalloc "$bench" "$2") ;;
-	ucma) out=$("$bench" --ucma "$2") ;;
-	ucma-4k) out=$(UCMA_HUGEPAGES_NORMAL=none "$bench" --ucma "$2") ;;
+	ucma) out=$("$bench_ucma" --ucma "$2") ;;
+	ucma-4k) out=$(UCMA_HUGEPAGES_NORMAL=none "$bench_ucma" --ucma "$2") ;;
 	ucma-preload) out=$(LD_PRELOAD=$preload "$bench" "$2") ;;
 	esac || { echo "malloc.sh: case $2 failed under $1" >&2; return 1; }
 	if [ "$metric" = cpu ]; then
