@@ -30,9 +30,9 @@
 #include "lend.h"
 #include "extent.h"
 #include "pcp.h"
+#include "node.h"
 
 #include <errno.h>
-#include <numa.h>
 #include <numaif.h>
 #include <sched.h>
 #include <string.h>
@@ -139,9 +139,8 @@ static void place(struct ucma_arena *a, void *addr, size_t len, int node)
 	unsigned long mask[16] = { 0 };	/* up to 1024 nodes, no allocation */
 	int maxnode, mode;
 
-	if (node == UCMA_NODE_DEFAULT || numa_available() < 0)
+	if (node == UCMA_NODE_DEFAULT || (maxnode = ucma_node_max()) < 0)
 		return;
-	maxnode = numa_max_node();
 	if (maxnode >= (int)(sizeof(mask) * 8))
 		maxnode = (int)(sizeof(mask) * 8) - 1;
 	if (node == UCMA_NODE_INTERLEAVE) {
@@ -152,7 +151,7 @@ static void place(struct ucma_arena *a, void *addr, size_t len, int node)
 		if (node == UCMA_NODE_LOCAL) {
 			int cpu = sched_getcpu();
 
-			node = cpu >= 0 ? numa_node_of_cpu(cpu) : 0;
+			node = cpu >= 0 ? ucma_node_of_cpu(cpu) : 0;
 			if (node < 0)
 				node = 0;
 		}

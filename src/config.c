@@ -32,10 +32,10 @@
 #define _GNU_SOURCE 1	/* secure_getenv(), environ */
 #endif
 #include "internal.h"
+#include "node.h"
 
 #include <errno.h>
 #include <limits.h>
-#include <numa.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -749,17 +749,13 @@ bad_number:
 /* An unknown node is refused only when libnuma can tell which exist. */
 static int node_check(int node, struct opt_err *e)
 {
-	int max;
+	int exists = ucma_node_exists(node);
 
-	if (numa_available() < 0)
-		return 0;
-	max = numa_max_node();
-	if (node <= max && (!numa_nodes_ptr ||
-			    numa_bitmask_isbitset(numa_nodes_ptr, (unsigned)node)))
+	if (exists != 0)
 		return 0;
 	snprintf(e->problem, sizeof(e->problem), "unknown node");
 	snprintf(e->accepted, sizeof(e->accepted),
-		 "a node of this machine, 0 to %d, local, interleave or default", max);
+		 "a node of this machine, 0 to %d, local, interleave or default", ucma_node_max());
 	return -1;
 }
 

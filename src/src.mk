@@ -44,9 +44,12 @@ UCMA_SOURCES = \
 	src/fork.h \
 	src/fork.c \
 	src/rcu.h \
-	src/rcu.c
+	src/rcu.c \
+	src/node.h \
+	src/node.c
 
-UCMA_LIBADD = $(NUMA_LIBS) $(URCU_LIBS) -lpthread
+## libnuma is not linked: node.c opens it when a placement asks for it.
+UCMA_LIBADD = $(URCU_LIBS) -lpthread
 
 lib_LTLIBRARIES += libucma.la
 libucma_la_SOURCES = $(UCMA_SOURCES)

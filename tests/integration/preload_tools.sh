@@ -3,8 +3,9 @@
 # compared with a run without it: sort(1) of a few megabytes (in memory and
 # with an external merge), a git session in a scratch repository, a C++
 # program, and a C program that forks while its threads allocate.  Also:
-# sort's malloc and free really bind to the preload library, and a bad
-# UCMA_ARENA_SIZE gives one message while the program still runs right.
+# sort's malloc and free really bind to the preload library, a bad
+# UCMA_ARENA_SIZE gives one message while the program still runs right,
+# and libnuma is loaded only when UCMA_NODE asks for a placement.
 #
 # SPDX-License-Identifier: MIT
 . "${top_srcdir:-.}/tests/integration/common.sh"
@@ -125,5 +126,44 @@ else
 	ok 1 "UCMA_ARENA_SIZE=junk: one message, and the program runs as before"
 	diag "status $rc, $nmsg lines naming UCMA_ARENA_SIZE"
 	diag_file "$T/junk.preload.err"
+fi
+
+# ---- NUMA placement ---------------------------------------------------------
+# libnuma is opened only when UCMA_NODE asks for a placement: its start-up
+# (stdio reads of /proc and sysfs) made every preloaded program larger.
+# And a node number is checked after libnuma has started: checked before,
+# under the preload library, node 0 itself was refused.
+maps_numa() {	# maps_numa NAME [VAR=VALUE...]: libnuma's mappings in cat(1),
+	name=$1	# which allocates its buffer, so ucma starts
+	shift
+	timeout -k 10 "$TIMEOUT" env "$@" LD_PRELOAD="$PRELOAD_LIB" \
+		LD_LIBRARY_PATH="$UCMA_TEST_LIBDIR" cat /proc/self/maps >"$T/$name.out" \
+		2>"$T/$name.err"
+	rc=$?
+	n=$(grep -c 'libnuma' "$T/$name.out")
+}
+maps_numa numa_default
+if [ "$rc" -eq 0 ] && [ "$n" -eq 0 ] && [ ! -s "$T/numa_default.err" ]; then
+	ok 0 "without UCMA_NODE, libnuma is not loaded"
+else
+	ok 1 "without UCMA_NODE, libnuma is not loaded"
+	diag "status $rc, $n mappings of libnuma"
+	diag_file "$T/numa_default.err"
+fi
+maps_numa numa_node0 UCMA_NODE=0
+if [ "$rc" -eq 0 ] && [ "$n" -gt 0 ] && ! grep -q 'UCMA_NODE' "$T/numa_node0.err"; then
+	ok 0 "UCMA_NODE=0: libnuma is loaded and node 0 is accepted"
+else
+	ok 1 "UCMA_NODE=0: libnuma is loaded and node 0 is accepted"
+	diag "status $rc, $n mappings of libnuma"
+	diag_file "$T/numa_node0.err"
+fi
+maps_numa numa_node1023 UCMA_NODE=1023
+if [ "$rc" -eq 0 ] && [ "$(grep -c "UCMA_NODE='1023': unknown node" "$T/numa_node1023.err")" -eq 1 ]; then
+	ok 0 "UCMA_NODE=1023, a node this machine lacks: one message naming it"
+else
+	ok 1 "UCMA_NODE=1023, a node this machine lacks: one message naming it"
+	diag "status $rc"
+	diag_file "$T/numa_node1023.err"
 fi
 finish
