@@ -12,7 +12,13 @@
  * looked up by name.  The mbind() itself is a system call (os.c).
  *
  * Locking: pthread_once() around the loading; afterwards the table of
- * entry points is read-only.
+ * entry points is read-only.  The loading happens while the arena is
+ * created, under init.c's init_lock, and dlopen() takes the dynamic
+ * linker's lock: a thread inside dlopen() that waited for init_lock
+ * would deadlock with it.  None does: under LD_PRELOAD the arena is
+ * created by the process's first malloc, before the program has a
+ * thread, and a program that links -lucma has glibc's malloc inside
+ * dlopen(), which never reaches ucma.
  *
  * SPDX-License-Identifier: MIT
  */
