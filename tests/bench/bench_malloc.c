@@ -7,12 +7,13 @@
  * Runs the workload CASE and prints one line "CASE ms maxrss_kib cpu_ms"
  * (wall time of the workload, peak RSS, CPU time of the process).  By
  * default it calls malloc/free/realloc, which are glibc's, or jemalloc's
- * or ucma's when the driver (malloc.sh) preloads them; with --ucma it calls
- * ucma_malloc() and friends directly.  Either way the calls go through
- * function pointers, so every allocator pays the same call overhead.
- * Only bench_malloc_ucma (BENCH_MALLOC_UCMA) links libucma: the other
- * allocators' runs load nothing of ucma's, whose libraries would count in
- * their peak RSS.
+ * or ucma's when the driver (malloc.sh) preloads them; bench_malloc_ucma
+ * (BENCH_MALLOC_UCMA), which needs --ucma, calls ucma_malloc() and
+ * friends.  Both make direct calls, as programs do (the compiler had
+ * already turned bench_malloc's calls through never-changed function
+ * pointers into direct ones).  Only bench_malloc_ucma links libucma: the
+ * other allocators' runs load nothing of ucma's, whose libraries would
+ * count in their peak RSS.
  *
  * The cases (each small enough to run in about a second):
  *   small      random replacement in 10000 slots, 16-64 bytes
@@ -63,9 +64,18 @@
 
 static unsigned long work_div = 1;	/* BENCH_MALLOC_DIV */
 
-static void *(*bm_malloc)(size_t) = malloc;
-static void (*bm_free)(void *) = free;
-static void *(*bm_realloc)(void *, size_t) = realloc;
+/* Direct calls, as a program makes them: malloc() through the PLT to
+ * whichever library defines it, or ucma's functions in
+ * bench_malloc_ucma. */
+#ifdef BENCH_MALLOC_UCMA
+#define bm_malloc ucma_malloc
+#define bm_free ucma_free
+#define bm_realloc ucma_realloc
+#else
+#define bm_malloc malloc
+#define bm_free free
+#define bm_realloc realloc
+#endif
 
 static uint64_t rnd(uint64_t *s)
 {
@@ -440,18 +450,21 @@ int main(int argc, char **argv)
 	double t0, t1;
 	int i = 1;
 
-	if (i < argc && strcmp(argv[i], "--ucma") == 0) {
 #ifdef BENCH_MALLOC_UCMA
-		bm_malloc = ucma_malloc;
-		bm_free = ucma_free;
-		bm_realloc = ucma_realloc;
+	if (i < argc && strcmp(argv[i], "--ucma") == 0) {
 		i++;
+	} else {
+		fprintf(stderr, "%s: calls ucma_malloc() and friends only: give --ucma; "
+				"bench_malloc calls malloc()\n", argv[0]);
+		return 2;
+	}
 #else
+	if (i < argc && strcmp(argv[i], "--ucma") == 0) {
 		fprintf(stderr, "%s: --ucma: this program links nothing of ucma; "
 				"bench_malloc_ucma calls it directly\n", argv[0]);
 		return 2;
-#endif
 	}
+#endif
 	if (i >= argc) {
 		fprintf(stderr, "usage: %s [--ucma] small|small-batch|mixed|large|prodcons|"
 				"realloc|mt-small|mt-mixed|simple|thread|larson|burst\n", argv[0]);
