@@ -4,10 +4,11 @@
  * Placement is asked for by UCMA_NODE (a node, local or interleave);
  * without it (the default) ucma never needs libnuma.  Linked as a
  * dependency, libnuma ran its constructor in every process: it reads
- * /proc/self/status and the node directories of sysfs through stdio,
- * which made a program that does nothing (/bin/true) under
- * libucma-preload.so 480 KiB larger in resident memory (the library's
- * pages and the libc code its start-up touched).  So it is opened with
+ * /proc/self/status and the node directories of sysfs through stdio.
+ * A program that does nothing (/bin/true) under libucma-preload.so had a
+ * peak RSS of 2112 KiB with it loaded, 1324-1388 KiB without (the
+ * library's pages and the libc code its start-up touched; mimalloc's
+ * 1336, tests/bench/RESULTS.md).  So it is opened with
  * dlopen() when a placement needs it, once, and its few entry points are
  * looked up by name.  The mbind() itself is a system call (os.c).
  *

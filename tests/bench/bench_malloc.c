@@ -50,6 +50,7 @@
  */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -448,18 +449,19 @@ int main(int argc, char **argv)
 	struct rusage ru;
 	const char *c;
 	double t0, t1;
+	bool direct;
 	int i = 1;
 
+	direct = i < argc && strcmp(argv[i], "--ucma") == 0;
+	i += direct;
 #ifdef BENCH_MALLOC_UCMA
-	if (i < argc && strcmp(argv[i], "--ucma") == 0) {
-		i++;
-	} else {
+	if (!direct) {
 		fprintf(stderr, "%s: calls ucma_malloc() and friends only: give --ucma; "
 				"bench_malloc calls malloc()\n", argv[0]);
 		return 2;
 	}
 #else
-	if (i < argc && strcmp(argv[i], "--ucma") == 0) {
+	if (direct) {
 		fprintf(stderr, "%s: --ucma: this program links nothing of ucma; "
 				"bench_malloc_ucma calls it directly\n", argv[0]);
 		return 2;

@@ -231,17 +231,16 @@ static void test_extent_note(void)
 	const unsigned gfp = UCMA_GFP_MOVABLE | UCMA_GFP_NO_CMA;
 	static uint32_t page[UCMA_PAGEBLOCK_PAGES];
 	uint32_t pb, got, filler;
-	const unsigned n = UCMA_PAGEBLOCK_PAGES;
 
 	pb = pageblock_of_single_pages(page);
 	/* Free the pages at even offsets from the pageblock's start. */
-	for (unsigned i = 0; i < n; i++)
+	for (unsigned i = 0; i < UCMA_PAGEBLOCK_PAGES; i++)
 		if (!((page[i] - pb) & 1))
 			ucma_pages_free(a, page[i]);
 	ucma_pcp_drain_zone(normal());
 	got = ucma_pages_alloc_in(a, 2, gfp, pb, pb + UCMA_PAGEBLOCK_PAGES);
 	ok(got == UCMA_PFN_NONE, "a pageblock of single free pages has no room for 2 (%u)", got);
-	for (unsigned i = 0; i < n; i++)
+	for (unsigned i = 0; i < UCMA_PAGEBLOCK_PAGES; i++)
 		if (page[i] == pb + 101)
 			ucma_pages_free(a, page[i]);	/* 100, 101, 102 free */
 	ucma_pcp_drain_zone(normal());
@@ -253,7 +252,7 @@ static void test_extent_note(void)
 		ucma_pages_free(a, got);
 	if (filler != UCMA_PFN_NONE)
 		ucma_pages_free(a, filler);
-	for (unsigned i = 0; i < n; i++)
+	for (unsigned i = 0; i < UCMA_PAGEBLOCK_PAGES; i++)
 		if ((page[i] - pb) & 1 && page[i] != pb + 101)
 			ucma_pages_free(a, page[i]);
 	ucma_pcp_drain_zone(normal());
@@ -262,9 +261,9 @@ static void test_extent_note(void)
 
 /* Free the pages of @page[] (one per page of the pageblock at @pb, in any
  * order) whose offsets lie in [from, to). */
-static void free_offsets(uint32_t *page, unsigned n, uint32_t pb, uint32_t from, uint32_t to)
+static void free_offsets(uint32_t *page, uint32_t pb, uint32_t from, uint32_t to)
 {
-	for (unsigned i = 0; i < n; i++)
+	for (unsigned i = 0; i < UCMA_PAGEBLOCK_PAGES; i++)
 		if (page[i] != UCMA_PFN_NONE && page[i] - pb >= from && page[i] - pb < to) {
 			ucma_pages_free(a, page[i]);
 			page[i] = UCMA_PFN_NONE;
@@ -287,14 +286,13 @@ static void test_extent_cache(void)
 	struct ucma_zone *z = normal();
 	uint32_t pb, end, got[4], one, again;
 	uint64_t walks, stale;
-	const unsigned n = UCMA_PAGEBLOCK_PAGES;
 
 	pb = pageblock_of_single_pages(page);
 	end = pb + UCMA_PAGEBLOCK_PAGES;
-	free_offsets(page, n, pb, 10, 15);
-	free_offsets(page, n, pb, 40, 43);
-	free_offsets(page, n, pb, 100, 108);
-	free_offsets(page, n, pb, 200, 202);
+	free_offsets(page, pb, 10, 15);
+	free_offsets(page, pb, 40, 43);
+	free_offsets(page, pb, 100, 108);
+	free_offsets(page, pb, 200, 202);
 
 	walks = z->extent_walks;
 	got[0] = ucma_pages_alloc_in(a, 3, gfp, pb, end);
@@ -330,8 +328,17 @@ static void test_extent_cache(void)
 	for (unsigned i = 0; i < 4; i++)
 		if (got[i] != UCMA_PFN_NONE)
 			ucma_pages_free(a, got[i]);
-	free_offsets(page, n, pb, 0, UCMA_PAGEBLOCK_PAGES);
+	free_offsets(page, pb, 0, UCMA_PAGEBLOCK_PAGES);
 	ok(tu_zones_ok(a, "extent cache"), "invariants hold after it");
+}
+
+/* Set the free count of pageblock @b of @z, as if that many frees had
+ * come. */
+static void set_free_seq(struct ucma_zone *z, struct ucma_pageblock *b, uint32_t v)
+{
+	pthread_mutex_lock(&z->lock);
+	b->free_seq = v;
+	pthread_mutex_unlock(&z->lock);
 }
 
 /*
@@ -347,30 +354,25 @@ static void test_extent_seq_wrap(void)
 	struct ucma_zone *z = normal();
 	struct ucma_pageblock *b;
 	uint32_t pb, end, got, none;
-	const unsigned n = UCMA_PAGEBLOCK_PAGES;
 
 	pb = pageblock_of_single_pages(page);
 	end = pb + UCMA_PAGEBLOCK_PAGES;
 	b = &a->blocks[pb >> UCMA_PAGEBLOCK_ORDER];
-	free_offsets(page, n, pb, 10, 15);
-	free_offsets(page, n, pb, 100, 102);
+	free_offsets(page, pb, 10, 15);
+	free_offsets(page, pb, 100, 102);
 
 	/* A note written at count 5: extents of 5 and 2 pages, no room for 6
 	 * (7 free pages, so the search reads the pageblock). */
 	pthread_mutex_lock(&z->lock);
-	b->free_seq = 5;
 	a->extents[pb >> UCMA_PAGEBLOCK_ORDER].seq = 0;
 	pthread_mutex_unlock(&z->lock);
+	set_free_seq(z, b, 5);
 	none = ucma_pages_alloc_in(a, 6, gfp, pb, end);
 	/* 2^32 frees later the count is 5 again; the one that wraps it
 	 * frees page 15, which makes the extent 6 pages long. */
-	pthread_mutex_lock(&z->lock);
-	b->free_seq = UINT32_MAX;
-	pthread_mutex_unlock(&z->lock);
-	free_offsets(page, n, pb, 15, 16);
-	pthread_mutex_lock(&z->lock);
-	b->free_seq = 5;
-	pthread_mutex_unlock(&z->lock);
+	set_free_seq(z, b, UINT32_MAX);
+	free_offsets(page, pb, 15, 16);
+	set_free_seq(z, b, 5);
 	got = ucma_pages_alloc_in(a, 6, gfp, pb, end);
 	ok(none == UCMA_PFN_NONE && got == pb + 10,
 	   "a note 2^32 frees old does not hold: 6 pages found at 10 (%d)",
@@ -379,7 +381,7 @@ static void test_extent_seq_wrap(void)
 		ucma_pages_free(a, none);
 	if (got != UCMA_PFN_NONE)
 		ucma_pages_free(a, got);
-	free_offsets(page, n, pb, 0, UCMA_PAGEBLOCK_PAGES);
+	free_offsets(page, pb, 0, UCMA_PAGEBLOCK_PAGES);
 	ok(tu_zones_ok(a, "extent note wrap"), "invariants hold after it");
 }
 
