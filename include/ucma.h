@@ -315,19 +315,51 @@ int ucma_compact_order(unsigned order, int prio);
  * a cache to its slab) in another thread at the same moment.
  */
 
+/*
+ * The calls that hand out blocks carry the attributes glibc gives
+ * malloc(): the block aliases nothing (malloc), the compiler knows its
+ * size (alloc_size: _FORTIFY_SOURCE and -Warray-bounds check accesses
+ * against it) and its 16-byte alignment (assume_aligned), and from GCC 11
+ * on which call gives it back: -Wmismatched-dealloc then warns of a
+ * block of ucma's given to free(), glibc's in a program that is not
+ * preloaded.  The code around the calls is what it is around malloc():
+ * bench_malloc_ucma's `small` ran 6 % faster (tests/bench/RESULTS.md).
+ * Neither ucma_realloc() nor ucma_try_free() is named a deallocator: a
+ * failed realloc keeps the block, and ucma_try_free() takes any pointer
+ * and frees only ucma's, so GCC would warn of correct uses after both.
+ */
+void ucma_free(void *ptr);
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 11
+#define UCMA_MALLOC_ATTR __attribute__((__malloc__, __malloc__(ucma_free, 1)))
+#elif defined(__GNUC__)
+#define UCMA_MALLOC_ATTR __attribute__((__malloc__))
+#else
+#define UCMA_MALLOC_ATTR
+#endif
+#if defined(__GNUC__)
+#define UCMA_ALLOC_SIZE(...) __attribute__((__alloc_size__(__VA_ARGS__)))
+#define UCMA_ALIGNED_16      __attribute__((__assume_aligned__(16)))
+#define UCMA_ALLOC_ALIGN(i)  __attribute__((__alloc_align__(i)))
+#else
+#define UCMA_ALLOC_SIZE(...)
+#define UCMA_ALIGNED_16
+#define UCMA_ALLOC_ALIGN(i)
+#endif
+
 /**
  * ucma_malloc() - allocate @size bytes of unmovable memory.
  * @size: bytes; 0 returns a unique minimal block.
  * Return: the block, aligned to 16 bytes, or NULL with errno ENOMEM.
  */
-void *ucma_malloc(size_t size);
+void *ucma_malloc(size_t size) UCMA_MALLOC_ATTR UCMA_ALLOC_SIZE(1) UCMA_ALIGNED_16;
 
 /**
  * ucma_calloc() - allocate a zeroed array of @nmemb elements of @size bytes.
  * Return: the block, or NULL with errno ENOMEM (also when @nmemb * @size
  * overflows).
  */
-void *ucma_calloc(size_t nmemb, size_t size);
+void *ucma_calloc(size_t nmemb, size_t size) UCMA_MALLOC_ATTR UCMA_ALLOC_SIZE(1, 2)
+	UCMA_ALIGNED_16;
 
 /**
  * ucma_realloc() - resize the block at @ptr to @size bytes.
@@ -340,7 +372,7 @@ void *ucma_calloc(size_t nmemb, size_t size);
  * Return: the block (contents kept up to the smaller size), or NULL with
  * errno ENOMEM, leaving @ptr untouched.
  */
-void *ucma_realloc(void *ptr, size_t size);
+void *ucma_realloc(void *ptr, size_t size) UCMA_ALLOC_SIZE(2) UCMA_ALIGNED_16;
 
 /**
  * ucma_aligned_alloc() - allocate @size bytes aligned to @alignment.
@@ -350,7 +382,8 @@ void *ucma_realloc(void *ptr, size_t size);
  * Return: the block, or NULL with errno EINVAL (@alignment is no power of
  * two) or ENOMEM.
  */
-void *ucma_aligned_alloc(size_t alignment, size_t size);
+void *ucma_aligned_alloc(size_t alignment, size_t size) UCMA_MALLOC_ATTR UCMA_ALLOC_SIZE(2)
+	UCMA_ALLOC_ALIGN(1) UCMA_ALIGNED_16;
 
 /**
  * ucma_posix_memalign() - as posix_memalign(): store a block of @size
@@ -365,7 +398,8 @@ int ucma_posix_memalign(void **memptr, size_t alignment, size_t size);
  * of two is rounded up to the next one.
  * Return: the block, or NULL with errno EINVAL or ENOMEM.
  */
-void *ucma_memalign(size_t alignment, size_t size);
+void *ucma_memalign(size_t alignment, size_t size) UCMA_MALLOC_ATTR UCMA_ALLOC_SIZE(2)
+	UCMA_ALIGNED_16;
 
 /**
  * ucma_free() - free a block of the malloc family.

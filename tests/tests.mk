@@ -16,7 +16,8 @@ AM_TESTS_ENVIRONMENT = \
 	UCMA_TEST_LIBDIR='$(abs_top_builddir)/.libs'; export UCMA_TEST_LIBDIR; \
 	LSAN_OPTIONS="suppressions=$(abs_top_srcdir)/tests/lsan.supp:print_suppressions=0$${LSAN_OPTIONS:+:$$LSAN_OPTIONS}"; export LSAN_OPTIONS; \
 	TSAN_OPTIONS="suppressions=$(abs_top_srcdir)/tests/tsan.supp:halt_on_error=1:second_deadlock_stack=1$${TSAN_OPTIONS:+:$$TSAN_OPTIONS}"; export TSAN_OPTIONS; \
-	UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1$${UBSAN_OPTIONS:+:$$UBSAN_OPTIONS}"; export UBSAN_OPTIONS;
+	UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1$${UBSAN_OPTIONS:+:$$UBSAN_OPTIONS}"; export UBSAN_OPTIONS; \
+	CC='$(CC)'; export CC; CXX='$(CXX)'; export CXX;
 EXTRA_DIST += tests/tap.h tests/testutil.h tests/unit/zones.h tests/lsan.supp tests/tsan.supp tests/time-limit.sh
 
 include tests/unit/unit.mk
@@ -32,6 +33,9 @@ include tests/unit/malloc.mk
 include tests/bench/bench.mk
 include tests/bench/frag.mk
 EXTRA_DIST += tests/run-all.sh
+## The public header as programs compile it.
+TESTS += tests/header_check.sh
+EXTRA_DIST += tests/header_check.sh
 if ENABLE_ASAN
 AM_TESTS_ENVIRONMENT += UCMA_TEST_SANITIZER=asan; export UCMA_TEST_SANITIZER;
 endif
