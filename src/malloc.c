@@ -661,7 +661,7 @@ void *ucma_malloc(size_t size)
 
 		if (UCMA_LIKELY(n))
 			return stack_pop(b, n);
-		wp = b->usedw;
+		wp = ucma_tbin_word(b);
 		u = *wp;
 		if (UCMA_UNLIKELY(u == b->full))
 			return malloc_miss(tc, b, size);

@@ -89,13 +89,10 @@
 #include <errno.h>
 #include <string.h>
 
-struct ucma_slab ucma_slab_none = { .used = { ~0ull, ~0ull, ~0ull, ~0ull } };
-/* Its bins are full from the start: a thread's first call, which may come
- * before the library is initialised, finds no room and goes slow. */
-struct ucma_tcache ucma_tcache_dummy = {
-	.bins = { [0 ... UCMA_NR_CLASSES - 1] = {
-		.usedw = &ucma_slab_none.used[0], .full = ~0ull, .slab = &ucma_slab_none } },
-};
+/* All zeros: its bins have nothing parked and no cursor (struct
+ * ucma_tbin), so a thread's first call, which may come before the
+ * library is initialised, finds no room and goes slow. */
+struct ucma_tcache ucma_tcache_dummy;
 __thread struct ucma_tcache *ucma_tcache_tls __attribute__((tls_model("initial-exec"))) =
 	&ucma_tcache_dummy;
 __thread bool ucma_tcache_started __attribute__((tls_model("initial-exec")));
@@ -133,10 +130,10 @@ static void large_flush(struct ucma_tcache *tc);
 
 static void bin_set_none(struct ucma_tbin *b)
 {
-	b->slab = &ucma_slab_none;
-	b->usedw = &ucma_slab_none.used[0];
+	b->slab = NULL;
+	b->usedw_off = 0;
 	b->wbase = 0;
-	b->full = ~0ull;
+	b->full = 0;
 }
 
 uint16_t ucma_tbin_off_of_size[UCMA_SMALL_MAX / 16 + 1];
@@ -454,7 +451,7 @@ void *ucma_tcache_alloc_slow(struct ucma_tcache *tc, unsigned cls)
 		struct ucma_slab *s = b->slab;
 		int w;
 
-		if (s != &ucma_slab_none) {
+		if (s) {
 			w = slab_room(s);
 			if (w < 0 && ucma_slab_collect(s))
 				w = slab_room(s);

@@ -22,9 +22,6 @@
 
 #include "slab.h"
 
-/* The current slab of a bin that has none: every word is full. */
-UCMA_INTERNAL extern struct ucma_slab ucma_slab_none;
-
 /*
  * Free objects carry a marker: a per-process random word in their second
  * word (AddressSanitizer builds poison them instead).  A free that finds
@@ -114,20 +111,28 @@ static inline void ucma_obj_mark_live(void *p, size_t size)
  *    old, never torn.  Parking a block counts
  *    nothing: the frees are the pops plus the flushed plus the parked
  *    plus the direct ones, so the push needs no counter of its own.
- * @usedw, @wbase, @full, @slab (the cursor) are the owner's alone (other
- * threads reach its slabs through the bins' registries, slab.c); @size
- * and @cap are constant.
+ * @usedw_off, @wbase, @full, @slab (the cursor) are the owner's alone
+ * (other threads reach its slabs through the bins' registries, slab.c);
+ * @size and @cap are constant.
+ *
+ * The cursor's word is kept as an offset from the bin, so that a bin
+ * without a cursor needs no pointer: @usedw_off 0 makes malloc read
+ * @usedw_off itself, 0, which equals @full, 0: no room.  A bin of all
+ * zeros is then a valid empty one, and ucma_tcache_dummy lives in .bss:
+ * its pages, only ever read, stay the kernel's zero page.  With pointers
+ * in it, the dynamic linker's relocations had made all 44 KiB of it
+ * resident in every process.
  */
 struct ucma_tbin {
-	uint64_t *usedw;		/* &slab->used[w], the word malloc takes from */
+	intptr_t usedw_off;		/* &slab->used[w] - (char *)this bin; 0: no cursor */
 	uintptr_t wbase;		/* address of object w * 64 of the slab */
-	uint64_t full;			/* *usedw when that word has no room */
+	uint64_t full;			/* the cursor word's value when it has no room */
 	uint32_t size;			/* object size */
 	uint16_t n;			/* objects parked in @stack */
 	uint16_t cap;			/* room in @stack */
 	uint64_t npop;			/* objects handed out from @stack */
 	uint64_t ncur;			/* objects handed out by the cursor */
-	struct ucma_slab *slab;		/* the cursor's slab (owned, PARTIAL), or &ucma_slab_none */
+	struct ucma_slab *slab;		/* the cursor's slab (owned, PARTIAL), or NULL */
 	uint64_t nfree_direct;		/* frees of this class not parked (see tcache.c) */
 	void *stack[UCMA_TBIN_SLOTS];	/* stack[0..n): parked objects, top at n-1 */
 	uint64_t nflush;		/* parked objects given back to their slabs */
@@ -176,11 +181,17 @@ static inline void ucma_tbin_push(struct ucma_tbin *b, size_t n, void *p)
 	__atomic_store_n(&b->n, (uint16_t)(n + 1), __ATOMIC_RELEASE);
 }
 
+/* The bitmap word of @b's cursor (@b's own first word when it has none). */
+static inline uint64_t *ucma_tbin_word(struct ucma_tbin *b)
+{
+	return (uint64_t *)((char *)b + b->usedw_off);
+}
+
 /* Point @b's cursor at word @w of @s, an owned slab on the partial list. */
 static inline void ucma_tbin_point(struct ucma_tbin *b, struct ucma_slab *s, unsigned w)
 {
 	b->slab = s;
-	b->usedw = &s->used[w];
+	b->usedw_off = (char *)&s->used[w] - (char *)b;
 	b->wbase = s->base + (uintptr_t)w * 64 * s->size;
 	b->full = ucma_slab_word_full(s, w);
 }
@@ -192,7 +203,7 @@ static inline void ucma_tbin_point(struct ucma_tbin *b, struct ucma_slab *s, uns
  */
 static inline void *ucma_tbin_alloc(struct ucma_tbin *b)
 {
-	uint64_t *wp = b->usedw, u = *wp;
+	uint64_t *wp = ucma_tbin_word(b), u = *wp;
 	void *p;
 
 	if (UCMA_UNLIKELY(u == b->full))

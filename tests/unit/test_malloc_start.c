@@ -9,12 +9,18 @@
  *  - No arena: when the arena cannot be reserved at all, malloc goes on
  *    from overflow mappings.
  *
+ *  - The stand-in cache: a thread's calls before its cache exists, and
+ *    after its destructor ran, go through ucma_tcache_dummy, which must
+ *    stay all zeros: then it lives in .bss and costs no resident memory
+ *    (tcache.h, struct ucma_tbin).
+ *
  * Each scenario needs a fresh process (the library initialises once), so
  * each runs in a child that reports through its exit status.
  *
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "tcache.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -169,6 +175,52 @@ static int scenario_no_arena(void)
 	return 0;
 }
 
+/* A key whose destructor allocates: it runs after the thread's cache is
+ * gone (the cache's own key was created first), on the dummy. */
+static pthread_key_t late_key;
+
+static void late_destructor(void *arg)
+{
+	void *q = ucma_malloc(48);
+
+	ucma_free(arg);
+	ucma_free(q);
+}
+
+static void *thread_first_calls(void *arg)
+{
+	void *p[64];
+
+	(void)arg;
+	for (int i = 0; i < 64; i++)
+		p[i] = ucma_malloc((size_t)(i % 16) * 64 + 1);
+	for (int i = 0; i < 64; i++)
+		ucma_free(p[i]);
+	pthread_setspecific(late_key, ucma_malloc(100));
+	return NULL;
+}
+
+static int scenario_dummy_zero(void)
+{
+	const unsigned char *d = (const unsigned char *)&ucma_tcache_dummy;
+	pthread_t t[4];
+
+	ucma_free(ucma_malloc(1));	/* the library and this thread's cache first */
+	if (pthread_key_create(&late_key, late_destructor) != 0)
+		return 30;
+	for (int round = 0; round < 3; round++) {
+		for (int i = 0; i < 4; i++)
+			if (pthread_create(&t[i], NULL, thread_first_calls, NULL) != 0)
+				return 31;
+		for (int i = 0; i < 4; i++)
+			pthread_join(t[i], NULL);
+	}
+	for (size_t i = 0; i < sizeof(ucma_tcache_dummy); i++)
+		if (d[i])
+			return 32;
+	return 0;
+}
+
 static int run(int (*fn)(void))
 {
 	int status = 0;
@@ -189,10 +241,12 @@ int main(void)
 {
 	int r;
 
-	plan(2);
+	plan(3);
 	r = run(scenario_reentry);
 	ok(r == 0, "malloc re-entered during start-up is served and stays usable (%d)", r);
 	r = run(scenario_no_arena);
 	ok(r == 0, "without an arena, malloc goes on from overflow mappings (%d)", r);
+	r = run(scenario_dummy_zero);
+	ok(r == 0, "the stand-in cache of threads without one stays all zeros (%d)", r);
 	return done();
 }
