@@ -174,19 +174,31 @@ static uint16_t cap_for(uint32_t size)
 	return 4;
 }
 
-static void tcache_setup(struct ucma_tcache *tc)
+/*
+ * A cache starts all zeros: ucma_meta_alloc() hands out zeroed memory,
+ * and a bin of zeros is an empty one without a cursor (struct ucma_tbin),
+ * with room for nothing until its first slow-path call gives it its size
+ * and room (bin_start()).  So a thread's cache costs resident memory for
+ * the classes it uses only: the bins are 1 KiB apart, and setting up all
+ * 40 at creation wrote to every page of them.
+ */
+static void bin_start(struct ucma_tbin *b, unsigned cls)
+{
+	b->size = ucma_classes[cls].size;
+	b->cap = cap_for(b->size);
+}
+
+/* A recycled cache back to the zeros of a fresh one (the stacks need no
+ * clearing: only stack[0..n) is read). */
+static void tcache_reset(struct ucma_tcache *tc)
 {
 	memset((char *)tc + offsetof(struct ucma_tcache, bins) + sizeof(tc->bins), 0,
 	       sizeof(*tc) - offsetof(struct ucma_tcache, bins) - sizeof(tc->bins));
 	for (unsigned c = 0; c < UCMA_NR_CLASSES; c++) {
 		struct ucma_tbin *b = &tc->bins[c];
 
-		/* the stacks need no clearing: only stack[0..n) is read */
 		memset(b, 0, offsetof(struct ucma_tbin, stack));
 		b->nflush = 0;
-		bin_set_none(b);
-		b->size = ucma_classes[c].size;
-		b->cap = cap_for(b->size);
 	}
 }
 
@@ -203,11 +215,12 @@ struct ucma_tcache *ucma_tcache_create(void)
 	if (tc)
 		reg_free = tc->next;
 	pthread_mutex_unlock(&reg_lock);
-	if (!tc)
+	if (tc)
+		tcache_reset(tc);
+	else
 		tc = ucma_meta_alloc(sizeof(*tc));
 	if (!tc)
 		return &ucma_tcache_dummy;
-	tcache_setup(tc);
 	tc->binset = ucma_slab_binset_next();
 	pthread_mutex_lock(&reg_lock);
 	tc->next = reg_list;
@@ -445,6 +458,8 @@ void *ucma_tcache_alloc_slow(struct ucma_tcache *tc, unsigned cls)
 			__atomic_fetch_add(&totals.nmalloc[cls], 1, __ATOMIC_RELAXED);
 		return p;
 	}
+	if (UCMA_UNLIKELY(!b->cap))
+		bin_start(b, cls);
 	if (UCMA_UNLIKELY(++tc->gc_events >= GC_EVENTS))
 		tcache_gc_step(tc);
 	for (;;) {
@@ -600,7 +615,9 @@ void ucma_tcache_free_slow(struct ucma_tcache *tc, struct ucma_slab *s, unsigned
 		return;
 	}
 	b = &tc->bins[cls];
-	if (b->n < b->cap) {	/* live data looked like the marker */
+	if (UCMA_UNLIKELY(!b->cap))
+		bin_start(b, cls);	/* the thread's first free of the class */
+	if (b->n < b->cap) {	/* live data looked like the marker, or a first free */
 		ucma_tbin_push(b, b->n, p);
 		return;
 	}

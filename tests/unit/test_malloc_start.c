@@ -13,6 +13,9 @@
  *    after its destructor ran, go through ucma_tcache_dummy, which must
  *    stay all zeros: then it lives in .bss and costs no resident memory
  *    (tcache.h, struct ucma_tbin).
+ *  - A new cache's bins stay zeros until the thread uses their class, so
+ *    that their pages are not resident; a thread whose first call of a
+ *    class is a free parks the block all the same.
  *
  * Each scenario needs a fresh process (the library initialises once), so
  * each runs in a child that reports through its exit status.
@@ -221,6 +224,55 @@ static int scenario_dummy_zero(void)
 	return 0;
 }
 
+struct first_free {
+	void *block;		/* allocated by the main thread, freed first here */
+	int result;
+};
+
+static bool bin_zero(const struct ucma_tbin *b)
+{
+	const unsigned char *c = (const unsigned char *)b;
+
+	for (size_t i = 0; i < offsetof(struct ucma_tbin, stack); i++)
+		if (c[i])
+			return false;
+	return true;
+}
+
+static void *thread_one_class(void *arg)
+{
+	struct first_free *ff = arg;
+	unsigned used = ucma_size_class(64), freed = ucma_size_class(1000);
+	struct ucma_tcache *tc;
+	void *p = ucma_malloc(64);
+
+	ucma_free(p);
+	tc = ucma_tcache_tls;
+	ucma_free(ff->block);	/* this thread's first call of its class */
+	ff->result = 0;
+	if (tc == &ucma_tcache_dummy || used == freed)
+		ff->result = 40;
+	else if (tc->bins[freed].n != 1)
+		ff->result = 41;	/* not parked */
+	else if (tc->bins[used].cap == 0)
+		ff->result = 42;
+	for (unsigned c = 0; c < UCMA_NR_CLASSES && !ff->result; c++)
+		if (c != used && c != freed && !bin_zero(&tc->bins[c]))
+			ff->result = 43;
+	return NULL;
+}
+
+static int scenario_bins_untouched(void)
+{
+	struct first_free ff = { .block = ucma_malloc(1000) };
+	pthread_t t;
+
+	if (!ff.block || pthread_create(&t, NULL, thread_one_class, &ff) != 0)
+		return 44;
+	pthread_join(t, NULL);
+	return ff.result;
+}
+
 static int run(int (*fn)(void))
 {
 	int status = 0;
@@ -241,12 +293,14 @@ int main(void)
 {
 	int r;
 
-	plan(3);
+	plan(4);
 	r = run(scenario_reentry);
 	ok(r == 0, "malloc re-entered during start-up is served and stays usable (%d)", r);
 	r = run(scenario_no_arena);
 	ok(r == 0, "without an arena, malloc goes on from overflow mappings (%d)", r);
 	r = run(scenario_dummy_zero);
 	ok(r == 0, "the stand-in cache of threads without one stays all zeros (%d)", r);
+	r = run(scenario_bins_untouched);
+	ok(r == 0, "a cache's bins stay zeros until used; a first free parks (%d)", r);
 	return done();
 }
