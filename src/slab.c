@@ -79,7 +79,6 @@ uint8_t ucma_class_of_size[UCMA_SMALL_MAX / 16 + 1];
 struct slab_bin {
 	uint32_t lock;
 	unsigned nempty;
-	unsigned keep_empty;		/* how many wholly free slabs to keep */
 	struct ucma_slab *partial;	/* C_PARTIAL */
 	struct ucma_slab *empty;	/* C_EMPTY */
 	struct ucma_slab *all;		/* registry: every live slab (rnext) */
@@ -93,6 +92,13 @@ static unsigned binset_turn;	/* atomic */
  * without one (atomic), so a slab creation finds out cheaply whether any
  * are kept (slab_pages()). */
 static unsigned central_nempty;
+
+/* Wholly free slabs a central bin of class @cls keeps: small slabs are
+ * cheap to keep, a 128 KiB one is not. */
+static unsigned central_keep_empty(unsigned cls)
+{
+	return ucma_classes[cls].npages <= 8 ? 2 : 1;
+}
 
 /* Keep the wholly free slab @s on bin @b's empty list (bin lock held). */
 static void empty_add(struct slab_bin *b, struct ucma_slab *s)
@@ -202,11 +208,9 @@ void ucma_slab_init(void)
 	for (unsigned c = 0; c < UCMA_NR_CLASSES; c++)
 		class_geometry(&ucma_classes[c]);
 
+	/* (The bins need no setting up: zeros are empty bins, so the pages
+	 * of bin sets no thread uses are never touched.) */
 	nbinsets = count_binsets();
-	for (unsigned set = 0; set < nbinsets; set++)
-		for (unsigned c = 0; c < UCMA_NR_CLASSES; c++)
-			/* Small slabs are cheap to keep; a 128 KiB one is not. */
-			bins[set][c].keep_empty = ucma_classes[c].npages <= 8 ? 2 : 1;
 }
 
 unsigned ucma_slab_binset_next(void)
@@ -844,7 +848,7 @@ static bool central_file(struct slab_bin *b, struct ucma_slab *s, int old_state)
 	if (old_state == UCMA_SLAB_C_PARTIAL)
 		ucma_slab_list_del(&b->partial, s);
 	if (state == UCMA_SLAB_C_EMPTY) {
-		if (b->nempty >= b->keep_empty) {
+		if (b->nempty >= central_keep_empty(s->cls)) {
 			__atomic_store_n(&s->state, UCMA_SLAB_DEAD, __ATOMIC_RELAXED);
 			return true;
 		}
