@@ -459,16 +459,20 @@ static int fill_pinned_8k(void)
 
 	/*
 	 * The last, failing halloc would compact directly: not here.  Filled
-	 * twice: a run another CPU's list held when the first fill ended
-	 * (the thread moved) would stay free, and the buddy could merge it.
+	 * until a fill after draining the per-CPU lists adds nothing: a run
+	 * another CPU's list held when a fill ended (the thread moved) would
+	 * stay free, and the buddy could merge it with a freed neighbour.
+	 * Two fills were not always enough under ThreadSanitizer on a busy
+	 * machine (an order-2 block was left once in tsan-repeat).
 	 */
 	ucma_opt.compact_direct = false;
-	while (add_object(8192, false))
-		;
-	ucma_pcp_drain_zone(zcma);
-	ucma_pcp_drain_zone(znormal);
-	while (add_object(8192, false))
-		;
+	for (bool added = true; added;) {
+		ucma_pcp_drain_zone(zcma);
+		ucma_pcp_drain_zone(znormal);
+		added = false;
+		while (add_object(8192, false))
+			added = true;
+	}
 	ucma_opt.compact_direct = true;
 	/*
 	 * Every other 8 KiB block by address, not by allocation order: two
