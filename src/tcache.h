@@ -113,7 +113,8 @@ static inline void ucma_obj_mark_live(void *p, size_t size)
  *    plus the direct ones, so the push needs no counter of its own.
  * @usedw_off, @wbase, @full, @slab (the cursor) are the owner's alone
  * (other threads reach its slabs through the bins' registries, slab.c);
- * @size and @cap are constant.
+ * @size and @cap are 0 until the owner's first slow-path call of the
+ * class sets them (tcache.c bin_start()), constant after.
  *
  * The cursor's word is kept as an offset from the bin, so that a bin
  * without a cursor needs no pointer: @usedw_off 0 makes malloc read
@@ -184,14 +185,15 @@ static inline void ucma_tbin_push(struct ucma_tbin *b, size_t n, void *p)
 /* The bitmap word of @b's cursor (@b's own first word when it has none). */
 static inline uint64_t *ucma_tbin_word(struct ucma_tbin *b)
 {
-	return (uint64_t *)((char *)b + b->usedw_off);
+	return (uint64_t *)((uintptr_t)b + (uintptr_t)b->usedw_off);
 }
 
 /* Point @b's cursor at word @w of @s, an owned slab on the partial list. */
 static inline void ucma_tbin_point(struct ucma_tbin *b, struct ucma_slab *s, unsigned w)
 {
 	b->slab = s;
-	b->usedw_off = (char *)&s->used[w] - (char *)b;
+	/* (As integers: the word and the bin are different objects.) */
+	b->usedw_off = (intptr_t)((uintptr_t)&s->used[w] - (uintptr_t)b);
 	b->wbase = s->base + (uintptr_t)w * 64 * s->size;
 	b->full = ucma_slab_word_full(s, w);
 }
