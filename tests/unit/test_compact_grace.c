@@ -35,6 +35,7 @@ static ucma_handle_t h[MAXOBJ];
 static uint32_t sizes[MAXOBJ];
 static int nobj;
 static atomic_bool stop;
+static atomic_bool reader_inside;	/* the reader has entered a section */
 static _Atomic unsigned long sections;
 
 static uint64_t stat_of(const char *name)
@@ -124,6 +125,7 @@ static void *reader(void *arg)
 		const uint64_t *p;
 
 		ucma_read_lock();
+		atomic_store(&reader_inside, true);
 		p = h[i] ? ucma_deref(h[i]) : NULL;
 		if (p)
 			sum += p[0];
@@ -148,13 +150,20 @@ static struct run compact_once(bool with_reader)
 	fragment(42);
 	pb = free_pageblocks();
 	atomic_store(&stop, false);
+	atomic_store(&reader_inside, false);
 	if (with_reader && pthread_create(&t, NULL, reader, NULL) != 0)
 		bail_out("pthread_create: %s", strerror(errno));
 	if (with_reader) {
-		/* Let it into its first section before the run starts. */
-		struct timespec ts = { 0, 1000 * 1000 };
+		/* The run starts once the reader is inside its first section:
+		 * a fixed 1 ms sleep let it start with none on a loaded machine
+		 * (ASan build beside other tests: the first grace periods found
+		 * no reader, and the batches grew late: 18 against 23). */
+		struct timespec ts = { 0, 100 * 1000 };
 
-		nanosleep(&ts, NULL);
+		for (int k = 0; k < 50000 && !atomic_load(&reader_inside); k++)
+			nanosleep(&ts, NULL);
+		if (!atomic_load(&reader_inside))
+			bail_out("the reader thread never entered a section");
 	}
 	gp = stat_of("rcu_grace_periods");
 	if (ucma_compact(UCMA_COMPACT_SYNC_FULL) != 0)
