@@ -203,9 +203,19 @@ static void *thread_first_calls(void *arg)
 	return NULL;
 }
 
+/* Are the @n bytes at @p all zero? */
+static bool all_zero(const void *p, size_t n)
+{
+	const unsigned char *c = p;
+
+	for (size_t i = 0; i < n; i++)
+		if (c[i])
+			return false;
+	return true;
+}
+
 static int scenario_dummy_zero(void)
 {
-	const unsigned char *d = (const unsigned char *)&ucma_tcache_dummy;
 	pthread_t t[4];
 
 	ucma_free(ucma_malloc(1));	/* the library and this thread's cache first */
@@ -218,26 +228,13 @@ static int scenario_dummy_zero(void)
 		for (int i = 0; i < 4; i++)
 			pthread_join(t[i], NULL);
 	}
-	for (size_t i = 0; i < sizeof(ucma_tcache_dummy); i++)
-		if (d[i])
-			return 32;
-	return 0;
+	return all_zero(&ucma_tcache_dummy, sizeof(ucma_tcache_dummy)) ? 0 : 32;
 }
 
 struct first_free {
 	void *block;		/* allocated by the main thread, freed first here */
 	int result;
 };
-
-static bool bin_zero(const struct ucma_tbin *b)
-{
-	const unsigned char *c = (const unsigned char *)b;
-
-	for (size_t i = 0; i < offsetof(struct ucma_tbin, stack); i++)
-		if (c[i])
-			return false;
-	return true;
-}
 
 static void *thread_one_class(void *arg)
 {
@@ -257,7 +254,8 @@ static void *thread_one_class(void *arg)
 	else if (tc->bins[used].cap == 0)
 		ff->result = 42;
 	for (unsigned c = 0; c < UCMA_NR_CLASSES && !ff->result; c++)
-		if (c != used && c != freed && !bin_zero(&tc->bins[c]))
+		if (c != used && c != freed &&
+		    !all_zero(&tc->bins[c], offsetof(struct ucma_tbin, stack)))
 			ff->result = 43;
 	return NULL;
 }
