@@ -319,11 +319,16 @@ int ucma_compact_order(unsigned order, int prio);
  * The calls that hand out blocks carry the attributes glibc gives
  * malloc(): the block aliases nothing (malloc), the compiler knows its
  * size (alloc_size: _FORTIFY_SOURCE and -Warray-bounds check accesses
- * against it) and its 16-byte alignment (assume_aligned), and from GCC 11
- * on which call gives it back: -Wmismatched-dealloc then warns of a
- * block of ucma's given to free(), glibc's in a program that is not
- * preloaded.  The code around the calls is what it is around malloc():
- * bench_malloc_ucma's `small` ran 6 % faster (tests/bench/RESULTS.md).
+ * against it), and from GCC 11 on which call gives it back:
+ * -Wmismatched-dealloc then warns of a block of ucma's given to free(),
+ * glibc's in a program that is not preloaded.  They also tell it the
+ * alignment GCC assumes of a malloc() block on x86-64, 8 bytes
+ * (assume_aligned), though every block is aligned to 16: so the code
+ * around the calls is what it is around malloc().  Told 16, GCC 12
+ * expanded a short memset() of a new block with a loop of byte stores
+ * for its tail, whose branches mispredict when the length varies: a
+ * program that writes the head of each new block ran up to a third
+ * slower than with 8 (tests/bench/RESULTS.md).
  * Neither ucma_realloc() nor ucma_try_free() is named a deallocator: a
  * failed realloc keeps the block, and ucma_try_free() takes any pointer
  * and frees only ucma's, so GCC would warn of correct uses after both.
@@ -338,11 +343,11 @@ void ucma_free(void *ptr);
 #endif
 #if defined(__GNUC__)
 #define UCMA_ALLOC_SIZE(...) __attribute__((__alloc_size__(__VA_ARGS__)))
-#define UCMA_ALIGNED_16      __attribute__((__assume_aligned__(16)))
+#define UCMA_MALLOC_ALIGNED  __attribute__((__assume_aligned__(8)))
 #define UCMA_ALLOC_ALIGN(i)  __attribute__((__alloc_align__(i)))
 #else
 #define UCMA_ALLOC_SIZE(...)
-#define UCMA_ALIGNED_16
+#define UCMA_MALLOC_ALIGNED
 #define UCMA_ALLOC_ALIGN(i)
 #endif
 
@@ -351,7 +356,7 @@ void ucma_free(void *ptr);
  * @size: bytes; 0 returns a unique minimal block.
  * Return: the block, aligned to 16 bytes, or NULL with errno ENOMEM.
  */
-void *ucma_malloc(size_t size) UCMA_MALLOC_ATTR UCMA_ALLOC_SIZE(1) UCMA_ALIGNED_16;
+void *ucma_malloc(size_t size) UCMA_MALLOC_ATTR UCMA_ALLOC_SIZE(1) UCMA_MALLOC_ALIGNED;
 
 /**
  * ucma_calloc() - allocate a zeroed array of @nmemb elements of @size bytes.
@@ -359,7 +364,7 @@ void *ucma_malloc(size_t size) UCMA_MALLOC_ATTR UCMA_ALLOC_SIZE(1) UCMA_ALIGNED_
  * overflows).
  */
 void *ucma_calloc(size_t nmemb, size_t size) UCMA_MALLOC_ATTR UCMA_ALLOC_SIZE(1, 2)
-	UCMA_ALIGNED_16;
+	UCMA_MALLOC_ALIGNED;
 
 /**
  * ucma_realloc() - resize the block at @ptr to @size bytes.
@@ -372,7 +377,7 @@ void *ucma_calloc(size_t nmemb, size_t size) UCMA_MALLOC_ATTR UCMA_ALLOC_SIZE(1,
  * Return: the block (contents kept up to the smaller size), or NULL with
  * errno ENOMEM, leaving @ptr untouched.
  */
-void *ucma_realloc(void *ptr, size_t size) UCMA_ALLOC_SIZE(2) UCMA_ALIGNED_16;
+void *ucma_realloc(void *ptr, size_t size) UCMA_ALLOC_SIZE(2) UCMA_MALLOC_ALIGNED;
 
 /**
  * ucma_aligned_alloc() - allocate @size bytes aligned to @alignment.
@@ -383,7 +388,7 @@ void *ucma_realloc(void *ptr, size_t size) UCMA_ALLOC_SIZE(2) UCMA_ALIGNED_16;
  * two) or ENOMEM.
  */
 void *ucma_aligned_alloc(size_t alignment, size_t size) UCMA_MALLOC_ATTR UCMA_ALLOC_SIZE(2)
-	UCMA_ALLOC_ALIGN(1) UCMA_ALIGNED_16;
+	UCMA_ALLOC_ALIGN(1) UCMA_MALLOC_ALIGNED;
 
 /**
  * ucma_posix_memalign() - as posix_memalign(): store a block of @size
@@ -399,7 +404,7 @@ int ucma_posix_memalign(void **memptr, size_t alignment, size_t size);
  * Return: the block, or NULL with errno EINVAL or ENOMEM.
  */
 void *ucma_memalign(size_t alignment, size_t size) UCMA_MALLOC_ATTR UCMA_ALLOC_SIZE(2)
-	UCMA_ALIGNED_16;
+	UCMA_MALLOC_ALIGNED;
 
 /**
  * ucma_free() - free a block of the malloc family.

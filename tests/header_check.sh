@@ -5,7 +5,8 @@
 # block, so using it afterwards is no use after free), and the attributes
 # on the allocating calls reach the compiler: it knows a block's size
 # (__builtin_object_size, an access past the end), and with GCC 11 and
-# later that ucma_free() gives the block back and free() does not.
+# later that ucma_free() gives the block back and free() does not; and
+# GCC makes the same code around ucma_malloc() as around malloc().
 #
 # SPDX-License-Identifier: MIT
 
@@ -156,6 +157,41 @@ EOF
 	rc=$?
 	[ $rc -ne 0 ] && grep -q 'mismatched-dealloc' "$tmp/log"
 	ok $? "free() of a block from ucma_malloc() is an error at compile time"
+fi
+
+# The code around the calls is the code around malloc(): GCC knows the
+# alignment of what its builtin malloc() returns, and the header's
+# assume_aligned must say the same, or GCC expands a short memset() of
+# the block otherwise (with 16, a loop of byte stores for the tail).
+# The assembly of one function written twice, once with each call.
+if [ "$gcc_major" -eq 0 ]; then
+	echo "ok $((n = n + 1)) # SKIP code around malloc(): GCC only ($cc)"
+else
+	for fn in malloc ucma_malloc; do
+		cat >"$tmp/fill_$fn.c" <<EOF
+#include <stdlib.h>
+#include <string.h>
+#include <ucma.h>
+
+void *fill(size_t n, int v);
+void *fill(size_t n, int v)
+{
+	char *p = $fn(n);
+
+	if (p)
+		memset(p, v, n < 64 ? n : 64);
+	return p;
+}
+EOF
+		# shellcheck disable=SC2086 # $cc and $flags are word lists
+		$cc $flags -fno-asynchronous-unwind-tables -S "$tmp/fill_$fn.c" \
+			-o "$tmp/fill_$fn.s" >"$tmp/log" 2>&1 || break
+		grep -Ev '^[[:space:]]*\.(file|ident)' "$tmp/fill_$fn.s" |
+			sed 's/ucma_malloc/malloc/g' >"$tmp/fill_$fn.cmp"
+	done
+	cmp -s "$tmp/fill_malloc.cmp" "$tmp/fill_ucma_malloc.cmp"
+	ok $? "GCC makes the same code around ucma_malloc() as around malloc()"
+	[ -s "$tmp/log" ] && sed 's/^/# /' "$tmp/log"
 fi
 
 echo "1..$n"
