@@ -80,6 +80,7 @@ extern char **environ;
 
 #define PRELOAD_EXPORT __attribute__((visibility("default")))
 #define PRELOAD_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define PRELOAD_LIKELY(x) __builtin_expect(!!(x), 1)
 
 /* ucma_alloc() buffers start at least on a 4 KiB page. */
 #define CONTIG_ALIGN ((uintptr_t)4096)
@@ -198,13 +199,16 @@ static size_t contig_min_parse(void)
 	return min;
 }
 
-/* The contiguous threshold in bytes, 0 when off. */
-static size_t contig_min(void)
+/*
+ * The first look at the threshold: read the settings once the
+ * environment is there.  Out of line, so that contig_min() below is a
+ * load and a test: with the parsing inlined, the compiler saved six
+ * registers on every call before it looked (23 instructions a realloc()).
+ */
+static __attribute__((noinline, cold)) size_t contig_min_first(void)
 {
-	size_t t = atomic_load_explicit(&contig_threshold, memory_order_relaxed), min;
+	size_t min;
 
-	if (t)
-		return t == SIZE_MAX ? 0 : t;
 	/*
 	 * Before libc's initialisation the environment is not there yet and
 	 * secure_getenv() would answer "unset": serve such early requests
@@ -215,6 +219,16 @@ static size_t contig_min(void)
 	min = contig_min_parse();
 	atomic_store_explicit(&contig_threshold, min ? min : SIZE_MAX, memory_order_relaxed);
 	return min;
+}
+
+/* The contiguous threshold in bytes, 0 when off. */
+static inline size_t contig_min(void)
+{
+	size_t t = atomic_load_explicit(&contig_threshold, memory_order_relaxed);
+
+	if (PRELOAD_LIKELY(t))
+		return t == SIZE_MAX ? 0 : t;
+	return contig_min_first();
 }
 
 /*
@@ -338,7 +352,7 @@ PRELOAD_EXPORT void *malloc(size_t size)
 	return ucma_malloc(size);
 }
 
-PRELOAD_EXPORT void *calloc(size_t nmemb, size_t size)
+static __attribute__((noinline)) void *calloc_slow(size_t nmemb, size_t size)
 {
 	size_t total, min;
 
@@ -354,6 +368,18 @@ PRELOAD_EXPORT void *calloc(size_t nmemb, size_t size)
 			return p;
 	}
 	return ucma_calloc(nmemb, size);
+}
+
+/* As malloc(): below the contiguous threshold (0 until its first look,
+ * which calloc_slow() makes), one tail call. */
+PRELOAD_EXPORT void *calloc(size_t nmemb, size_t size)
+{
+	size_t total;
+
+	if (PRELOAD_LIKELY(!__builtin_mul_overflow(nmemb, size, &total) &&
+			   total < atomic_load_explicit(&contig_threshold, memory_order_relaxed)))
+		return ucma_calloc(nmemb, size);
+	return calloc_slow(nmemb, size);
 }
 
 /*
@@ -447,7 +473,7 @@ static void *owned_realloc(void *ptr, size_t size)
 	return ucma_realloc(ptr, size);
 }
 
-PRELOAD_EXPORT void *realloc(void *ptr, size_t size)
+static __attribute__((noinline)) void *realloc_slow(void *ptr, size_t size)
 {
 	size_t old;
 
@@ -464,6 +490,25 @@ PRELOAD_EXPORT void *realloc(void *ptr, size_t size)
 	if (ucma_owns(ptr))
 		return owned_realloc(ptr, size);
 	return foreign_realloc(ptr, size);
+}
+
+/*
+ * The common case first: no contiguous buffer was ever handed out (so
+ * @ptr is none) and the new size is below the contiguous threshold (so
+ * an owned block stays in the malloc family), and then the ownership test
+ * and the reallocation are one tail call.  The threshold is 0 until its
+ * first look, which realloc_slow() makes through owned_realloc().  The
+ * rest, realloc_slow(), is what realloc() always did: together they cost
+ * 46 instructions a call of bench_malloc's `realloc` on top of
+ * ucma_realloc() (callgrind), against 68 before.
+ */
+PRELOAD_EXPORT void *realloc(void *ptr, size_t size)
+{
+	if (PRELOAD_LIKELY(ptr && size &&
+			   !atomic_load_explicit(&contig_used, memory_order_relaxed) &&
+			   size < atomic_load_explicit(&contig_threshold, memory_order_relaxed)))
+		return ucma_realloc_or(ptr, size, foreign_realloc);
+	return realloc_slow(ptr, size);
 }
 
 PRELOAD_EXPORT void *reallocarray(void *ptr, size_t nmemb, size_t size)

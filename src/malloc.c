@@ -976,19 +976,41 @@ static __attribute__((noinline)) int owns_slow(const void *p)
 	return ucma_overflow_find(p, &ref) != UCMA_OVF_NONE;
 }
 
-/* Asked before every free of a preloaded program: a block of a slab or a
- * large run answers after two loads. */
-int ucma_owns(const void *p)
+/* A block of a slab or a large run, told after two loads: the common
+ * case of every free() and realloc() of a preloaded program.  false
+ * leaves the question to owns_slow(). */
+static inline __attribute__((always_inline)) bool owns_fast(const void *p)
 {
 	uintptr_t off = (uintptr_t)p - __atomic_load_n(&mg.base, __ATOMIC_RELAXED);
 
 	if (UCMA_LIKELY(off < __atomic_load_n(&mg.size, __ATOMIC_ACQUIRE))) {
 		unsigned type = UCMA_PG_GET(&mg.pages[off >> UCMA_PAGE_SHIFT], owner_type);
 
-		if (UCMA_LIKELY(type == UCMA_OWN_SLAB || type == UCMA_OWN_LARGE))
-			return 1;
+		return type == UCMA_OWN_SLAB || type == UCMA_OWN_LARGE;
 	}
-	return owns_slow(p);
+	return false;
+}
+
+int ucma_owns(const void *p)
+{
+	return owns_fast(p) ? 1 : owns_slow(p);
+}
+
+static __attribute__((noinline)) void *realloc_or_slow(void *p, size_t size,
+						      void *(*foreign_realloc)(void *, size_t))
+{
+	if (!owns_slow(p))
+		return foreign_realloc(p, size);
+	return ucma_realloc(p, size);
+}
+
+/* (The slow half out of line, so that the common case saves nothing on
+ * the stack before its tail call.) */
+void *ucma_realloc_or(void *p, size_t size, void *(*foreign_realloc)(void *, size_t))
+{
+	if (UCMA_LIKELY(owns_fast(p)))
+		return ucma_realloc(p, size);
+	return realloc_or_slow(p, size, foreign_realloc);
 }
 
 int ucma_trim(void)

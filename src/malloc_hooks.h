@@ -19,4 +19,14 @@
  */
 UCMA_INTERNAL void ucma_free_or(void *p, void (*foreign_free)(void *));
 
+/*
+ * ucma_realloc_or() - ucma_realloc(@p, @size) if the malloc family owns
+ * @p, else @foreign_realloc(@p, @size): what ucma_owns() and then one of
+ * the two would do, with the ownership test inlined and both ways out
+ * tail calls, so that realloc()'s common case needs no stack frame of
+ * its own.  @p is not NULL and @size not 0 (the caller's cases).
+ */
+UCMA_INTERNAL void *ucma_realloc_or(void *p, size_t size,
+				    void *(*foreign_realloc)(void *, size_t));
+
 #endif /* UCMA_MALLOC_HOOKS_H */
