@@ -328,7 +328,8 @@ int ucma_compact_order(unsigned order, int prio);
  * expanded a short memset() of a new block with a loop of byte stores
  * for its tail, whose branches mispredict when the length varies: a
  * program that writes the head of each new block ran up to a third
- * slower than with 8 (tests/bench/RESULTS.md).
+ * slower than with 8 (tests/bench/RESULTS.md).  Elsewhere the header
+ * states the blocks' true alignment, 16.
  * Neither ucma_realloc() nor ucma_try_free() is named a deallocator: a
  * failed realloc keeps the block, and ucma_try_free() takes any pointer
  * and frees only ucma's, so GCC would warn of correct uses after both.
@@ -343,7 +344,11 @@ void ucma_free(void *ptr);
 #endif
 #if defined(__GNUC__)
 #define UCMA_ALLOC_SIZE(...) __attribute__((__alloc_size__(__VA_ARGS__)))
+#if defined(__x86_64__)
 #define UCMA_MALLOC_ALIGNED  __attribute__((__assume_aligned__(8)))
+#else
+#define UCMA_MALLOC_ALIGNED  __attribute__((__assume_aligned__(16)))
+#endif
 #define UCMA_ALLOC_ALIGN(i)  __attribute__((__alloc_align__(i)))
 #else
 #define UCMA_ALLOC_SIZE(...)
