@@ -823,7 +823,52 @@ int ucma_try_free(void *p)
 	return 1;
 }
 
-void *ucma_realloc(void *p, size_t size)
+/*
+ * Does the live block at @p, a block of a slab or the head of a large run
+ * of the arena, stay where it is for @size bytes (the size still needs
+ * more than half of it)?  Read as free()'s fast path reads it, from the
+ * page and slab metadata alone.  false when it does not fit, and for
+ * everything this does not settle: a block that may be free (its bit
+ * clear, its remote bit set, or the free marker on it), a pointer inside
+ * a block, a block of the overflow mappings or the boot buffer;
+ * ucma_realloc() then classifies it in full.  Most reallocations of a
+ * program that grows its buffers in small steps stay in place: in
+ * bench_malloc's `realloc`, 94 % of them.
+ */
+static inline __attribute__((always_inline)) bool realloc_in_place(const void *p, size_t size)
+{
+	uintptr_t off = (uintptr_t)p - __atomic_load_n(&mg.base, __ATOMIC_RELAXED);
+	const struct ucma_page *pg;
+	size_t old;
+	unsigned type;
+
+	if (UCMA_UNLIKELY(off >= __atomic_load_n(&mg.size, __ATOMIC_ACQUIRE)))
+		return false;
+	pg = &mg.pages[off >> UCMA_PAGE_SHIFT];
+	type = __atomic_load_n(&pg->owner_type, __ATOMIC_ACQUIRE);
+	if (type == UCMA_OWN_SLAB) {
+		const struct ucma_slab *s =
+			(const struct ucma_slab *)(uintptr_t)UCMA_PG_GET(pg, owner);
+		int idx = ucma_slab_index(s, p);
+
+		if (idx < 0 || ucma_slab_idx_free(s, (unsigned)idx) || ucma_obj_marked_free(p))
+			return false;
+		old = s->size;
+	} else if (type == UCMA_OWN_LARGE) {
+		/* The address handed out names its own page the owner, and
+		 * at the head of its run (kind RUN) aux is the run's length;
+		 * a block that starts inside its run is classify()'s. */
+		if (UCMA_PG_GET(pg, owner) != (off >> UCMA_PAGE_SHIFT) ||
+		    (off & (UCMA_PAGE_SIZE - 1)) || UCMA_PG_GET(pg, kind) != UCMA_PK_RUN)
+			return false;
+		old = (size_t)UCMA_PG_GET(pg, aux) << UCMA_PAGE_SHIFT;
+	} else {
+		return false;
+	}
+	return size <= old && size > old / 2;
+}
+
+static __attribute__((noinline)) void *realloc_slow(void *p, size_t size)
 {
 	struct ptr_info pi;
 	size_t old, want = size;
@@ -866,6 +911,15 @@ void *ucma_realloc(void *p, size_t size)
 	memcpy(q, p, old < size ? old : size);
 	free_classified(p, kind, &pi, "realloc()");
 	return q;
+}
+
+/* In place without a stack frame (the common case: see realloc_in_place()),
+ * everything else in realloc_slow(). */
+void *ucma_realloc(void *p, size_t size)
+{
+	if (UCMA_LIKELY(p && size && realloc_in_place(p, size)))
+		return p;
+	return realloc_slow(p, size);
 }
 
 static void *aligned_impl(size_t align, size_t size)

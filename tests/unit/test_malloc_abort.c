@@ -2,7 +2,8 @@
  * test_malloc_abort.c - the hostile-input policy of the malloc family:
  * double frees (in the thread cache, in the slab, through another
  * thread, in another thread's cache), frees of interior pointers, of
- * slots never handed out and of the tail of a slab, realloc of a freed block, frees of
+ * slots never handed out and of the tail of a slab, realloc of a freed block
+ * (its free marker intact or overwritten) or of an interior pointer, frees of
  * pointers that malloc never returned.  Each case runs in a child whose
  * standard error the parent reads: the child must die of SIGABRT after
  * one line naming the problem and the address.
@@ -86,7 +87,9 @@ static void case_double_free_cached(void)
 	ucma_free(p);
 }
 
-static void case_double_free_slab(void)
+/* A block of 200 bytes freed and pushed out of the thread cache back into
+ * its slab, whose bit for it is then clear; it is the victim. */
+static void *freed_into_slab(void)
 {
 	void *keep = ucma_malloc(200), *p = ucma_malloc(200), *others[2000];
 
@@ -102,7 +105,12 @@ static void case_double_free_slab(void)
 	for (int i = 0; i < 2000; i++)
 		ucma_free(others[i]);
 	ucma_trim();
-	ucma_free(p);
+	return p;
+}
+
+static void case_double_free_slab(void)
+{
+	ucma_free(freed_into_slab());
 }
 
 static void *free_it(void *p)
@@ -168,6 +176,54 @@ static void case_realloc_freed(void)
 	SET_VICTIM(p);
 	ucma_free(p);
 	ucma_realloc(p, 600);
+}
+
+/*
+ * realloc() finds most blocks in place from the slab's bits and the free
+ * marker alone (malloc.c realloc_in_place()).  A program that freed a
+ * block and then wrote over its second word has wiped the marker; the
+ * bits still say free, and realloc must not hand the block back as live.
+ * (AddressSanitizer builds poison freed blocks instead of marking them,
+ * and would report the write itself: there the poison is the check.)
+ */
+static void wipe_marker(void *p)
+{
+#ifndef UCMA_ASAN
+	((volatile uint64_t *)p)[1] = 0;
+#else
+	(void)p;
+#endif
+}
+
+/* Back in its slab: the block's bit is clear. */
+static void case_realloc_freed_slab_wiped(void)
+{
+	void *p = freed_into_slab();
+
+	wipe_marker(p);
+	ucma_realloc(p, 190);	/* the same class: in place if it were live */
+}
+
+/* Freed by another thread into a slab this thread owns: its remote bit is
+ * set until the owner merges it, its own bit still says taken. */
+static void case_realloc_freed_remote_wiped(void)
+{
+	void *p = ucma_malloc(1000);
+	pthread_t t;
+
+	SET_VICTIM(p);
+	pthread_create(&t, NULL, free_it, p);
+	pthread_join(t, NULL);
+	wipe_marker(p);
+	ucma_realloc(p, 900);
+}
+
+static void case_realloc_interior_large(void)
+{
+	char *p = ucma_malloc(100000);
+
+	SET_VICTIM(p + 8192);
+	ucma_realloc(p + 8192, 50000);
 }
 
 /* A slot of a slab that malloc never handed out: its bit says so. */
@@ -291,7 +347,7 @@ int main(void)
 	/* Initialise in the parent, so every child starts from the same
 	 * arena and key. */
 	ucma_free(ucma_malloc(1));
-	plan(15);
+	plan(18);
 	ok(dies_with(case_double_free_cached, "free(): double free of", "cached"),
 	   "double free of a block still in the thread cache aborts");
 	ok(dies_with(case_double_free_slab, "free(): double free of", "slab"),
@@ -308,6 +364,13 @@ int main(void)
 	   "free of a pointer inside a large block aborts");
 	ok(dies_with(case_realloc_freed, "realloc(): invalid pointer", "realloc"),
 	   "realloc of a freed block aborts");
+	ok(dies_with(case_realloc_freed_slab_wiped, "realloc(): invalid pointer", "realloc wiped"),
+	   "realloc of a block back in its slab, its free marker overwritten, aborts");
+	ok(dies_with(case_realloc_freed_remote_wiped, "realloc(): invalid pointer",
+		     "realloc remote wiped"),
+	   "realloc of a block another thread freed, its free marker overwritten, aborts");
+	ok(dies_with(case_realloc_interior_large, "realloc(): invalid pointer", "realloc interior"),
+	   "realloc of a pointer inside a large block aborts");
 	/* "invalid pointer"; "double free" with AddressSanitizer, where a
 	 * slot never handed out is poisoned like a freed one */
 	ok(dies_with(case_free_unallocated_slot, "free(): ", "unallocated slot"),
