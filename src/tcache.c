@@ -188,8 +188,15 @@ static void bin_start(struct ucma_tbin *b, unsigned cls)
 	b->cap = cap_for(b->size);
 }
 
-/* A recycled cache back to the zeros of a fresh one (the stacks need no
- * clearing: only stack[0..n) is read). */
+/*
+ * A recycled cache back to the zeros of a fresh one (the stacks need no
+ * clearing: only stack[0..n) is read).  A bin its last thread never
+ * started (@cap 0) is all zeros still: a push needs room, a pop a count,
+ * the cursor and the counters a started bin or a slab this cache owns,
+ * which it gets only through a started bin.  Left alone, its page stays
+ * untouched, and a program that starts and ends threads keeps the
+ * saving of lazily started bins (test_malloc_start).
+ */
 static void tcache_reset(struct ucma_tcache *tc)
 {
 	memset((char *)tc + offsetof(struct ucma_tcache, bins) + sizeof(tc->bins), 0,
@@ -197,6 +204,8 @@ static void tcache_reset(struct ucma_tcache *tc)
 	for (unsigned c = 0; c < UCMA_NR_CLASSES; c++) {
 		struct ucma_tbin *b = &tc->bins[c];
 
+		if (!b->cap)
+			continue;
 		memset(b, 0, offsetof(struct ucma_tbin, stack));
 		b->nflush = 0;
 	}
@@ -765,7 +774,8 @@ static void tcache_release_all(struct ucma_tcache *tc)
 		struct ucma_tlists *l = &tc->lists[c];
 		struct ucma_slab *s;
 
-		bin_set_none(&tc->bins[c]);
+		if (tc->bins[c].cap)	/* (a bin never started has no cursor) */
+			bin_set_none(&tc->bins[c]);
 		while ((s = l->partial) != NULL) {
 			ucma_slab_list_del(&l->partial, s);
 			ucma_slab_release(s);
@@ -971,9 +981,13 @@ void ucma_tcache_atfork_child(void)
 						 __ATOMIC_RELAXED);
 			}
 			/* Still frees the program made: counted as given back,
-			 * or the child's malloc_nfree would lose them. */
-			b->nflush += b->n;
-			b->n = 0;
+			 * or the child's malloc_nfree would lose them.  (Only
+			 * where there were some: a store to every bin would copy
+			 * every page of every cache into the child.) */
+			if (b->n) {
+				b->nflush += b->n;
+				b->n = 0;
+			}
 		}
 	}
 	for (tc = reg_list; tc; tc = tc->next)

@@ -16,6 +16,8 @@
  *  - A new cache's bins stay zeros until the thread uses their class, so
  *    that their pages are not resident; a thread whose first call of a
  *    class is a free parks the block all the same.
+ *  - A recycled cache: a thread's exit, and the threads its cache goes to
+ *    next, write none of the bins they did not use.
  *
  * Each scenario needs a fresh process (the library initialises once), so
  * each runs in a child that reports through its exit status.
@@ -271,6 +273,67 @@ static int scenario_bins_untouched(void)
 	return ff.result;
 }
 
+/*
+ * A cache a thread leaves behind is given to the next thread: the bins
+ * neither thread used must not be written, or their pages become memory
+ * of their own in every program that starts and ends threads.  Once the
+ * first thread has used its one class, every whole page of its bins but
+ * the one holding that class's bin is made read-only; that thread's exit
+ * and two more threads taking the same cache must not fault.  (Reading
+ * is allowed: a page that was only read is the kernel's zero page.)
+ */
+static struct ucma_tcache *first_cache;
+static uintptr_t ro_lo, ro_hi;	/* the read-only part of the bins */
+static int reused;		/* later threads given the first one's cache */
+
+static void *thread_one_class_again(void *arg)
+{
+	struct ucma_tcache *tc;
+	unsigned used = ucma_size_class(48);
+	uintptr_t keep_lo, keep_hi;
+
+	(void)arg;
+	for (int i = 0; i < 1000; i++)
+		ucma_free(ucma_malloc(48));
+	tc = ucma_tcache_tls;
+	reused += first_cache && tc == first_cache;
+	if (first_cache || tc == &ucma_tcache_dummy)
+		return NULL;
+	first_cache = tc;
+	/* The pages wholly inside the bins, below or above the used bin's. */
+	keep_lo = (uintptr_t)&tc->bins[used] & ~(uintptr_t)4095;
+	keep_hi = UCMA_ALIGN_UP((uintptr_t)&tc->bins[used + 1], 4096);
+	ro_lo = keep_hi;
+	ro_hi = (uintptr_t)&tc->bins[UCMA_NR_CLASSES] & ~(uintptr_t)4095;
+	if (keep_lo > UCMA_ALIGN_UP((uintptr_t)&tc->bins[0], 4096) + 4096 * 2) {
+		ro_lo = UCMA_ALIGN_UP((uintptr_t)&tc->bins[0], 4096);
+		ro_hi = keep_lo;
+	}
+	if (ro_hi <= ro_lo || mprotect((void *)ro_lo, ro_hi - ro_lo, PROT_READ) != 0)
+		ro_lo = ro_hi = 0;
+	return NULL;
+}
+
+static int scenario_recycled_untouched(void)
+{
+	pthread_t t;
+
+	ucma_free(ucma_malloc(1));
+	for (int round = 0; round < 3; round++) {
+		if (pthread_create(&t, NULL, thread_one_class_again, NULL) != 0)
+			return 50;
+		pthread_join(t, NULL);
+	}
+	if (!first_cache || !ro_lo)
+		return 51;	/* no cache, or nothing to protect */
+	if (ro_hi - ro_lo < 4 * 4096)
+		return 52;	/* the bins are 40 KiB: most of them should be here */
+	if (reused != 2)
+		return 53;	/* the cache was not handed on: nothing tested */
+	mprotect((void *)ro_lo, ro_hi - ro_lo, PROT_READ | PROT_WRITE);
+	return 0;
+}
+
 static int run(int (*fn)(void))
 {
 	int status = 0;
@@ -291,7 +354,7 @@ int main(void)
 {
 	int r;
 
-	plan(4);
+	plan(5);
 	r = run(scenario_reentry);
 	ok(r == 0, "malloc re-entered during start-up is served and stays usable (%d)", r);
 	r = run(scenario_no_arena);
@@ -300,5 +363,8 @@ int main(void)
 	ok(r == 0, "the stand-in cache of threads without one stays all zeros (%d)", r);
 	r = run(scenario_bins_untouched);
 	ok(r == 0, "a cache's bins stay zeros until used; a first free parks (%d)", r);
+	r = run(scenario_recycled_untouched);
+	ok(r == 0, "a thread's exit, and the threads its cache goes to, write no bin "
+		   "neither used (%d)", r);
 	return done();
 }
