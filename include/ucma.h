@@ -433,7 +433,11 @@ int ucma_try_free(void *ptr);
 
 /**
  * ucma_usable_size() - bytes usable in the block at @ptr (at least the
- * size requested).
+ * size requested).  The allocating calls tell the compiler the size asked
+ * for (alloc_size), so a program built with _FORTIFY_SOURCE stops at a
+ * write past it, as with glibc's malloc_usable_size(): to use the rest,
+ * ask for it with ucma_realloc(ptr, ucma_usable_size(ptr)), which keeps
+ * the block where it is.
  * Return: the size; 0 for NULL, and 0 with errno EINVAL for a pointer that
  * is no block of the malloc family.
  */

@@ -336,6 +336,32 @@ static void test_realloc(void)
 	p = ucma_malloc(100000);
 	ok(ucma_realloc(p, 99000) == p, "large realloc within the run stays in place");
 	ucma_free(p);
+
+	/* What ucma.h offers a program built with _FORTIFY_SOURCE that wants
+	 * the slack of its block: ask for it, and the block stays. */
+	{
+		static const size_t sizes[] = { 1, 10, 100, 1000, 5000, 40000, 100000, 1 << 20 };
+		size_t moved = 0;
+
+		for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
+			char *b = ucma_malloc(sizes[i]), *q;
+			size_t n = ucma_usable_size(b);
+
+			q = ucma_realloc(b, n);
+			if (q != b || ucma_usable_size(q) != n)
+				moved++;
+			memset(q, 1, n);
+			ucma_free(q);
+			b = ucma_aligned_alloc(4096, sizes[i]);
+			n = ucma_usable_size(b);
+			q = ucma_realloc(b, n);
+			if (q != b || ucma_usable_size(q) != n)
+				moved++;
+			ucma_free(q);
+		}
+		ok(moved == 0, "realloc to the usable size keeps every block in place (%zu moved)",
+		   moved);
+	}
 }
 
 static void test_calloc(void)
