@@ -851,10 +851,16 @@ static void case_hugetlb(void)
 	{
 		void *p = run >= 2 ? ucma_alloc(4 * MiB, 0, UCMA_ALLOC_PHYS_CONTIG) : NULL;
 
+		/* The pool's frames are where the kernel put them: without
+		 * two adjacent ones there is no 4 MiB buffer to take.  Said
+		 * so, so that the plan does not change from run to run. */
 		if (run >= 2)
 			ok(p && stat_of("cma_default_phys_run_free") < (uint64_t)run * FRAME + 1,
 			   "phys_run_free with a 4 MiB buffer live: %llu KiB",
 			   (unsigned long long)stat_of("cma_default_phys_run_free") >> 10);
+		else
+			skip(1, "phys_run_free with a 4 MiB buffer live: the longest physical run "
+				"is %u frame", run);
 		if (p)
 			ucma_release(p);
 	}
