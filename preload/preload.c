@@ -115,6 +115,14 @@ static _Atomic size_t contig_threshold;
 static _Atomic bool contig_used;	/* some contiguous buffer was handed out */
 static __thread bool contig_busy;	/* this thread is inside ucma_alloc() */
 
+/* Does a request of @size bytes stay in the malloc family without a look
+ * at the settings?  The fast-path test of malloc(), calloc() and
+ * realloc(). */
+static inline bool below_contig(size_t size)
+{
+	return size < atomic_load_explicit(&contig_threshold, memory_order_relaxed);
+}
+
 /*
  * Parse @len bytes at @s as a size the way ucma does (decimal digits, then
  * an optional K, M, G or T, then an optional B or iB).  Returns true and
@@ -347,7 +355,7 @@ static __attribute__((noinline)) void *malloc_contig(size_t size)
 /* One comparison, then straight into ucma_malloc(). */
 PRELOAD_EXPORT void *malloc(size_t size)
 {
-	if (PRELOAD_UNLIKELY(size >= atomic_load_explicit(&contig_threshold, memory_order_relaxed)))
+	if (PRELOAD_UNLIKELY(!below_contig(size)))
 		return malloc_contig(size);
 	return ucma_malloc(size);
 }
@@ -370,14 +378,13 @@ static __attribute__((noinline)) void *calloc_slow(size_t nmemb, size_t size)
 	return ucma_calloc(nmemb, size);
 }
 
-/* As malloc(): below the contiguous threshold (0 until its first look,
- * which calloc_slow() makes), one tail call. */
+/* As malloc(): below the contiguous threshold, one tail call; the rest,
+ * the first look at the settings included, in calloc_slow(). */
 PRELOAD_EXPORT void *calloc(size_t nmemb, size_t size)
 {
 	size_t total;
 
-	if (PRELOAD_LIKELY(!__builtin_mul_overflow(nmemb, size, &total) &&
-			   total < atomic_load_explicit(&contig_threshold, memory_order_relaxed)))
+	if (PRELOAD_LIKELY(!__builtin_mul_overflow(nmemb, size, &total) && below_contig(total)))
 		return ucma_calloc(nmemb, size);
 	return calloc_slow(nmemb, size);
 }
@@ -506,7 +513,7 @@ PRELOAD_EXPORT void *realloc(void *ptr, size_t size)
 {
 	if (PRELOAD_LIKELY(ptr && size &&
 			   !atomic_load_explicit(&contig_used, memory_order_relaxed) &&
-			   size < atomic_load_explicit(&contig_threshold, memory_order_relaxed)))
+			   below_contig(size)))
 		return ucma_realloc_or(ptr, size, foreign_realloc);
 	return realloc_slow(ptr, size);
 }

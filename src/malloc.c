@@ -75,6 +75,24 @@ static struct {
 	size_t size;
 } mg __attribute__((aligned(64)));
 
+/* Is @p in the arena?  Then *@pg is its page's descriptor and *@off its
+ * offset from the arena's base (false before the arena is known).  The
+ * first step of every fast path that takes a pointer: free(),
+ * ucma_owns(), realloc().  (A bool and not a NULL page: a test of the
+ * returned pointer would be one more branch on each of them.) */
+static inline __attribute__((always_inline)) bool mg_page(const void *p,
+							  const struct ucma_page **pg,
+							  uintptr_t *off)
+{
+	uintptr_t o = (uintptr_t)p - __atomic_load_n(&mg.base, __ATOMIC_RELAXED);
+
+	if (UCMA_UNLIKELY(o >= __atomic_load_n(&mg.size, __ATOMIC_ACQUIRE)))
+		return false;
+	*off = o;
+	*pg = &mg.pages[o >> UCMA_PAGE_SHIFT];
+	return true;
+}
+
 /* The marker in the second word of every free small object (tcache.h). */
 uint64_t ucma_free_key;
 
@@ -747,11 +765,10 @@ static __attribute__((noinline)) void free_large(void *p)
  */
 static inline __attribute__((always_inline)) bool free_fast(void *p)
 {
-	uintptr_t off = (uintptr_t)p - __atomic_load_n(&mg.base, __ATOMIC_RELAXED);
+	const struct ucma_page *pg;
+	uintptr_t off;
 
-	if (UCMA_LIKELY(off < __atomic_load_n(&mg.size, __ATOMIC_ACQUIRE))) {
-		const struct ucma_page *pg = &mg.pages[off >> UCMA_PAGE_SHIFT];
-
+	if (UCMA_LIKELY(mg_page(p, &pg, &off))) {
 		unsigned type = __atomic_load_n(&pg->owner_type, __ATOMIC_ACQUIRE);
 
 		if (UCMA_LIKELY(type == UCMA_OWN_SLAB)) {
@@ -837,14 +854,13 @@ int ucma_try_free(void *p)
  */
 static inline __attribute__((always_inline)) bool realloc_in_place(const void *p, size_t size)
 {
-	uintptr_t off = (uintptr_t)p - __atomic_load_n(&mg.base, __ATOMIC_RELAXED);
 	const struct ucma_page *pg;
+	uintptr_t off;
 	size_t old;
 	unsigned type;
 
-	if (UCMA_UNLIKELY(off >= __atomic_load_n(&mg.size, __ATOMIC_ACQUIRE)))
+	if (UCMA_UNLIKELY(!mg_page(p, &pg, &off)))
 		return false;
-	pg = &mg.pages[off >> UCMA_PAGE_SHIFT];
 	type = __atomic_load_n(&pg->owner_type, __ATOMIC_ACQUIRE);
 	if (type == UCMA_OWN_SLAB) {
 		const struct ucma_slab *s =
@@ -1035,14 +1051,14 @@ static __attribute__((noinline)) int owns_slow(const void *p)
  * leaves the question to owns_slow(). */
 static inline __attribute__((always_inline)) bool owns_fast(const void *p)
 {
-	uintptr_t off = (uintptr_t)p - __atomic_load_n(&mg.base, __ATOMIC_RELAXED);
+	const struct ucma_page *pg;
+	uintptr_t off;
+	unsigned type;
 
-	if (UCMA_LIKELY(off < __atomic_load_n(&mg.size, __ATOMIC_ACQUIRE))) {
-		unsigned type = UCMA_PG_GET(&mg.pages[off >> UCMA_PAGE_SHIFT], owner_type);
-
-		return type == UCMA_OWN_SLAB || type == UCMA_OWN_LARGE;
-	}
-	return false;
+	if (UCMA_UNLIKELY(!mg_page(p, &pg, &off)))
+		return false;
+	type = UCMA_PG_GET(pg, owner_type);
+	return type == UCMA_OWN_SLAB || type == UCMA_OWN_LARGE;
 }
 
 int ucma_owns(const void *p)

@@ -972,6 +972,11 @@ void ucma_tcache_atfork_child(void)
 		for (unsigned c = 0; c < UCMA_NR_CLASSES; c++) {
 			struct ucma_tbin *b = &tc->bins[c];
 
+			/* (Only bins with parked blocks are written: a store to
+			 * every bin would copy every page of every cache into
+			 * the child.) */
+			if (!b->n)
+				continue;
 			for (unsigned i = 0; i < b->n; i++) {
 				struct ucma_slab *s = ucma_slab_of(b->stack[i]);
 				unsigned idx = (unsigned)ucma_slab_index(s, b->stack[i]);
@@ -981,13 +986,9 @@ void ucma_tcache_atfork_child(void)
 						 __ATOMIC_RELAXED);
 			}
 			/* Still frees the program made: counted as given back,
-			 * or the child's malloc_nfree would lose them.  (Only
-			 * where there were some: a store to every bin would copy
-			 * every page of every cache into the child.) */
-			if (b->n) {
-				b->nflush += b->n;
-				b->n = 0;
-			}
+			 * or the child's malloc_nfree would lose them. */
+			b->nflush += b->n;
+			b->n = 0;
 		}
 	}
 	for (tc = reg_list; tc; tc = tc->next)

@@ -270,6 +270,19 @@ static void test_aligned_slack(void)
  * alloc_size attributes make GCC say so, as it does for malloc(). */
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Walloc-size-larger-than="
+/* Reallocate @b to its usable size, write all of it and free it: did it
+ * stay where it was, with the same usable size? */
+static bool realloc_to_usable_stays(char *b)
+{
+	size_t n = ucma_usable_size(b);
+	char *q = ucma_realloc(b, n);
+	bool stayed = q == b && ucma_usable_size(q) == n;
+
+	memset(q, 1, n);
+	ucma_free(q);
+	return stayed;
+}
+
 static void test_realloc(void)
 {
 	size_t size = 2, moves = 0;
@@ -344,20 +357,8 @@ static void test_realloc(void)
 		size_t moved = 0;
 
 		for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
-			char *b = ucma_malloc(sizes[i]), *q;
-			size_t n = ucma_usable_size(b);
-
-			q = ucma_realloc(b, n);
-			if (q != b || ucma_usable_size(q) != n)
-				moved++;
-			memset(q, 1, n);
-			ucma_free(q);
-			b = ucma_aligned_alloc(4096, sizes[i]);
-			n = ucma_usable_size(b);
-			q = ucma_realloc(b, n);
-			if (q != b || ucma_usable_size(q) != n)
-				moved++;
-			ucma_free(q);
+			moved += !realloc_to_usable_stays(ucma_malloc(sizes[i]));
+			moved += !realloc_to_usable_stays(ucma_aligned_alloc(4096, sizes[i]));
 		}
 		ok(moved == 0, "realloc to the usable size keeps every block in place (%zu moved)",
 		   moved);
