@@ -535,6 +535,21 @@ uint32_t ucma_buddy_clean_tail(const struct ucma_zone *z, uint32_t start, uint32
 	return tail;
 }
 
+bool ucma_buddy_range_resident(const struct ucma_zone *z, uint32_t start, uint32_t end)
+{
+	for (uint32_t pfn = start; pfn < end;) {
+		uint32_t h;
+
+		if (ucma_pageblock_deferred(z->arena, pfn))
+			return false;	/* never touched */
+		h = find_free_head(z, pfn);
+		if (h == UCMA_PFN_NONE || !(pg(z, h)->flags & UCMA_PF_DIRTY))
+			return false;
+		pfn = h + (1u << pg(z, h)->order);
+	}
+	return true;
+}
+
 /*
  * ucma_buddy_dirty_clean_after() - the clean free blocks that follow @pfn
  * without a gap, inside its pageblock, whole, as many as fit in @max

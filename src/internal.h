@@ -409,6 +409,11 @@ UCMA_INTERNAL uint32_t ucma_buddy_deferred_highest(const struct ucma_zone *z, in
 								  uint32_t pfn));
 /* Is every page of [start, end) free?  Links nothing. */
 UCMA_INTERNAL bool ucma_buddy_range_free(const struct ucma_zone *z, uint32_t start, uint32_t end);
+/* Is every page of [start, end) free in a block that may hold data
+ * (UCMA_PF_DIRTY: resident), none of it in a clean block or a deferred
+ * pageblock? */
+UCMA_INTERNAL bool ucma_buddy_range_resident(const struct ucma_zone *z, uint32_t start,
+					     uint32_t end);
 UCMA_INTERNAL bool ucma_page_is_free_head(const struct ucma_arena *a, uint32_t pfn);
 
 /* zone.c: runs of pages with the zone rules; takes the zone locks itself. */
@@ -429,6 +434,13 @@ UCMA_INTERNAL void ucma_pages_free_unused(struct ucma_arena *a, uint32_t pfn);
  * boundary; its owner is cleared, for the caller to record. */
 UCMA_INTERNAL void ucma_pages_trim(struct ucma_arena *a, uint32_t head, uint32_t keep,
 				   uint32_t nkeep);
+/* Extend the allocated run at @pfn to @npages pages where it lies, when
+ * the pages after it are free and may join it (zone.c grow_allowed()),
+ * and with @resident_only when they are all resident (dirty); false,
+ * changing nothing, otherwise.  The new pages get the head's owner; they
+ * hold what they held (nothing is zeroed). */
+UCMA_INTERNAL bool ucma_pages_grow(struct ucma_arena *a, uint32_t pfn, uint32_t npages,
+				   bool resident_only);
 UCMA_INTERNAL uint32_t ucma_run_head(const struct ucma_arena *a, uint32_t pfn);
 /* Record who owns an allocated run: written into the head and every tail
  * page, so that any pointer into the run finds its owner with one load. */

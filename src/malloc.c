@@ -884,6 +884,82 @@ static inline __attribute__((always_inline)) bool realloc_in_place(const void *p
 	return size <= old && size > old / 2;
 }
 
+/*
+ * Grow the large block @p (@pi: PK_LARGE, its head) for @size bytes,
+ * rounded as a moved block is (large_round()), without going through
+ * malloc: where it grows matters for both the copy and the memory.
+ *  - Into the pages after it, when they are free and resident (blocks
+ *    freed earlier, still mapped): no copy, no page fault.
+ *  - Otherwise to a new run when that run is resident: the copy costs
+ *    less than first touches of fresh pages, which the kernel zeroes one
+ *    by one (and a virtual machine's host backs), and the old copy's
+ *    pages stay resident for the next block anyway.
+ *  - Into fresh pages after it when the new run would be fresh too, as
+ *    mremap() grows glibc's mapped chunks: moving would copy, and leave
+ *    the old copy resident, for nothing.  A buffer built up by realloc()
+ *    then holds what it holds and no more (bench_malloc realloc-big).
+ * NULL when none of them can: the caller moves it as any block.
+ */
+static void *large_grow(void *p, struct ptr_info *pi, size_t size)
+{
+	struct ucma_arena *a = pi->a;
+	size_t want = large_round(size);
+	uint32_t npages = (uint32_t)((want + UCMA_PAGE_SIZE - 1) >> UCMA_PAGE_SHIFT), pfn, n;
+	int saved = errno;	/* realloc() leaves errno alone on success */
+	bool dirty = false;
+	void *q;
+
+	if (want > LARGE_MAX ||
+	    npages > a->zones[UCMA_ZONE_NORMAL].managed_pages)
+		return NULL;
+	if (ucma_pages_grow(a, pi->head, npages, true))
+		goto grown;
+	pfn = ucma_pages_alloc_dirty(a, npages, UCMA_GFP_UNMOVABLE, &dirty);
+	if (pfn == UCMA_PFN_NONE || !dirty) {
+		if (ucma_pages_grow(a, pi->head, npages, false)) {
+			if (pfn != UCMA_PFN_NONE)
+				ucma_pages_free_unused(a, pfn);
+			goto grown;
+		}
+		if (pfn == UCMA_PFN_NONE) {
+			errno = saved;
+			return NULL;
+		}
+	}
+	n = a->pages[pfn].aux;
+	ucma_run_set_owner(a, pfn, UCMA_OWN_LARGE, pfn);
+	ucma_tcache_count_large(1, (size_t)n << UCMA_PAGE_SHIFT, n);
+	q = ucma_pfn_to_addr(a, pfn);
+	memcpy(q, p, pi->usable);
+	free_classified(p, PK_LARGE, pi, "realloc()");
+	ucma_shm_check_request(true);	/* as large_alloc() */
+	errno = saved;
+	return q;
+grown:
+	ucma_tcache_count_large_resize(pi->usable, (size_t)npages << UCMA_PAGE_SHIFT);
+	errno = saved;
+	return p;
+}
+
+/*
+ * Shrink the large block @pi to @size bytes where it lies, giving back
+ * the pages of its tail (mremap() again).  Not for a block that shrinks
+ * into the small classes: a slab holds it with less waste.  false: the
+ * caller moves it.
+ */
+static bool large_shrink(struct ptr_info *pi, size_t size)
+{
+	uint32_t npages = (uint32_t)((size + UCMA_PAGE_SIZE - 1) >> UCMA_PAGE_SHIFT);
+
+	if (size <= UCMA_SMALL_MAX)
+		return false;
+	ucma_pages_trim(pi->a, pi->head, pi->head, npages);
+	/* (trim cleared the owner; nothing else holds the block) */
+	ucma_run_set_owner(pi->a, pi->head, UCMA_OWN_LARGE, pi->head);
+	ucma_tcache_count_large_resize(pi->usable, (size_t)npages << UCMA_PAGE_SHIFT);
+	return true;
+}
+
 static __attribute__((noinline)) void *realloc_slow(void *p, size_t size)
 {
 	struct ptr_info pi;
@@ -908,6 +984,13 @@ static __attribute__((noinline)) void *realloc_slow(void *p, size_t size)
 			return p;
 		break;
 	case PK_LARGE:
+		if (size <= old && size > old / 2)
+			return p;
+		if (size > old && (q = large_grow(p, &pi, size)) != NULL)
+			return q;
+		if (size < old && large_shrink(&pi, size))
+			return p;
+		break;
 	case PK_OVF_LARGE:
 		if (size <= old && size > old / 2)
 			return p;

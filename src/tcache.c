@@ -882,6 +882,22 @@ void ucma_tcache_count_large(int dir, size_t usable, size_t arena_pages)
 	__atomic_fetch_add(&totals.large_pages, pages, __ATOMIC_RELAXED);
 }
 
+void ucma_tcache_count_large_resize(size_t old, size_t usable)
+{
+	struct ucma_tcache *tc = ucma_tcache_tls;
+	/* (Modulo 2^64: a shrink adds the complement.) */
+	uint64_t bytes = (uint64_t)usable - (uint64_t)old;
+	uint64_t pages = (uint64_t)(usable >> UCMA_PAGE_SHIFT) - (uint64_t)(old >> UCMA_PAGE_SHIFT);
+
+	if (tc && tc != &ucma_tcache_dummy) {
+		ucma_owner_add(&tc->large_bytes, bytes);
+		ucma_owner_add(&tc->large_pages, pages);
+		return;
+	}
+	__atomic_fetch_add(&totals.large_bytes, bytes, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&totals.large_pages, pages, __ATOMIC_RELAXED);
+}
+
 static uint64_t ld(const uint64_t *p)
 {
 	return __atomic_load_n(p, __ATOMIC_RELAXED);

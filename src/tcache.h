@@ -378,6 +378,9 @@ UCMA_INTERNAL bool ucma_tcache_large_put(struct ucma_tcache *tc, struct ucma_are
 					 uint32_t pfn);
 /* Count a large block allocated (+1) or freed (-1) by the calling thread. */
 UCMA_INTERNAL void ucma_tcache_count_large(int dir, size_t usable, size_t arena_pages);
+/* A large block of the arena resized in place from @old to @usable bytes
+ * (its pages with it): neither a malloc nor a free. */
+UCMA_INTERNAL void ucma_tcache_count_large_resize(size_t old, size_t usable);
 /* Sum every thread's counters (and those of exited threads) into @out. */
 UCMA_INTERNAL void ucma_tcache_counters(struct ucma_malloc_counters *out);
 UCMA_INTERNAL void ucma_tcache_atfork_prepare(void);

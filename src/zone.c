@@ -895,6 +895,95 @@ void ucma_pages_trim(struct ucma_arena *a, uint32_t head, uint32_t keep, uint32_
 	pthread_mutex_unlock(&z->lock);
 }
 
+/*
+ * May the run at @pfn, now ending at @end, take the free pages [end,
+ * new_end) of @z?  They must be free on the buddy lists (not on a per-CPU
+ * list: those count as taken), in pageblocks that are not isolated (a
+ * claim or a compaction owns their free pages).  A run that crosses a
+ * pageblock boundary starts on one (ucma_pages_trim()'s rule, which
+ * isolation and compaction rely on), and the pageblocks it reaches into
+ * must be wholly free and of a type alloc_pageblocks() would give it, as
+ * if it had been allocated at this size.  Zone lock held.
+ */
+static bool grow_allowed(struct ucma_zone *z, uint32_t pfn, uint32_t end, uint32_t new_end)
+{
+	struct ucma_arena *a = z->arena;
+	uint32_t last_pb = (end - 1) >> UCMA_PAGEBLOCK_ORDER;
+	uint32_t new_last_pb = (new_end - 1) >> UCMA_PAGEBLOCK_ORDER;
+
+	if (new_end > z->end_pfn || a->blocks[last_pb].isolate_count)
+		return false;
+	if (new_last_pb > last_pb && (pfn & (UCMA_PAGEBLOCK_PAGES - 1)))
+		return false;
+	for (uint32_t b = last_pb + 1; b <= new_last_pb; b++) {
+		const struct ucma_pageblock *pb = &a->blocks[b];
+
+		if (pb->nr_free != UCMA_PAGEBLOCK_PAGES || pb->isolate_count)
+			return false;
+		if (z->id == UCMA_ZONE_CMA ? pb->mt != UCMA_MT_CMA :
+					     pb->mt != UCMA_MT_MOVABLE && pb->mt != UCMA_MT_UNMOVABLE)
+			return false;
+	}
+	return ucma_buddy_range_free(z, end, new_end);
+}
+
+bool ucma_pages_grow(struct ucma_arena *a, uint32_t pfn, uint32_t npages, bool resident_only)
+{
+	struct ucma_zone *z = ucma_pfn_zone(a, pfn);
+	struct ucma_page *h = &a->pages[pfn];
+	uint32_t end, new_end = pfn + npages;
+	bool wake;
+
+	pthread_mutex_lock(&z->lock);
+	if (h->kind != UCMA_PK_RUN)
+		ucma_fatal("internal error: growing page %u which is no run head", pfn);
+	end = pfn + h->aux;
+	if (new_end <= end || !grow_allowed(z, pfn, end, new_end) ||
+	    (resident_only && !ucma_buddy_range_resident(z, end, new_end))) {
+		pthread_mutex_unlock(&z->lock);
+		return false;
+	}
+	/* Whole pageblocks join the run's type, as alloc_pageblocks() does
+	 * (their heads are read there: linked first, see buddy.c). */
+	for (uint32_t b = ((end - 1) >> UCMA_PAGEBLOCK_ORDER) + 1;
+	     b <= (new_end - 1) >> UCMA_PAGEBLOCK_ORDER; b++) {
+		int mt = z->id == UCMA_ZONE_CMA	       ? UCMA_MT_CMA :
+			 h->flags & UCMA_PF_MOVABLE ? UCMA_MT_MOVABLE :
+						      UCMA_MT_UNMOVABLE;
+
+		ucma_buddy_materialise(z, b << UCMA_PAGEBLOCK_ORDER, (b + 1) << UCMA_PAGEBLOCK_ORDER);
+		if (a->blocks[b].mt != mt)
+			ucma_buddy_move_block_mt(z, b, mt);
+	}
+	if (!ucma_buddy_take_range(z, end, new_end))
+		ucma_fatal("internal error: free pages %u-%u of zone %s are not free", end,
+			   new_end, z->name);
+	/*
+	 * The new tails first, with the head's owner (the mirror a lookup
+	 * by any page relies on), then the head's length: a page the run
+	 * does not cover yet is never reached through it.
+	 */
+	for (uint32_t i = end; i < new_end; i++) {
+		struct ucma_page *t = &a->pages[i];
+
+		UCMA_PG_SET(t, kind, UCMA_PK_TAIL);
+		t->order = 0;
+		t->flags = h->flags;
+		UCMA_PG_SET(t, aux, pfn);
+		__atomic_store_n(&t->owner, __atomic_load_n(&h->owner, __ATOMIC_RELAXED),
+				 __ATOMIC_RELAXED);
+		__atomic_store_n(&t->owner_type, __atomic_load_n(&h->owner_type, __ATOMIC_RELAXED),
+				 __ATOMIC_RELEASE);
+	}
+	__atomic_store_n(&h->aux, npages, __ATOMIC_RELEASE);
+	wake = crossed_low_wmark(z, new_end - end);
+	pthread_mutex_unlock(&z->lock);
+	pages_unpoison(a, end, new_end - end);
+	if (UCMA_UNLIKELY(wake))
+		ucma_compactd_wakeup();
+	return true;
+}
+
 /* Without the zone lock: the caller owns the run, or revalidates. */
 uint32_t ucma_run_head(const struct ucma_arena *a, uint32_t pfn)
 {

@@ -22,6 +22,8 @@
  *   large      random replacement in 1000 slots, 4 - 64 KiB
  *   prodcons   one thread allocates 16 - 1024 bytes, another frees them
  *   realloc    strings grown by realloc in steps of 16 - 80 bytes to 256 KiB
+ *   realloc-big  two buffers built up side by side by realloc, an eighth
+ *              more each step (each step written), to 24 MiB, then freed
  *   mt-small   the small case in two threads at once
  *   mt-mixed   the mixed case in two threads at once
  * and four shapes of the well-known allocator benchmarks, written here:
@@ -268,6 +270,44 @@ static void realloc_growth(void)
 	}
 }
 
+/*
+ * Buffers built up by appending, as a program reading a file or writing a
+ * document into memory does: each step asks for an eighth more and writes
+ * the new part.  Two grow side by side, so each may find the other in
+ * its way.  Peak RSS shows whether old copies stay resident.
+ */
+static void realloc_big(void)
+{
+	enum { LIVE = 2, ROUNDS = 4 };
+	const size_t max = (size_t)24 << 20;
+
+	for (int r = 0; r < ROUNDS / (int)work_div + 1; r++) {
+		char *p[LIVE] = { NULL };
+		size_t size[LIVE] = { 0 };
+		bool growing = true;
+
+		while (growing) {
+			growing = false;
+			for (int k = 0; k < LIVE; k++) {
+				size_t next = size[k] + size[k] / 8 + 4096;
+
+				if (size[k] >= max)
+					continue;
+				p[k] = bm_realloc(p[k], next);
+				if (!p[k]) {
+					perror("realloc");
+					exit(1);
+				}
+				memset(p[k] + size[k], r + k, next - size[k]);
+				size[k] = next;
+				growing = true;
+			}
+		}
+		for (int k = 0; k < LIVE; k++)
+			bm_free(p[k]);
+	}
+}
+
 /* ------------------------------------------------------------------------ */
 /* simple: batches of one size                                               */
 /* ------------------------------------------------------------------------ */
@@ -484,7 +524,7 @@ int main(int argc, char **argv)
 #endif
 	if (i >= argc) {
 		fprintf(stderr, "usage: %s [--ucma] small|small-batch|mixed|large|prodcons|"
-				"realloc|mt-small|mt-mixed|simple|thread|larson|burst\n", argv[0]);
+				"realloc|realloc-big|mt-small|mt-mixed|simple|thread|larson|burst\n", argv[0]);
 		return 2;
 	}
 	c = argv[i];
@@ -508,6 +548,8 @@ int main(int argc, char **argv)
 		prodcons();
 	} else if (strcmp(c, "realloc") == 0) {
 		realloc_growth();
+	} else if (strcmp(c, "realloc-big") == 0) {
+		realloc_big();
 	} else if (strcmp(c, "mt-small") == 0) {
 		small.ops /= 2;
 		two_threads(&small);

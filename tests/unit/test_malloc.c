@@ -1,9 +1,10 @@
 /*
  * test_malloc.c - the malloc family: size classes and their boundaries,
- * alignment (and what aligned page runs hold), usable sizes, realloc growth and shrinking, calloc zeroing
- * and overflow checks, ownership, counters, trimming, threads freeing
- * each other's blocks (data stamped and checked), and fork in a
- * multi-threaded process.
+ * alignment (and what aligned page runs hold), usable sizes, realloc
+ * growth and shrinking (large blocks in place where the pages allow),
+ * calloc zeroing and overflow checks, ownership, counters, trimming,
+ * threads freeing each other's blocks (data stamped and checked), and
+ * fork in a multi-threaded process.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -363,6 +364,305 @@ static void test_realloc(void)
 		ok(moved == 0, "realloc to the usable size keeps every block in place (%zu moved)",
 		   moved);
 	}
+}
+
+/* The arena page of @p, and the page after its run. */
+static uint32_t pfn_of(const void *p)
+{
+	return ucma_addr_to_pfn(ucma_arena_peek(), p);
+}
+
+static uint32_t run_end(const void *p)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+	uint32_t h = pfn_of(p);
+
+	return h + a->pages[h].aux;
+}
+
+/* Make the free pages [start, start + n) resident: written, then freed
+ * (as a block a program freed; the decay gives them back seconds later). */
+static bool make_resident(uint32_t start, uint32_t n)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+
+	if (ucma_claim_free_range(a, start, start + n, UCMA_OWN_NONE, 0) != 0)
+		return false;
+	memset(ucma_pfn_to_addr(a, start), 0x77, (size_t)n << UCMA_PAGE_SHIFT);
+	ucma_pages_free(a, start);
+	return true;
+}
+
+enum room_where { ROOM_INSIDE, ROOM_ALIGNED };
+
+/*
+ * A large block of at least @size bytes with @room free pages after its
+ * run, which either lie inside the run's pageblock (ROOM_INSIDE) or
+ * follow a run that starts on a pageblock (ROOM_ALIGNED); NULL when a
+ * few tries found none (the misses are kept until the end, so that each
+ * try lands elsewhere).
+ */
+static char *block_with_room(size_t size, uint32_t room, enum room_where where)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+	void *miss[16];
+	char *p = NULL;
+	int n = 0;
+
+	while (n < (int)UCMA_ARRAY_SIZE(miss)) {
+		uint32_t h, e;
+
+		p = ucma_malloc(size);
+		if (!p)
+			break;
+		h = pfn_of(p);
+		e = run_end(p);
+		if ((where == ROOM_INSIDE ? (e + room - 1) >> UCMA_PAGEBLOCK_ORDER ==
+						    h >> UCMA_PAGEBLOCK_ORDER :
+					    !(h & (UCMA_PAGEBLOCK_PAGES - 1))) &&
+		    e + room <= a->zones[UCMA_ZONE_NORMAL].end_pfn && ucma_range_free(a, e, e + room))
+			break;
+		miss[n++] = p;
+		p = NULL;
+	}
+	while (n > 0)
+		ucma_free(miss[--n]);
+	return p;
+}
+
+/*
+ * @p, a run of 3 MiB starting on a pageblock with free pageblocks after
+ * it: with every free page given back to the kernel first (so that a move
+ * would take fresh pages too), it grows into them; but not into an
+ * isolated one.
+ */
+static void grow_across(char *p)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+	uint32_t end;
+	char *q;
+
+	tu_fill(p, 3 << 20, 23);
+	ucma_trim();
+	q = ucma_realloc(p, 9 << 20);
+	ok(q == p && tu_check(q, 3 << 20, 23),
+	   "a run of pageblocks grows into the fresh pageblocks after it in place");
+	if (!q) {
+		skip(3, "realloc to 9 MiB failed: %s", strerror(errno));
+		ucma_free(p);
+		return;
+	}
+	ok(normal_zone_ok("after growing across pageblocks"),
+	   "zone invariants hold after growing across pageblocks");
+
+	/* ...but not into an isolated one (a claim or a compaction owns its
+	 * free pages): then it moves, and the pageblock stays free. */
+	end = UCMA_ALIGN_UP(run_end(q), UCMA_PAGEBLOCK_PAGES);
+	if (end + UCMA_PAGEBLOCK_PAGES <= a->zones[UCMA_ZONE_NORMAL].end_pfn &&
+	    ucma_range_free(a, end, end + UCMA_PAGEBLOCK_PAGES) &&
+	    ucma_isolate_range(a, end, end + UCMA_PAGEBLOCK_PAGES) == 0) {
+		p = ucma_realloc(q, (size_t)(end - pfn_of(q) + 16) << UCMA_PAGE_SHIFT);
+		ok(p && p != q && tu_check(p, 3 << 20, 23) &&
+		   ucma_range_free(a, end, end + UCMA_PAGEBLOCK_PAGES),
+		   "growth into an isolated pageblock moves the block instead");
+		ucma_undo_isolate_range(a, end, end + UCMA_PAGEBLOCK_PAGES);
+		q = p;
+	} else {
+		skip(1, "no free pageblock to isolate after the block");
+	}
+	ok(normal_zone_ok("after the isolated pageblock"),
+	   "zone invariants hold after the isolated pageblock");
+	ucma_free(q);
+}
+
+/*
+ * A large block grows into the free pages after it (resident ones, or
+ * fresh ones where a move would take fresh pages too) and shrinks by
+ * giving back its tail, where it lies: no copy.  It moves when those
+ * pages are taken or may not join it (an isolated pageblock, a run that
+ * would cross a pageblock it does not start on), and then its neighbour
+ * is untouched.  The zone's invariants and the counters hold throughout.
+ */
+static void test_realloc_large_in_place(void)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+	struct ucma_malloc_info m0, m1;
+	char *p, *q, *blocker;
+	uint32_t end;
+
+	if (!a) {
+		skip(11, "no arena");
+		return;
+	}
+	/* Within its pageblock: 40 KiB to 200 KiB into pages that blocks
+	 * freed earlier left resident, then back to 60 KiB. */
+	p = block_with_room(40 << 10, 60, ROOM_INSIDE);
+	if (!p || !make_resident(run_end(p), 60)) {
+		skip(11, "no 40 KiB block with 240 KiB free after it");
+		ucma_free(p);
+		return;
+	}
+	tu_fill(p, 40 << 10, 21);
+	ucma_malloc_info(&m0);
+	q = ucma_realloc(p, 200 << 10);
+	ucma_malloc_info(&m1);
+	ok(q == p && tu_check(q, 40 << 10, 21) && ucma_usable_size(q) >= (200 << 10),
+	   "a large block grows into the resident free pages after it in place");
+	ok(m1.active - m0.active == ucma_usable_size(q) - (40 << 10) &&
+	   m1.nmalloc == m0.nmalloc && m1.nfree == m0.nfree,
+	   "the counters see it grow by %zu KiB, no malloc nor free",
+	   (size_t)(m1.active - m0.active) >> 10);
+	tu_fill(q, 200 << 10, 22);
+	end = run_end(q);
+	p = ucma_realloc(q, 60 << 10);
+	ok(p == q && tu_check(p, 60 << 10, 22) && ucma_usable_size(p) == (60 << 10) &&
+	   ucma_range_free(a, run_end(p), end),
+	   "it shrinks in place, and the tail it gave back is free");
+	ok(normal_zone_ok("after growing and shrinking in place"),
+	   "zone invariants hold after growing and shrinking in place");
+
+	/* Its pageblock isolated (a compaction empties it): the free pages
+	 * after it are not its to take, and it moves. */
+	ucma_free(p);
+	p = block_with_room(40 << 10, 60, ROOM_INSIDE);
+	if (p) {
+		uint32_t pb = UCMA_ALIGN_DOWN(pfn_of(p), UCMA_PAGEBLOCK_PAGES);
+
+		end = run_end(p);
+		tu_fill(p, 40 << 10, 24);
+		if (ucma_isolate_range(a, pb, pb + UCMA_PAGEBLOCK_PAGES) != 0)
+			bail_out("ucma_isolate_range: %s", strerror(errno));
+		q = ucma_realloc(p, 200 << 10);
+		ok(q && q != p && tu_check(q, 40 << 10, 24) && ucma_range_free(a, end, end + 46),
+		   "in an isolated pageblock it moves, the free pages after it stay free");
+		ucma_undo_isolate_range(a, pb, pb + UCMA_PAGEBLOCK_PAGES);
+		p = ucma_realloc(q, 60 << 10);
+		tu_fill(p, 60 << 10, 22);
+	} else {
+		skip(1, "no second 40 KiB block with 240 KiB free after it");
+		p = ucma_malloc(60 << 10);
+		tu_fill(p, 60 << 10, 22);
+	}
+
+	/* A page taken right after it: the block moves, the page stays. */
+	end = run_end(p);
+	if (ucma_claim_free_range(a, end, end + 1, UCMA_OWN_NONE, 0) == 0) {
+		blocker = ucma_pfn_to_addr(a, end);
+		memset(blocker, 0x5a, UCMA_PAGE_SIZE);
+		q = ucma_realloc(p, 400 << 10);
+		ok(q && q != p && tu_check(q, 60 << 10, 22) && blocker[0] == 0x5a &&
+		   blocker[UCMA_PAGE_SIZE - 1] == 0x5a,
+		   "with the next page taken it moves, the neighbour untouched");
+		ucma_pages_free(a, end);
+		p = q;
+	} else {
+		skip(1, "the page after the block was taken meanwhile");
+	}
+	ucma_free(p);
+
+	/* Across pageblocks: a run that starts on one takes the whole free
+	 * pageblocks after it... */
+	p = block_with_room(3 << 20, 4 * UCMA_PAGEBLOCK_PAGES, ROOM_ALIGNED);
+	if (!p)
+		skip(4, "no 3 MiB block with 8 MiB free after it");
+	else
+		grow_across(p);
+
+
+	/* A run that does not start on a pageblock never crosses one, even
+	 * with the pages up to and past the boundary free. */
+	{
+		void *v[32];
+		int n = 0, tried = 0;
+
+		for (; n < (int)UCMA_ARRAY_SIZE(v); n++) {
+			uint32_t h, to_next;
+
+			v[n] = p = ucma_malloc(64 << 10);
+			if (!p)
+				break;
+			h = pfn_of(p);
+			to_next = UCMA_ALIGN_UP(h + 1, UCMA_PAGEBLOCK_PAGES) - h;
+			if (!(h & (UCMA_PAGEBLOCK_PAGES - 1)) ||
+			    h + to_next + UCMA_PAGEBLOCK_PAGES > a->zones[UCMA_ZONE_NORMAL].end_pfn ||
+			    !ucma_range_free(a, run_end(p), h + to_next + UCMA_PAGEBLOCK_PAGES))
+				continue;
+			tried = 1;
+			ok(!ucma_pages_grow(a, h, to_next + 1, false) && run_end(p) == h + 16,
+			   "a run inside a pageblock does not grow across its end");
+			n++;
+			break;
+		}
+		if (!tried)
+			skip(1, "no 64 KiB block inside a pageblock with free pages past its end");
+		while (n > 0)
+			ucma_free(v[--n]);
+	}
+}
+
+/*
+ * Threads each grow their own buffer by realloc in random steps to 8 MiB
+ * and shrink it again, checking every byte written so far at each step,
+ * while the others do the same next to them: growing in place must never
+ * take a page another block holds.
+ */
+/*
+ * Resizes *p from *size to next, checks the bytes both sizes share (filled
+ * with tag ^ *size) and refills the block for next. False when realloc
+ * failed or a byte changed.
+ */
+static bool realloc_step(char **p, size_t *size, size_t next, uint64_t tag)
+{
+	char *q = ucma_realloc(*p, next);
+	size_t kept = next < *size ? next : *size;
+
+	if (!q || !tu_check(q, kept, tag ^ *size))
+		return false;
+	tu_fill(q, next, tag ^ next);
+	*p = q;
+	*size = next;
+	return true;
+}
+
+static void *realloc_worker(void *arg)
+{
+	uint64_t tag = (uint64_t)(uintptr_t)arg, seed = tag;
+	size_t size = 1, bad = 0;
+	char *p = ucma_malloc(size);
+
+	tu_fill(p, size, tag ^ size);
+	while (p && size < (8u << 20) && !bad)
+		bad += !realloc_step(&p, &size,
+				     size + 1 + tu_rand(&seed) % (size / 2 + 4096),
+				     tag);
+	while (p && size > 4096 && !bad)
+		bad += !realloc_step(&p, &size, size / 3, tag);
+	ucma_free(p);
+	return (void *)bad;
+}
+
+static void test_realloc_threads(void)
+{
+	enum { N = 4, ROUNDS = 6 };
+	size_t bad = 0;
+
+	for (int r = 0; r < ROUNDS; r++) {
+		pthread_t t[N];
+
+		for (int i = 0; i < N; i++)
+			if (pthread_create(&t[i], NULL, realloc_worker,
+					   (void *)(uintptr_t)(r * N + i + 1)) != 0)
+				bail_out("pthread_create: %s", strerror(errno));
+		for (int i = 0; i < N; i++) {
+			void *res;
+
+			pthread_join(t[i], &res);
+			bad += (size_t)res;
+		}
+	}
+	ok(bad == 0, "%d threads growing and shrinking buffers by realloc: contents intact "
+	   "(%zu bad)", N, bad);
+	ok(normal_zone_ok("after the realloc threads"), "zone invariants hold after them");
 }
 
 static void test_calloc(void)
@@ -1086,6 +1386,8 @@ int main(void)
 	test_alignment();
 	test_aligned_slack();
 	test_realloc();
+	test_realloc_large_in_place();
+	test_realloc_threads();
 	test_calloc();
 	test_owns();
 	test_counters();
