@@ -22,7 +22,18 @@
 # transparent huge pages), JEMALLOC_SO, MIMALLOC_SO, TCMALLOC_SO, METRIC
 # (wall: elapsed time of the workload, the default; cpu: user + system
 # time of the process, which other jobs on a shared machine disturb less),
-# UCMA_BENCH_CMA_BACKING (UCMA_HUGEPAGES of the ucma runs, default thp).
+# UCMA_BENCH_CMA_BACKING (UCMA_HUGEPAGES of the ucma runs, default thp),
+# BENCH_CPU (the CPU every run of a single-threaded case is pinned to;
+# default the last CPU this script may run on, "none" to leave them
+# unpinned).
+#
+# Why pin: on a virtual machine the CPUs need not be alike.  On the 2-vCPU
+# host of tests/bench/RESULTS.md, vCPU 0 (which takes most interrupts) ran
+# small-batch 1.55x slower than vCPU 1 under every allocator, so an
+# unpinned run's time depended on where the scheduler put it, and "best
+# of the runs" compared one allocator's lucky run with another's unlucky
+# ones.  The multi-threaded cases (thread larson burst prodcons mt-small
+# mt-mixed) stay unpinned: they need every CPU.
 #
 # SPDX-License-Identifier: MIT
 set -eu
@@ -40,6 +51,17 @@ jemalloc=${JEMALLOC_SO:-$libdir/libjemalloc.so.2}
 mimalloc=${MIMALLOC_SO:-$libdir/libmimalloc.so.2}
 tcmalloc=${TCMALLOC_SO:-$libdir/libtcmalloc_minimal.so.4}
 metric=${METRIC:-wall}
+mt_cases="thread larson burst prodcons mt-small mt-mixed"
+cpu=${BENCH_CPU:-}
+if [ "$cpu" != none ]; then
+	if ! command -v taskset >/dev/null 2>&1; then
+		echo "# taskset not found: runs are not pinned to one CPU" >&2
+		cpu=none
+	elif [ -z "$cpu" ]; then
+		# the last CPU of this process's affinity list, e.g. "0-1" or "0,2-5"
+		cpu=$(taskset -pc $$ | sed 's/.*: //; s/.*[,-]//')
+	fi
+fi
 preload=$b/.libs/libucma-preload.so
 
 for prog in "$bench" "$bench_ucma"; do
@@ -81,17 +103,25 @@ done
 # heap from the figure: 4 MiB instead of 58 for `large`).
 cma_backing=${UCMA_BENCH_CMA_BACKING:-thp}
 
+# pin CASE: the command prefix that runs CASE on its CPU (nothing for the
+# multi-threaded cases, or with BENCH_CPU=none)
+pin() {
+	case " $mt_cases " in *" $1 "*) return 0 ;; esac
+	[ "$cpu" = none ] || printf 'taskset -c %s' "$cpu"
+}
+
 # run IMPL CASE: one process; prints "ms rss_kib", or fails
 run() {
+	p=$(pin "$2")
 	case $1 in ucma*) export UCMA_HUGEPAGES=$cma_backing ;; *) unset UCMA_HUGEPAGES ;; esac
 	case $1 in
-	glibc) out=$("$bench" "$2") ;;
-	jemalloc) out=$(LD_PRELOAD=$jemalloc "$bench" "$2") ;;
-	mimalloc) out=$(LD_PRELOAD=$mimalloc "$bench" "$2") ;;
-	tcmalloc) out=$(LD_PRELOAD=$tcmalloc "$bench" "$2") ;;
-	ucma) out=$("$bench_ucma" --ucma "$2") ;;
-	ucma-4k) out=$(UCMA_HUGEPAGES_NORMAL=none "$bench_ucma" --ucma "$2") ;;
-	ucma-preload) out=$(LD_PRELOAD=$preload "$bench" "$2") ;;
+	glibc) out=$($p "$bench" "$2") ;;
+	jemalloc) out=$(LD_PRELOAD=$jemalloc $p "$bench" "$2") ;;
+	mimalloc) out=$(LD_PRELOAD=$mimalloc $p "$bench" "$2") ;;
+	tcmalloc) out=$(LD_PRELOAD=$tcmalloc $p "$bench" "$2") ;;
+	ucma) out=$($p "$bench_ucma" --ucma "$2") ;;
+	ucma-4k) out=$(UCMA_HUGEPAGES_NORMAL=none $p "$bench_ucma" --ucma "$2") ;;
+	ucma-preload) out=$(LD_PRELOAD=$preload $p "$bench" "$2") ;;
 	esac || { echo "malloc.sh: case $2 failed under $1" >&2; return 1; }
 	if [ "$metric" = cpu ]; then
 		echo "$out" | awk '{ print $4, $3 }'
@@ -115,7 +145,7 @@ for c in $cases; do
 	done
 done
 
-awk -v impls="$avail" -v metric="$metric" '
+awk -v impls="$avail" -v metric="$metric" -v cpu="$cpu" -v mt="$mt_cases" '
 {
 	k = $1 SUBSEP $2
 	if (!(k in t) || $3 < t[k]) t[k] = $3
@@ -159,6 +189,9 @@ function table(v, unit, fmt, scale, bestname,   n, i, j, c, hdr, sep, line) {
 }
 END {
 	ni = split(impls, im, " ")
+	if (cpu == "none") print "# runs not pinned to a CPU"
+	else print "# single-threaded cases pinned to CPU " cpu " (multi-threaded, unpinned: " mt ")"
+	print ""
 	print "Time (" metric ", best of the runs):"; print ""
 	table(t, metric " ms", "%.1f", 1, "best(je,mi)")
 	print "Peak RSS (largest of the runs):"; print ""
