@@ -198,6 +198,15 @@ struct ucma_free_area {
 };
 
 /*
+ * A zone on transparent huge pages starts on plain pages and asks for huge
+ * ones (MADV_HUGEPAGE, zone.c) once this much of it is in use: a small
+ * program would otherwise pay 2 MiB of resident memory for its first few
+ * objects, and huge TLB entries only matter for a heap larger than the TLB
+ * covers with 4 KiB pages.
+ */
+#define UCMA_THP_GROW_PAGES ((16u << 20) >> UCMA_PAGE_SHIFT)
+
+/*
  * struct ucma_zone - one zone of an arena: a pfn range, its buddy free
  * lists per order and migratetype, and its counters.
  *
@@ -374,6 +383,8 @@ UCMA_INTERNAL struct ucma_cma_area *ucma_area_of_pfn(struct ucma_arena *a, uint3
 					 * a clean one, whose pages would add to the RSS: taken
 					 * from the buddy lists and per-CPU refills (zone.c); a
 					 * run already on a per-CPU list is taken as it is */
+#define UCMA_GFP_NO_LEND     0x40u	/* an unmovable request that must not have a CMA frame
+					 * lent for it (a probe that may be given back unused) */
 
 /* buddy.c: primitives; the caller holds z->lock. */
 UCMA_INTERNAL void ucma_buddy_init_zone(struct ucma_zone *z);
@@ -438,7 +449,9 @@ UCMA_INTERNAL void ucma_pages_trim(struct ucma_arena *a, uint32_t head, uint32_t
  * the pages after it are free and may join it (zone.c grow_allowed()),
  * and with @resident_only when they are all resident (dirty); false,
  * changing nothing, otherwise.  The new pages get the head's owner; they
- * hold what they held (nothing is zeroed). */
+ * hold what they held (nothing is zeroed).  No CMA frame is lent for
+ * them (lend.c lends only to allocations): they stay on the zone's own
+ * backing. */
 UCMA_INTERNAL bool ucma_pages_grow(struct ucma_arena *a, uint32_t pfn, uint32_t npages,
 				   bool resident_only);
 UCMA_INTERNAL uint32_t ucma_run_head(const struct ucma_arena *a, uint32_t pfn);

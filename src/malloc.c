@@ -898,33 +898,39 @@ static inline __attribute__((always_inline)) bool realloc_in_place(const void *p
  *    mremap() grows glibc's mapped chunks: moving would copy, and leave
  *    the old copy resident, for nothing.  A buffer built up by realloc()
  *    then holds what it holds and no more (bench_malloc realloc-big).
- * NULL when none of them can: the caller moves it as any block.
+ * The run that tells which of the last two applies is a probe: it lends
+ * no CMA frame (it may go back unused), and a fresh one goes back before
+ * the block tries to grow, because the allocator places runs lowest
+ * first, so the fresh pages it found are often the very pages after the
+ * block.  NULL when the block cannot grow here: the caller moves it as
+ * any block.
  */
 static void *large_grow(void *p, struct ptr_info *pi, size_t size)
 {
 	struct ucma_arena *a = pi->a;
-	size_t want = large_round(size);
-	uint32_t npages = (uint32_t)((want + UCMA_PAGE_SIZE - 1) >> UCMA_PAGE_SHIFT), pfn, n;
+	const unsigned probe_gfp = UCMA_GFP_UNMOVABLE | UCMA_GFP_RESIDENT | UCMA_GFP_NO_LEND;
+	uint64_t npages;
+	uint32_t pfn, n;
 	int saved = errno;	/* realloc() leaves errno alone on success */
 	bool dirty = false;
 	void *q;
 
-	if (want > LARGE_MAX ||
-	    npages > a->zones[UCMA_ZONE_NORMAL].managed_pages)
+	/* (Tested before rounding: large_round() wraps near SIZE_MAX.) */
+	if (size > LARGE_MAX)
 		return NULL;
-	if (ucma_pages_grow(a, pi->head, npages, true))
+	npages = (large_round(size) + UCMA_PAGE_SIZE - 1) >> UCMA_PAGE_SHIFT;
+	if (npages > a->zones[UCMA_ZONE_NORMAL].managed_pages)
+		return NULL;
+	if (ucma_pages_grow(a, pi->head, (uint32_t)npages, true))
 		goto grown;
-	pfn = ucma_pages_alloc_dirty(a, npages, UCMA_GFP_UNMOVABLE, &dirty);
+	pfn = ucma_pages_alloc_dirty(a, (uint32_t)npages, probe_gfp, &dirty);
 	if (pfn == UCMA_PFN_NONE || !dirty) {
-		if (ucma_pages_grow(a, pi->head, npages, false)) {
-			if (pfn != UCMA_PFN_NONE)
-				ucma_pages_free_unused(a, pfn);
+		if (pfn != UCMA_PFN_NONE)
+			ucma_pages_free_unused(a, pfn);
+		if (ucma_pages_grow(a, pi->head, (uint32_t)npages, false))
 			goto grown;
-		}
-		if (pfn == UCMA_PFN_NONE) {
-			errno = saved;
-			return NULL;
-		}
+		errno = saved;
+		return NULL;
 	}
 	n = a->pages[pfn].aux;
 	ucma_run_set_owner(a, pfn, UCMA_OWN_LARGE, pfn);

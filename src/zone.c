@@ -365,14 +365,6 @@ static bool crossed_low_wmark(const struct ucma_zone *z, uint32_t npages)
 	return z->free_pages < wmark && z->free_pages + npages >= wmark;
 }
 
-/*
- * A zone on transparent huge pages starts on plain pages and asks for huge
- * ones (MADV_HUGEPAGE) once this much of it is in use: a small program
- * would otherwise pay 2 MiB of resident memory for its first few objects,
- * and huge TLB entries only matter for a heap larger than the TLB covers
- * with 4 KiB pages.
- */
-#define UCMA_THP_GROW_PAGES ((16u << 20) >> UCMA_PAGE_SHIFT)
 
 /* The zone grew past UCMA_THP_GROW_PAGES: ask for huge pages from now on. */
 static void thp_grow(struct ucma_zone *z)
@@ -562,7 +554,7 @@ uint32_t ucma_pages_alloc_zone(struct ucma_zone *z, uint32_t npages, unsigned gf
 static uint32_t alloc_normal(struct ucma_arena *a, uint32_t npages, unsigned gfp, bool *was_dirty)
 {
 	struct ucma_zone *z = &a->zones[UCMA_ZONE_NORMAL];
-	bool lend = !(gfp & UCMA_GFP_MOVABLE);
+	bool lend = !(gfp & (UCMA_GFP_MOVABLE | UCMA_GFP_NO_LEND));
 
 	for (;;) {
 		uint32_t lend_pb = UCMA_PFN_NONE;
@@ -932,7 +924,7 @@ bool ucma_pages_grow(struct ucma_arena *a, uint32_t pfn, uint32_t npages, bool r
 	struct ucma_zone *z = ucma_pfn_zone(a, pfn);
 	struct ucma_page *h = &a->pages[pfn];
 	uint32_t end, new_end = pfn + npages;
-	bool wake;
+	bool wake, grow = false;
 
 	pthread_mutex_lock(&z->lock);
 	if (h->kind != UCMA_PK_RUN)
@@ -977,10 +969,20 @@ bool ucma_pages_grow(struct ucma_arena *a, uint32_t pfn, uint32_t npages, bool r
 	}
 	__atomic_store_n(&h->aux, npages, __ATOMIC_RELEASE);
 	wake = crossed_low_wmark(z, new_end - end);
+	/* The zone's use grows as by an allocation: the same switch to huge
+	 * pages (alloc_zone_once()), or a heap grown by realloc alone would
+	 * never get them. */
+	if (UCMA_UNLIKELY(z->thp_deferred) &&
+	    z->managed_pages - z->free_pages >= UCMA_THP_GROW_PAGES) {
+		z->thp_deferred = false;
+		grow = true;
+	}
 	pthread_mutex_unlock(&z->lock);
 	pages_unpoison(a, end, new_end - end);
 	if (UCMA_UNLIKELY(wake))
 		ucma_compactd_wakeup();
+	if (UCMA_UNLIKELY(grow))
+		thp_grow(z);
 	return true;
 }
 

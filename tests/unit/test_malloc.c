@@ -600,6 +600,104 @@ static void test_realloc_large_in_place(void)
 	}
 }
 
+/* The pages a large block of @size bytes takes (malloc.c large_round():
+ * four sizes per doubling), at most: for the range a growth may reach. */
+static uint32_t grown_pages(size_t size)
+{
+	return (uint32_t)((size + size / 4 + UCMA_PAGE_SIZE - 1) >> UCMA_PAGE_SHIFT);
+}
+
+/*
+ * A buffer built up by realloc() over fresh memory grows where it lies.
+ * Growth first asks whether resident memory exists elsewhere (a copy
+ * there beats first touches); the run that answers must not be the very
+ * fresh pages after the block, which the allocator, placing runs lowest
+ * first, often finds: the block was then copied into its own tail,
+ * leaving its old copy behind.
+ */
+static void test_realloc_fresh_tail(void)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+	const size_t top = 24u << 20;
+	unsigned could = 0, in_place = 0, into_tail = 0, bad = 0;
+	struct ucma_zone *z;
+	char *p;
+
+	if (!a) {
+		skip(2, "no arena");
+		return;
+	}
+	z = &a->zones[UCMA_ZONE_NORMAL];
+	p = block_with_room(3 << 20, grown_pages(top), ROOM_ALIGNED);
+	if (!p) {
+		skip(2, "no 3 MiB block with %zu MiB free after it", top >> 20);
+		return;
+	}
+	tu_fill(p, 3 << 20, 31 + 3);	/* the seed of each size: 31 + its MiB */
+	ucma_trim();	/* every free page fresh */
+	for (size_t n = 4 << 20, size = 3 << 20; n <= top; size = n, n += 1 << 20) {
+		uint32_t h = pfn_of(p), e = run_end(p), ne = h + grown_pages(n);
+		bool fresh = ne <= z->end_pfn && ucma_range_free(a, e, ne) &&
+			     ucma_buddy_clean_tail(z, e, ne) == e;
+		char *q = ucma_realloc(p, n);
+
+		if (!q || !tu_check(q, size, 31 + (unsigned)(size >> 20))) {
+			bad++;
+			break;
+		}
+		if (fresh) {
+			could++;
+			in_place += q == p;
+			into_tail += q != p && pfn_of(q) == e;
+		}
+		p = q;
+		tu_fill(p, n, 31 + (unsigned)(n >> 20));
+	}
+	ok(bad == 0 && could > 0 && into_tail == 0,
+	   "growth over fresh pages: %u of %u steps in place, %u copied into the block's own tail "
+	   "(%u bad)", in_place, could, into_tail, bad);
+	ok(normal_zone_ok("after growing over fresh pages"),
+	   "zone invariants hold after growing over fresh pages");
+	ucma_free(p);
+}
+
+/*
+ * A zone on transparent huge pages asks for them once 16 MiB of it are in
+ * use (zone.c): growth in place is use too, also when it takes resident
+ * pages and no allocation happens on the way.
+ */
+static void test_realloc_thp_switch(void)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+	const size_t top = 20u << 20;
+	struct ucma_zone *z;
+	char *p, *q;
+
+	if (!a || !a->zones[UCMA_ZONE_NORMAL].thp_deferred) {
+		skip(1, "the zone is not waiting to switch to huge pages");
+		return;
+	}
+	z = &a->zones[UCMA_ZONE_NORMAL];
+	p = block_with_room(3 << 20, grown_pages(top), ROOM_ALIGNED);
+	if (!p || !make_resident(run_end(p), grown_pages(top) - (3u << (20 - UCMA_PAGE_SHIFT)))) {
+		skip(1, "no 3 MiB block with %zu MiB free after it", top >> 20);
+		ucma_free(p);
+		return;
+	}
+	/* (Read unlocked: no other thread allocates in this test.) */
+	if (!z->thp_deferred) {
+		skip(1, "making the pages resident switched the zone already");
+		ucma_free(p);
+		return;
+	}
+	q = ucma_realloc(p, top);
+	ok(q == p && !z->thp_deferred,
+	   "growing in place into resident pages to %zu MiB switches the zone to huge pages "
+	   "(%s, %zu MiB of the zone in use)", top >> 20, q == p ? "in place" : "moved",
+	   (size_t)(z->managed_pages - z->free_pages) >> (20 - UCMA_PAGE_SHIFT));
+	ucma_free(q ? q : p);
+}
+
 /*
  * Threads each grow their own buffer by realloc in random steps to 8 MiB
  * and shrink it again, checking every byte written so far at each step,
@@ -1382,11 +1480,14 @@ int main(void)
 		thread_iters = 400000;
 	plan_no_plan();
 	test_sizes_in_turn();
+	/* Before anything takes 16 MiB of the zone. */
+	test_realloc_thp_switch();
 	test_sizes();
 	test_alignment();
 	test_aligned_slack();
 	test_realloc();
 	test_realloc_large_in_place();
+	test_realloc_fresh_tail();
 	test_realloc_threads();
 	test_calloc();
 	test_owns();
