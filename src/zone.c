@@ -366,6 +366,18 @@ static bool crossed_low_wmark(const struct ucma_zone *z, uint32_t npages)
 }
 
 
+/* The zone's use just grew: is it time to ask for huge pages (once: the
+ * answer is true only the first time)?  Zone lock held; the caller calls
+ * thp_grow() after unlocking. */
+static bool thp_due(struct ucma_zone *z)
+{
+	if (UCMA_LIKELY(!z->thp_deferred) ||
+	    z->managed_pages - z->free_pages < UCMA_THP_GROW_PAGES)
+		return false;
+	z->thp_deferred = false;
+	return true;
+}
+
 /* The zone grew past UCMA_THP_GROW_PAGES: ask for huge pages from now on. */
 static void thp_grow(struct ucma_zone *z)
 {
@@ -423,11 +435,7 @@ static uint32_t alloc_zone_once(struct ucma_zone *z, uint32_t npages, unsigned g
 				   z->name, pfn, npages);
 		set_run(a, pfn, npages, gfp & UCMA_GFP_MOVABLE);
 		wake = crossed_low_wmark(z, npages);
-		if (UCMA_UNLIKELY(z->thp_deferred) &&
-		    z->managed_pages - z->free_pages >= UCMA_THP_GROW_PAGES) {
-			z->thp_deferred = false;
-			grow = true;
-		}
+		grow = thp_due(z);
 	}
 	pthread_mutex_unlock(&z->lock);
 done:
@@ -517,11 +525,8 @@ unsigned ucma_zone_pcp_refill(struct ucma_zone *z, uint32_t npages, unsigned gfp
 	}
 	if (got) {
 		*wake = crossed_low_wmark(z, got * npages);
-		if (UCMA_UNLIKELY(z->thp_deferred) &&
-		    z->managed_pages - z->free_pages >= UCMA_THP_GROW_PAGES) {
-			z->thp_deferred = false;
+		if (thp_due(z))
 			*grow = true;
-		}
 	}
 	pthread_mutex_unlock(&z->lock);
 	return got;
@@ -924,7 +929,7 @@ bool ucma_pages_grow(struct ucma_arena *a, uint32_t pfn, uint32_t npages, bool r
 	struct ucma_zone *z = ucma_pfn_zone(a, pfn);
 	struct ucma_page *h = &a->pages[pfn];
 	uint32_t end, new_end = pfn + npages;
-	bool wake, grow = false;
+	bool wake, grow;
 
 	pthread_mutex_lock(&z->lock);
 	if (h->kind != UCMA_PK_RUN)
@@ -972,11 +977,7 @@ bool ucma_pages_grow(struct ucma_arena *a, uint32_t pfn, uint32_t npages, bool r
 	/* The zone's use grows as by an allocation: the same switch to huge
 	 * pages (alloc_zone_once()), or a heap grown by realloc alone would
 	 * never get them. */
-	if (UCMA_UNLIKELY(z->thp_deferred) &&
-	    z->managed_pages - z->free_pages >= UCMA_THP_GROW_PAGES) {
-		z->thp_deferred = false;
-		grow = true;
-	}
+	grow = thp_due(z);
 	pthread_mutex_unlock(&z->lock);
 	pages_unpoison(a, end, new_end - end);
 	if (UCMA_UNLIKELY(wake))
