@@ -863,39 +863,38 @@ void ucma_tcache_trim(struct ucma_tcache *self)
 /* Counters                                                                  */
 /* ------------------------------------------------------------------------ */
 
-void ucma_tcache_count_large(int dir, size_t usable, size_t arena_pages)
+/* Add @bytes and @pages (modulo 2^64: a decrease adds the complement) to
+ * the calling thread's large-block counters, and count a malloc (@dir > 0),
+ * a free (< 0) or neither (0, a resize in place). */
+static void count_large_delta(int dir, uint64_t bytes, uint64_t pages)
 {
 	struct ucma_tcache *tc = ucma_tcache_tls;
-	uint64_t bytes = dir > 0 ? (uint64_t)usable : -(uint64_t)usable;
-	uint64_t pages = dir > 0 ? (uint64_t)arena_pages : -(uint64_t)arena_pages;
 
 	if (tc && tc != &ucma_tcache_dummy) {
-		ucma_owner_inc(dir > 0 ? &tc->large_nmalloc : &tc->large_nfree);
+		if (dir)
+			ucma_owner_inc(dir > 0 ? &tc->large_nmalloc : &tc->large_nfree);
 		ucma_owner_add(&tc->large_bytes, bytes);
 		if (pages)
 			ucma_owner_add(&tc->large_pages, pages);
 		return;
 	}
-	__atomic_fetch_add(dir > 0 ? &totals.large_nmalloc : &totals.large_nfree, 1,
-			   __ATOMIC_RELAXED);
+	if (dir)
+		__atomic_fetch_add(dir > 0 ? &totals.large_nmalloc : &totals.large_nfree, 1,
+				   __ATOMIC_RELAXED);
 	__atomic_fetch_add(&totals.large_bytes, bytes, __ATOMIC_RELAXED);
 	__atomic_fetch_add(&totals.large_pages, pages, __ATOMIC_RELAXED);
 }
 
+void ucma_tcache_count_large(int dir, size_t usable, size_t arena_pages)
+{
+	count_large_delta(dir, dir > 0 ? (uint64_t)usable : -(uint64_t)usable,
+			  dir > 0 ? (uint64_t)arena_pages : -(uint64_t)arena_pages);
+}
+
 void ucma_tcache_count_large_resize(size_t old, size_t usable)
 {
-	struct ucma_tcache *tc = ucma_tcache_tls;
-	/* (Modulo 2^64: a shrink adds the complement.) */
-	uint64_t bytes = (uint64_t)usable - (uint64_t)old;
-	uint64_t pages = (uint64_t)(usable >> UCMA_PAGE_SHIFT) - (uint64_t)(old >> UCMA_PAGE_SHIFT);
-
-	if (tc && tc != &ucma_tcache_dummy) {
-		ucma_owner_add(&tc->large_bytes, bytes);
-		ucma_owner_add(&tc->large_pages, pages);
-		return;
-	}
-	__atomic_fetch_add(&totals.large_bytes, bytes, __ATOMIC_RELAXED);
-	__atomic_fetch_add(&totals.large_pages, pages, __ATOMIC_RELAXED);
+	count_large_delta(0, (uint64_t)usable - (uint64_t)old,
+			  (uint64_t)(usable >> UCMA_PAGE_SHIFT) - (uint64_t)(old >> UCMA_PAGE_SHIFT));
 }
 
 static uint64_t ld(const uint64_t *p)

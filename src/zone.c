@@ -124,6 +124,27 @@ static bool zone_keeps_memory(const struct ucma_zone *z)
 }
 
 /* Mark [pfn, pfn + npages) as an allocated run (caller holds the lock). */
+/* Make [start, end) tail pages of the run at @pfn, with its flags and
+ * its owner (owner_type stored last, with release: a lookup that reads
+ * it with acquire sees the owner). */
+static void set_tails(struct ucma_arena *a, uint32_t pfn, uint32_t start, uint32_t end)
+{
+	const struct ucma_page *head = &a->pages[pfn];
+	uint64_t owner = UCMA_PG_GET(head, owner);
+	uint8_t owner_type = UCMA_PG_GET(head, owner_type);
+
+	for (uint32_t i = start; i < end; i++) {
+		struct ucma_page *t = &a->pages[i];
+
+		UCMA_PG_SET(t, kind, UCMA_PK_TAIL);
+		t->order = 0;
+		t->flags = head->flags;
+		UCMA_PG_SET(t, aux, pfn);
+		UCMA_PG_SET(t, owner, owner);
+		__atomic_store_n(&t->owner_type, owner_type, __ATOMIC_RELEASE);
+	}
+}
+
 static void set_run(struct ucma_arena *a, uint32_t pfn, uint32_t npages, bool movable)
 {
 	struct ucma_page *head = &a->pages[pfn];
@@ -134,16 +155,7 @@ static void set_run(struct ucma_arena *a, uint32_t pfn, uint32_t npages, bool mo
 	head->flags = movable ? UCMA_PF_MOVABLE : 0;
 	UCMA_PG_SET(head, aux, npages);
 	UCMA_PG_SET(head, owner, 0);
-	for (uint32_t i = 1; i < npages; i++) {
-		struct ucma_page *t = &a->pages[pfn + i];
-
-		UCMA_PG_SET(t, kind, UCMA_PK_TAIL);
-		t->order = 0;
-		UCMA_PG_SET(t, owner_type, UCMA_OWN_NONE);
-		t->flags = head->flags;
-		UCMA_PG_SET(t, aux, pfn);
-		UCMA_PG_SET(t, owner, 0);
-	}
+	set_tails(a, pfn, pfn + 1, pfn + npages);
 }
 
 /*
@@ -364,7 +376,6 @@ static bool crossed_low_wmark(const struct ucma_zone *z, uint32_t npages)
 
 	return z->free_pages < wmark && z->free_pages + npages >= wmark;
 }
-
 
 /* The zone's use just grew: is it time to ask for huge pages (once: the
  * answer is true only the first time)?  Zone lock held; the caller calls
@@ -930,6 +941,7 @@ bool ucma_pages_grow(struct ucma_arena *a, uint32_t pfn, uint32_t npages, bool r
 	struct ucma_page *h = &a->pages[pfn];
 	uint32_t end, new_end = pfn + npages;
 	bool wake, grow;
+	int mt;
 
 	pthread_mutex_lock(&z->lock);
 	if (h->kind != UCMA_PK_RUN)
@@ -942,12 +954,11 @@ bool ucma_pages_grow(struct ucma_arena *a, uint32_t pfn, uint32_t npages, bool r
 	}
 	/* Whole pageblocks join the run's type, as alloc_pageblocks() does
 	 * (their heads are read there: linked first, see buddy.c). */
+	mt = z->id == UCMA_ZONE_CMA	  ? UCMA_MT_CMA :
+	     h->flags & UCMA_PF_MOVABLE ? UCMA_MT_MOVABLE :
+					  UCMA_MT_UNMOVABLE;
 	for (uint32_t b = ((end - 1) >> UCMA_PAGEBLOCK_ORDER) + 1;
 	     b <= (new_end - 1) >> UCMA_PAGEBLOCK_ORDER; b++) {
-		int mt = z->id == UCMA_ZONE_CMA	       ? UCMA_MT_CMA :
-			 h->flags & UCMA_PF_MOVABLE ? UCMA_MT_MOVABLE :
-						      UCMA_MT_UNMOVABLE;
-
 		ucma_buddy_materialise(z, b << UCMA_PAGEBLOCK_ORDER, (b + 1) << UCMA_PAGEBLOCK_ORDER);
 		if (a->blocks[b].mt != mt)
 			ucma_buddy_move_block_mt(z, b, mt);
@@ -960,18 +971,7 @@ bool ucma_pages_grow(struct ucma_arena *a, uint32_t pfn, uint32_t npages, bool r
 	 * by any page relies on), then the head's length: a page the run
 	 * does not cover yet is never reached through it.
 	 */
-	for (uint32_t i = end; i < new_end; i++) {
-		struct ucma_page *t = &a->pages[i];
-
-		UCMA_PG_SET(t, kind, UCMA_PK_TAIL);
-		t->order = 0;
-		t->flags = h->flags;
-		UCMA_PG_SET(t, aux, pfn);
-		__atomic_store_n(&t->owner, __atomic_load_n(&h->owner, __ATOMIC_RELAXED),
-				 __ATOMIC_RELAXED);
-		__atomic_store_n(&t->owner_type, __atomic_load_n(&h->owner_type, __ATOMIC_RELAXED),
-				 __ATOMIC_RELEASE);
-	}
+	set_tails(a, pfn, end, new_end);
 	__atomic_store_n(&h->aux, npages, __ATOMIC_RELEASE);
 	wake = crossed_low_wmark(z, new_end - end);
 	/* The zone's use grows as by an allocation: the same switch to huge
