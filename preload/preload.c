@@ -17,8 +17,10 @@
  * this order:
  *  - with UCMA_PRELOAD_CONTIG_MIN, a malloc, calloc or growing realloc
  *    request at least that large is a contiguous buffer from a CMA area
- *    (ucma_alloc(), falling back to the malloc family when that fails);
- *    such buffers start on a page, ucma_alloc_size() knows them, and they
+ *    (ucma_alloc_for_malloc(), falling back to the malloc family when that
+ *    fails); such buffers start on a page, carry a mark on their head page
+ *    (ucma_malloc_contig_size() knows them, and only them: a buffer of the
+ *    program's own ucma_alloc() call is not free()'s to take), and they
  *    go back through ucma_release().  realloc() asks about them first
  *    because they lie in the arena, and ucma_owns() is true for any address
  *    there; free() asks only once ucma_free_or() found no slab or large
@@ -26,6 +28,10 @@
  *  - ucma_owns() is true: ucma's malloc family, back through ucma_free(),
  *    which stops the program with a message for a double free or for any
  *    other arena address that is no block (ucma's policy for bad input);
+ *  - any other address of ucma's (ucma_addr_is_ours(): a movable object,
+ *    a ucma_alloc() buffer of the program's, inside one) is ucma_free()'s
+ *    and ucma_realloc()'s to report, with a message naming what lies
+ *    there; glibc would crash on it, or unmap part of the arena;
  *  - anything else is foreign: glibc's allocator made it (ld.so before the
  *    interposition took effect, or a caller of __libc_malloc), and glibc
  *    gets it back through __libc_free() and __libc_realloc(), or it is
@@ -253,7 +259,7 @@ static void *contig_alloc(size_t size, unsigned flags)
 	if (contig_busy)
 		return NULL;
 	contig_busy = true;
-	p = ucma_alloc(size, 0, flags);
+	p = ucma_alloc_for_malloc(size, flags);
 	contig_busy = false;
 	if (!p) {
 		errno = saved;
@@ -264,22 +270,18 @@ static void *contig_alloc(size_t size, unsigned flags)
 }
 
 /*
- * The size of the contiguous buffer at @ptr, or 0 when @ptr is not one.
- * Costs nothing until the first such buffer exists; the page test spares
- * the lookup for most other pointers.  errno is left alone.
+ * The size of the contiguous buffer at @ptr that malloc() made, or 0 when
+ * @ptr is not one (a buffer of the program's own ucma_alloc() call is
+ * not: free() reports it).  Costs nothing until the first such buffer
+ * exists; the page test spares the lookup for most other pointers.
+ * errno is left alone.
  */
 static size_t contig_size(const void *ptr)
 {
-	int saved;
-	size_t n;
-
 	if (!atomic_load_explicit(&contig_used, memory_order_relaxed) ||
 	    ((uintptr_t)ptr & (CONTIG_ALIGN - 1)))
 		return 0;
-	saved = errno;
-	n = ucma_alloc_size(ptr);
-	errno = saved;
-	return n;
+	return ucma_malloc_contig_size(ptr);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -318,10 +320,15 @@ static usable_size_fn libc_usable_size_fn(void)
  */
 static void *foreign_realloc(void *ptr, size_t size)
 {
-	usable_size_fn usable = libc_usable_size_fn();
+	usable_size_fn usable;
 	size_t old;
 	void *p;
 
+	/* Memory of ucma's that is no malloc block (a movable object, a
+	 * ucma_alloc() buffer, inside one): ucma_realloc() says which. */
+	if (ucma_addr_is_ours(ptr))
+		return ucma_realloc(ptr, size);
+	usable = libc_usable_size_fn();
 	if (!usable)
 		return __libc_realloc(ptr, size);
 	old = usable(ptr);
@@ -400,7 +407,13 @@ static void free_not_family(void *ptr)
 	int saved;
 
 	if (!contig_size(ptr)) {
-		__libc_free(ptr);
+		/* Any other address of ucma's gets ucma's message, which
+		 * names what lies there; glibc would crash on it, or unmap
+		 * part of the arena given the right bytes before it. */
+		if (ucma_addr_is_ours(ptr))
+			ucma_free(ptr);
+		else
+			__libc_free(ptr);
 		return;
 	}
 	saved = errno;
@@ -578,7 +591,7 @@ PRELOAD_EXPORT size_t malloc_usable_size(void *ptr)
 	n = contig_size(ptr);
 	if (n)
 		return n;
-	if (ucma_owns(ptr))
+	if (ucma_owns(ptr) || ucma_addr_is_ours(ptr))
 		return ucma_usable_size(ptr);
 	usable = libc_usable_size_fn();
 	return usable ? usable(ptr) : 0;

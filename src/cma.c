@@ -33,6 +33,7 @@
 #include "internal.h"
 #include "frames.h"
 #include "lend.h"
+#include "malloc_hooks.h"
 
 #include "rcu.h"
 
@@ -45,6 +46,7 @@
 			   UCMA_ALLOC_PHYS_CONTIG | UCMA_ALLOC_NOWAIT)
 #define CMA_MIGRATE_ROUNDS 6	/* rounds of migration before a run is abandoned */
 #define UCMA_PF_MLOCKED 0x04u	/* contiguous run head: mlocked by us */
+#define UCMA_PF_FROM_MALLOC 0x10u	/* contiguous run head: made by the preload library's malloc() */
 
 #define LONG_BITS (8u * (uint32_t)sizeof(long))
 
@@ -656,10 +658,10 @@ int ucma_release(void *ptr)
 	UCMA_PG_SET(&a->pages[pfn], owner_type, UCMA_OWN_NONE);
 	pthread_mutex_unlock(&z->lock);
 
-	if (a->pages[pfn].flags & UCMA_PF_MLOCKED) {
+	if (a->pages[pfn].flags & UCMA_PF_MLOCKED)
 		ucma_os.munlock(ptr, (size_t)npages << UCMA_PAGE_SHIFT);
-		a->pages[pfn].flags &= (uint8_t)~UCMA_PF_MLOCKED;
-	}
+	__atomic_fetch_and(&a->pages[pfn].flags, (uint8_t)~(UCMA_PF_MLOCKED | UCMA_PF_FROM_MALLOC),
+			   __ATOMIC_RELAXED);
 	ucma_pages_free(a, pfn);
 	pthread_mutex_lock(&area->lock);
 	bits_set(area->bitmap, pfn - area->base_pfn, npages, false);
@@ -669,6 +671,32 @@ int ucma_release(void *ptr)
 	ucma_count(UCMA_STAT_CMA_RELEASE, 1);
 	ucma_shm_check_request(false);
 	return 0;
+}
+
+void *ucma_alloc_for_malloc(size_t size, unsigned flags)
+{
+	void *p = ucma_alloc(size, 0, flags);
+
+	if (p) {
+		struct ucma_arena *a = ucma_arena_peek();
+
+		/* The buffer is the caller's alone until it is handed out:
+		 * nobody else writes its head's flags meanwhile. */
+		__atomic_fetch_or(&a->pages[ucma_addr_to_pfn(a, p)].flags, UCMA_PF_FROM_MALLOC,
+				  __ATOMIC_RELAXED);
+	}
+	return p;
+}
+
+size_t ucma_malloc_contig_size(const void *ptr)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+	uint32_t pfn;
+
+	if (!contig_owner(a, ptr, &pfn) ||
+	    !(__atomic_load_n(&a->pages[pfn].flags, __ATOMIC_RELAXED) & UCMA_PF_FROM_MALLOC))
+		return 0;
+	return (size_t)UCMA_PG_GET(&a->pages[pfn], aux) << UCMA_PAGE_SHIFT;
 }
 
 /** ucma_alloc_size() - size of the ucma_alloc() buffer at @ptr, or 0/EINVAL. */

@@ -86,6 +86,8 @@ enum ucma_run_owner {
 #define UCMA_PF_MOVABLE  0x0002u	/* run was allocated as movable */
 /* 0x0004u: UCMA_PF_MLOCKED, a contiguous buffer's head (cma.c) */
 #define UCMA_PF_PCP      0x0008u	/* run head on a per-CPU list (pcp.h) */
+/* 0x0010u: UCMA_PF_FROM_MALLOC, a contiguous buffer the preload library's
+ * malloc() made (cma.c) */
 
 /*
  * struct ucma_page - metadata of one 4 KiB page.

@@ -328,7 +328,16 @@ static int classify(const void *p, struct ptr_info *pi, const char *who)
 					   who, p);
 			return PK_BAD;
 		}
-		why = "not from malloc";
+		/* Name what lies there: a program that mixes up the two
+		 * families learns which call it meant. */
+		if (type == UCMA_OWN_CONTIG)
+			why = "a ucma_alloc() buffer or inside one, not from malloc: "
+			      "ucma_release() takes it back";
+		else if (type == UCMA_OWN_MOVABLE || type == UCMA_OWN_MSLAB)
+			why = "memory of a movable object, not from malloc: "
+			      "ucma_hfree() takes its handle back";
+		else
+			why = "not from malloc";
 		goto bad;
 	}
 	if (is_boot(p)) {
@@ -1119,6 +1128,14 @@ static bool arena_page_ours(const struct ucma_arena *a, const void *p)
 	if (kind != UCMA_PK_RUN && kind != UCMA_PK_TAIL)
 		return true;
 	return owner != UCMA_OWN_MOVABLE && owner != UCMA_OWN_MSLAB && owner != UCMA_OWN_CONTIG;
+}
+
+bool ucma_addr_is_ours(const void *p)
+{
+	struct ucma_ovf_ref ref;
+
+	return p && (ucma_addr_in_arena(ucma_arena_peek(), p) || is_boot(p) ||
+		     ucma_overflow_find(p, &ref) != UCMA_OVF_NONE);
 }
 
 static __attribute__((noinline)) int owns_slow(const void *p)

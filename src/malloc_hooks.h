@@ -1,7 +1,7 @@
 /*
  * malloc_hooks.h - what the LD_PRELOAD interposer (preload/preload.c), which
- * is linked with the allocator, uses of malloc.c besides the public
- * interface of ucma.h.
+ * is linked with the allocator, uses of malloc.c and cma.c besides the
+ * public interface of ucma.h.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -28,5 +28,30 @@ UCMA_INTERNAL void ucma_free_or(void *p, void (*foreign_free)(void *));
  */
 UCMA_INTERNAL void *ucma_realloc_or(void *p, size_t size,
 				    void *(*foreign_realloc)(void *, size_t));
+
+/*
+ * ucma_addr_is_ours() - does @p lie in memory ucma manages (the arena with
+ * its CMA areas, the overflow mappings, the bootstrap buffer), whatever is
+ * there: a block of the malloc family, a movable object, a contiguous
+ * buffer, free pages?  Such a pointer is never glibc's, so the interposer
+ * hands it to ucma's checks (which name what it is) rather than to glibc
+ * (which would crash on it or, worse, unmap part of the arena).
+ */
+UCMA_INTERNAL bool ucma_addr_is_ours(const void *p);
+
+/*
+ * ucma_alloc_for_malloc() - ucma_alloc(@size, 0, @flags), marked as made by
+ * the interposer's malloc(): free() and realloc() take back such buffers
+ * and no others (a buffer of the program's own ucma_alloc() call goes back
+ * through ucma_release(), and free() of it is reported).
+ */
+UCMA_INTERNAL void *ucma_alloc_for_malloc(size_t size, unsigned flags);
+
+/*
+ * ucma_malloc_contig_size() - the size of the buffer at @ptr if
+ * ucma_alloc_for_malloc() made it and it is live, else 0.  errno is left
+ * alone.
+ */
+UCMA_INTERNAL size_t ucma_malloc_contig_size(const void *ptr);
 
 #endif /* UCMA_MALLOC_HOOKS_H */

@@ -343,6 +343,9 @@ static void check_threads_and_fork(void)
 	   "a forked child allocates from ucma");
 }
 
+static void expect_ucma_abort(const char *what, void (*fn)(void), const char *needle);
+static void free_contig(void);
+
 static void check_contig(void)
 {
 	const char *min = getenv("UCMA_PRELOAD_CONTIG_MIN");
@@ -396,6 +399,15 @@ static void check_contig(void)
 	ok(p && ucma_owns(p), "a request no CMA area can hold falls back to malloc");
 	free(p);
 
+	/* Once malloc() made contiguous buffers, free() still tells the
+	 * program's own ucma_alloc() buffers from them: it used to release
+	 * any, and report them before the first. */
+	expect_ucma_abort("free() of the program's ucma_alloc() buffer, in contiguous mode",
+			  free_contig, "ucma_alloc() buffer");
+	p = ucma_alloc(MiB, 0, 0);
+	ok(p && malloc_usable_size(p) == 0 && ucma_release(p) == 0,
+	   "malloc_usable_size does not take the program's own buffer for malloc's");
+
 	ucma_stat("cma_alloc_success", &succ1);
 	ucma_stat("cma_release", &rel1);
 	ok(succ1 - succ0 >= 5 && rel1 - rel0 >= 5,
@@ -403,8 +415,13 @@ static void check_contig(void)
 	   (unsigned long long)(succ1 - succ0), (unsigned long long)(rel1 - rel0));
 }
 
-/* A double free of an arena block stops the program with ucma's message. */
-static void check_double_free(void)
+/*
+ * Run @fn in a child whose standard error is read back: true when it died
+ * of SIGABRT after a message of ucma's that holds @needle (a crash inside
+ * glibc, a glibc message or no message at all fails).  @what names the
+ * case in the test line.
+ */
+static void expect_ucma_abort(const char *what, void (*fn)(void), const char *needle)
 {
 	int pipefd[2], status = -1;
 	char msg[512];
@@ -412,17 +429,14 @@ static void check_double_free(void)
 	pid_t pid;
 
 	if (pipe(pipefd) != 0) {
-		ok(0, "pipe for the double-free child");
+		ok(0, "pipe for the child of: %s", what);
 		return;
 	}
 	fflush(stdout);
 	pid = fork();
 	if (pid == 0) {
-		char *volatile p = malloc(100);
-
 		dup2(pipefd[1], 2);
-		free(p);
-		free(p);
+		fn();
 		_exit(0);
 	}
 	close(pipefd[1]);
@@ -436,9 +450,97 @@ static void check_double_free(void)
 	msg[n > 0 ? n : 0] = '\0';
 	close(pipefd[0]);
 	waitpid(pid, &status, 0);
-	ok(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT && strstr(msg, "ucma"),
-	   "double free of an arena block: ucma's message and abort (%s)",
-	   n > 0 ? strtok(msg, "\n") : "no message");
+	ok(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT && strstr(msg, "ucma:") &&
+	   strstr(msg, needle),
+	   "%s: ucma's message and abort (%s)", what,
+	   n > 0 ? strtok(msg, "\n") :
+	   WIFSIGNALED(status) ? strsignal(WTERMSIG(status)) : "no message");
+}
+
+static void double_free(void)
+{
+	char *volatile p = malloc(100);
+
+	free(p);
+	free(p);
+}
+
+/* The memory of a pinned movable object: ucma_owns() says no, and glibc
+ * crashed on it when free() and realloc() handed it over. */
+static void *pinned_object(void)
+{
+	ucma_handle_t h = ucma_halloc(64, 0);
+	void *p = h ? ucma_pin(h, 0) : NULL;
+
+	if (!p)
+		_exit(3);
+	memset(p, 0x22, 64);
+	return p;
+}
+
+static void free_movable(void)
+{
+	free(pinned_object());
+}
+
+static void realloc_movable(void)
+{
+	void *volatile q = realloc(pinned_object(), 200);
+
+	(void)q;
+}
+
+/* The program's own ucma_alloc() buffer is ucma_release()'s, not free()'s. */
+static void free_contig(void)
+{
+	void *volatile b = ucma_alloc(8192, 0, 0);
+
+	if (!b)
+		_exit(3);
+	free(b);
+}
+
+/* Inside a ucma_alloc() buffer, behind 16 bytes that look like the header
+ * of one of glibc's mmapped chunks (prev_size 0, size 0x4002): glibc
+ * unmapped 16 KiB of the live buffer when free() handed it over. */
+static void free_inside_contig(void)
+{
+	char *b = ucma_alloc(32768, 0, 0);
+	char *volatile inside;
+
+	if (!b)
+		_exit(3);
+	memset(b, 0x33, 32768);
+	((uint64_t *)(void *)b)[0] = 0;
+	((uint64_t *)(void *)b)[1] = 0x4002;
+	inside = b + 16;
+	free(inside);
+}
+
+/* Every address of ucma's that is no malloc block stops the program with
+ * ucma's message naming what lies there, never glibc's checks. */
+static void check_not_blocks(void)
+{
+	expect_ucma_abort("double free of an arena block", double_free, "double free");
+	expect_ucma_abort("free() of a pinned movable object", free_movable, "movable object");
+	expect_ucma_abort("realloc() of a pinned movable object", realloc_movable,
+			  "movable object");
+	expect_ucma_abort("free() of the program's ucma_alloc() buffer", free_contig,
+			  "ucma_alloc() buffer");
+	expect_ucma_abort("free() inside a ucma_alloc() buffer", free_inside_contig,
+			  "ucma_alloc() buffer");
+	{
+		ucma_handle_t h = ucma_halloc(64, 0);
+		void *p = h ? ucma_pin(h, 0) : NULL;
+
+		errno = 0;
+		ok(p && malloc_usable_size(p) == 0,
+		   "malloc_usable_size of a movable object's memory is 0");
+		if (p) {
+			ucma_unpin(h);
+			ucma_hfree(h);
+		}
+	}
 }
 
 int main(int argc, char **argv)
@@ -455,6 +557,6 @@ int main(int argc, char **argv)
 	check_foreign();
 	check_pattern();
 	check_threads_and_fork();
-	check_double_free();
+	check_not_blocks();
 	return done();
 }
