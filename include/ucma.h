@@ -439,7 +439,7 @@ int ucma_try_free(void *ptr);
  * ask for it with ucma_realloc(ptr, ucma_usable_size(ptr)), which keeps
  * the block where it is.
  * Return: the size; 0 for NULL, and 0 with errno EINVAL for a pointer that
- * is no block of the malloc family.
+ * is no block of the malloc family or a block already freed.
  */
 size_t ucma_usable_size(const void *ptr);
 

@@ -1104,14 +1104,20 @@ size_t ucma_usable_size(const void *p)
 		return 0;
 	switch (classify(p, &pi, NULL)) {
 	case PK_SMALL:
+		/* A freed block is no block: its size would invite a write
+		 * into memory the next malloc hands out. */
+		if (ucma_tcache_obj_is_freed(pi.slab, (unsigned)pi.idx, p))
+			break;
+		return pi.usable;
 	case PK_LARGE:
 	case PK_OVF_LARGE:
 	case PK_BOOT:
 		return pi.usable;
 	default:
-		errno = EINVAL;
-		return 0;
+		break;
 	}
+	errno = EINVAL;
+	return 0;
 }
 
 /*

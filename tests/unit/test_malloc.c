@@ -820,6 +820,28 @@ static void test_owns(void)
 	errno = 0;
 	ok(ucma_usable_size(g) == 0 && errno == EINVAL, "usable_size(foreign) = 0, EINVAL");
 	ok(ucma_usable_size(NULL) == 0, "usable_size(NULL) = 0");
+	{
+		/* A freed block has no size, whether it is parked in this
+		 * thread's stack, back in its slab's bitmap, or a kept run. */
+		enum { N = 300 };
+		void *v[N], *big = ucma_malloc(100000);
+		int bad = 0;
+
+		for (int i = 0; i < N; i++)
+			v[i] = ucma_malloc(48);
+		for (int i = 0; i < N; i++)
+			ucma_free(v[i]);	/* the first ones parked, the rest in the bitmap */
+		ucma_free(big);
+		for (int i = 0; i < N; i++) {
+			errno = 0;
+			if (ucma_usable_size(v[i]) != 0 || errno != EINVAL)
+				bad++;
+		}
+		errno = 0;
+		ok(bad == 0 && ucma_usable_size(big) == 0 && errno == EINVAL,
+		   "usable_size of freed blocks (parked, in the bitmap, a kept run) = 0, EINVAL "
+		   "(%d of %d small ones had a size)", bad, N);
+	}
 	ok(ucma_try_free(g) == 0, "try_free(glibc block) = 0, nothing done");
 	ok(ucma_try_free(NULL) == 1, "try_free(NULL) = 1");
 	{
