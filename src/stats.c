@@ -799,6 +799,7 @@ unsigned ucma_stats_foreach(struct ucma_arena *a, const uint64_t (*pageblocks)[U
 struct sink {
 	FILE *f;
 	int fd;
+	int err;	/* the first write error, 0 if none */
 	size_t len;
 	char buf[4096];
 };
@@ -812,8 +813,11 @@ static void sink_flush(struct sink *k)
 
 		if (w < 0 && errno == EINTR)
 			continue;
-		if (w <= 0)
+		if (w <= 0) {
+			if (!k->err)
+				k->err = w < 0 ? errno : EIO;
 			break;
+		}
 		off += (size_t)w;
 	}
 	k->len = 0;
@@ -1086,14 +1090,24 @@ void ucma_stats_at_exit(void)
 			ucma_log("UCMA_STATS_FILE: path too long: %s", ucma_opt.stats_file);
 			return;
 		}
-		k.fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		/* Without a reader, opening a FIFO would block the exiting
+		 * program for good: O_NONBLOCK makes it fail (ENXIO) instead,
+		 * and is taken off again for the writes. */
+		k.fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK, 0644);
 		if (k.fd < 0) {
-			ucma_log("UCMA_STATS_FILE: cannot write %s: %s", path, strerror(errno));
+			ucma_log("UCMA_STATS_FILE: cannot write %s: %s%s", path, strerror(errno),
+				 errno == ENXIO ? " (a FIFO nobody reads)" : "");
 			return;
 		}
+		(void)fcntl(k.fd, F_SETFL, fcntl(k.fd, F_GETFL) & ~O_NONBLOCK);
 	}
 	report(&k, ucma_arena_peek());
 	sink_flush(&k);
-	if (k.fd != 2)
-		close(k.fd);
+	if (k.fd != 2) {
+		if (close(k.fd) != 0 && !k.err && errno != EINTR)
+			k.err = errno;
+		if (k.err)
+			ucma_log("UCMA_STATS_FILE: the report to %s is incomplete: %s", path,
+				 strerror(k.err));
+	}
 }

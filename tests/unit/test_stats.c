@@ -857,6 +857,7 @@ static char *run_child(const char *const *env, pid_t *pid_out, int *status)
 		close(pfd[1]);
 		for (int i = 0; env[i]; i += 2)
 			setenv(env[i], env[i + 1], 1);
+		alarm(30);	/* a child that hangs at exit fails its test, not the run */
 		execl("/proc/self/exe", "test_stats", "--child", (char *)NULL);
 		_exit(127);
 	}
@@ -919,6 +920,33 @@ static void test_at_exit(void)
 	ok(WIFEXITED(status) && WEXITSTATUS(status) == 0 && strstr(out, "UCMA_STATS_FILE"),
 	   "an unwritable UCMA_STATS_FILE is reported, the program still exits 0");
 	free(out);
+
+	/* A FIFO nobody reads: opening it for writing blocked the exiting
+	 * program for good. */
+	snprintf(file, sizeof(file), "/tmp/ucma-test-stats-fifo-%ld", (long)getpid());
+	unlink(file);
+	if (mkfifo(file, 0600) == 0) {
+		env[9] = file;
+		out = run_child(env, &pid, &status);
+		ok(WIFEXITED(status) && WEXITSTATUS(status) == 0 && strstr(out, "FIFO"),
+		   "UCMA_STATS_FILE naming a FIFO nobody reads: reported, no hang (%s)",
+		   WIFSIGNALED(status) ? strsignal(WTERMSIG(status)) : "exited");
+		free(out);
+		unlink(file);
+	} else {
+		skip(1, "mkfifo: %s", strerror(errno));
+	}
+
+	/* A device that fails every write: the report is lost, and said so. */
+	if (access("/dev/full", W_OK) == 0) {
+		env[9] = "/dev/full";
+		out = run_child(env, &pid, &status);
+		ok(WIFEXITED(status) && WEXITSTATUS(status) == 0 && strstr(out, "incomplete"),
+		   "UCMA_STATS_FILE=/dev/full: the failed write is reported");
+		free(out);
+	} else {
+		skip(1, "no writable /dev/full");
+	}
 }
 
 int main(int argc, char **argv)
