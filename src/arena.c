@@ -133,6 +133,41 @@ static int map_zone_chain(void *addr, size_t len, int want)
 	return -1;
 }
 
+/*
+ * UCMA_POPULATE: fault the arena's memory in now, a piece at a time, and
+ * stop while the kernel still has memory to give: an arena larger than
+ * what is free (UCMA_ARENA_SIZE=1T) would otherwise end in the OOM killer.
+ * Pieces on hugetlb pages, reserved at mmap() time, cost nothing of what
+ * MemAvailable counts, so they pass.
+ */
+#define POPULATE_PIECE   ((size_t)64 << 20)
+#define POPULATE_SPARE   ((uint64_t)256 << 20)	/* left to the rest of the system */
+
+static bool populate_arena(struct ucma_arena *a, size_t len)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		size_t n = len - done < POPULATE_PIECE ? len - done : POPULATE_PIECE;
+		uint64_t avail = ucma_os_mem_available();
+
+		if (avail && avail < n + POPULATE_SPARE) {
+			ucma_log("UCMA_POPULATE: stopped after %zu of %zu MiB: the system has "
+				 "%llu MiB available (UCMA_ARENA_SIZE is larger than what can be "
+				 "prefaulted)", done >> 20, len >> 20,
+				 (unsigned long long)(avail >> 20));
+			return false;
+		}
+		if (ucma_os.madvise((void *)(a->base + done), n, MADV_POPULATE_WRITE) != 0) {
+			ucma_log("UCMA_POPULATE: could not prefault the arena: %s",
+				 strerror(errno));
+			return false;
+		}
+		done += n;
+	}
+	return true;
+}
+
 /* NUMA placement of a mapping; failures are reported, not fatal. */
 static void place(struct ucma_arena *a, void *addr, size_t len, int node)
 {
@@ -240,6 +275,7 @@ int ucma_arena_create(const struct ucma_options *o, struct ucma_arena **out)
 {
 	struct ucma_arena *a = &the_arena_storage;
 	size_t cma_size = o->cma_size, normal_size, own_size, heap_window, cma_align;
+	bool populated;
 	uintptr_t res;
 	int cma_backing, normal_backing;
 
@@ -317,9 +353,7 @@ int ucma_arena_create(const struct ucma_options *o, struct ucma_arena **out)
 	place(a, (void *)a->base, a->size, o->node);
 	/* Not the heap window: lent frames are to back it, and lending takes
 	 * only pageblocks that have no memory behind them yet. */
-	if (o->populate && own_size &&
-	    ucma_os.madvise((void *)a->base, own_size, MADV_POPULATE_WRITE) != 0)
-		ucma_log("UCMA_POPULATE: could not prefault the arena: %s", strerror(errno));
+	populated = o->populate && (!own_size || populate_arena(a, own_size));
 
 	init_zone(a, UCMA_ZONE_NORMAL, 0, (uint32_t)(normal_size >> UCMA_PAGE_SHIFT),
 		  normal_backing);
@@ -327,8 +361,8 @@ int ucma_arena_create(const struct ucma_options *o, struct ucma_arena **out)
 		  UCMA_BACKING_NONE);
 	/* Their clean pages are mapped (until a purge): zone.c does not
 	 * populate them again for migration copies. */
-	a->zones[UCMA_ZONE_NORMAL].prefaulted = o->populate;
-	a->zones[UCMA_ZONE_CMA].prefaulted = o->populate;
+	a->zones[UCMA_ZONE_NORMAL].prefaulted = populated;
+	a->zones[UCMA_ZONE_CMA].prefaulted = populated;
 	cma_backing = UCMA_BACKING_NONE;
 	if (cma_size) {
 		cma_place_node = o->node;

@@ -519,6 +519,8 @@ struct ucma_os_ops {
 			     void *arg);
 	/* free hugetlb pages of the given size in the pool; -1 if unknown */
 	long (*hugetlb_free_pages)(size_t page_size);
+	/* MemAvailable of /proc/meminfo in bytes; 0 if unknown */
+	uint64_t (*mem_available)(void);
 	/* the files behind the CMA areas (frames.c) */
 	int (*memfd_create)(const char *name, unsigned flags);
 	int (*ftruncate)(int fd, off_t len);
@@ -537,6 +539,9 @@ UCMA_INTERNAL long ucma_os_hugetlb_free_pages(size_t page_size);
 /* MADV_POPULATE_WRITE, asked no more once the kernel said it lacks it. */
 UCMA_INTERNAL int ucma_os_populate(void *addr, size_t len);
 UCMA_INTERNAL bool ucma_os_thp_available(void);
+/* Bytes of memory the kernel can give without swapping (MemAvailable of
+ * /proc/meminfo), read without allocating; 0 when unknown. */
+UCMA_INTERNAL uint64_t ucma_os_mem_available(void);
 UCMA_INTERNAL bool ucma_os_shmem_thp_available(void);
 UCMA_INTERNAL int ucma_os_pagemap(const void *addr, uint64_t *phys);
 /* Physical address of the first page of each of @n pieces of @stride bytes

@@ -180,6 +180,25 @@ static long os_hugetlb_free_pages(size_t page_size)
 	return strtol(buf, NULL, 10);
 }
 
+static uint64_t os_mem_available(void)
+{
+	char buf[4096], *line;
+	ssize_t n;
+	int fd = open("/proc/meminfo", O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	line = strstr(buf, "MemAvailable:");
+	if (!line)
+		return 0;
+	return strtoull(line + strlen("MemAvailable:"), NULL, 10) << 10;	/* kB */
+}
+
 struct ucma_os_ops ucma_os = {
 	.mmap = os_mmap,
 	.munmap = os_munmap,
@@ -190,6 +209,7 @@ struct ucma_os_ops ucma_os = {
 	.mbind = os_mbind,
 	.thread_create = os_thread_create,
 	.hugetlb_free_pages = os_hugetlb_free_pages,
+	.mem_available = os_mem_available,
 	.memfd_create = os_memfd_create,
 	.ftruncate = os_ftruncate,
 	.fallocate = os_fallocate,
@@ -240,6 +260,7 @@ void ucma_os_reset(void)
 	ucma_os.mbind = os_mbind;
 	ucma_os.thread_create = os_thread_create;
 	ucma_os.hugetlb_free_pages = os_hugetlb_free_pages;
+	ucma_os.mem_available = os_mem_available;
 	ucma_os.memfd_create = os_memfd_create;
 	ucma_os.ftruncate = os_ftruncate;
 	ucma_os.fallocate = os_fallocate;
@@ -280,6 +301,11 @@ static bool thp_setting(const char *file, char *buf, size_t len)
 		return false;
 	buf[n] = '\0';
 	return true;
+}
+
+uint64_t ucma_os_mem_available(void)
+{
+	return ucma_os.mem_available();
 }
 
 /* THP is usable unless the administrator set it to "never". */

@@ -21,7 +21,10 @@
  *    succeeds, the advice is asked once, never again, and nothing counts
  *    as a failure;
  *  - arena prefaulted (UCMA_POPULATE=1): its clean pages are mapped
- *    already, and nothing is populated again.
+ *    already, and nothing is populated again;
+ *  - prefaulting stops while the system still has memory to give
+ *    (MemAvailable, faked through the ucma_os table), where an arena
+ *    larger than memory (UCMA_ARENA_SIZE=1T) ended in the OOM killer.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -318,6 +321,71 @@ static void test_prefaulted(void)
 	   "nothing is populated again (%u calls)", r->calls);
 }
 
+/*
+ * UCMA_POPULATE over a 256 MiB NORMAL zone, on a system that has 400 MiB
+ * available less what was populated: two pieces of 64 MiB leave 272 MiB,
+ * less than a piece and the 256 MiB left to the rest of the system, so
+ * prefaulting stops there; the arena works, and counts as not prefaulted.
+ */
+static uint64_t populated_bytes;
+
+static int count_madvise(void *addr, size_t len, int advice)
+{
+	int rc = madvise(addr, len, advice);
+
+	if (rc == 0 && advice == MADV_POPULATE_WRITE)
+		populated_bytes += len;
+	return rc;
+}
+
+static uint64_t fake_available(void)
+{
+	return ((uint64_t)400 << 20) - populated_bytes;
+}
+
+static void test_populate_bounded(void)
+{
+	static struct { uint64_t populated; int init_ok, prefaulted, alloc_ok; } *r;
+	pid_t pid;
+	int st;
+
+	r = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (r == MAP_FAILED)
+		bail_out("mmap: %s", strerror(errno));
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		struct ucma_config cfg = {
+			.arena_size = 288 * MiB,
+			.cma_size = 32 * MiB,
+			.hugepages = UCMA_BACKING_NONE,
+			.hugepages_normal = UCMA_BACKING_NONE,
+			.populate = 1,
+		};
+		void *p;
+
+		ucma_os.madvise = count_madvise;
+		ucma_os.mem_available = fake_available;
+		if (ucma_init(&cfg) != 0)
+			_exit(1);
+		r->init_ok = 1;
+		r->populated = populated_bytes;
+		r->prefaulted = ucma_arena_get()->zones[UCMA_ZONE_NORMAL].prefaulted;
+		p = ucma_malloc(100 * MiB);
+		if (p)
+			tu_fill(p, 100 * MiB, 7);
+		r->alloc_ok = p && tu_check(p, 100 * MiB, 7);
+		_exit(0);
+	}
+	waitpid(pid, &st, 0);
+	ok(WIFEXITED(st) && WEXITSTATUS(st) == 0 && r->init_ok && r->alloc_ok,
+	   "UCMA_POPULATE beyond available memory: init succeeds, 100 MiB work (status %#x)", st);
+	ok(r->populated == 128 * MiB && !r->prefaulted,
+	   "prefaulting stopped at 128 of 256 MiB, 256 MiB left to the system (%llu MiB); "
+	   "the zone is not taken as prefaulted", (unsigned long long)(r->populated >> 20));
+	munmap(r, sizeof(*r));
+}
+
 int main(void)
 {
 	plan_no_plan();
@@ -327,5 +395,6 @@ int main(void)
 	test_populate_fails();
 	test_populate_unknown();
 	test_prefaulted();
+	test_populate_bounded();
 	return done();
 }
