@@ -285,7 +285,7 @@ struct opt_value {
 
 /* Why a value was refused; @accepted empty means the entry's own text. */
 struct opt_err {
-	char problem[160];
+	char problem[192];
 	char accepted[400];
 };
 
@@ -613,10 +613,21 @@ static int parse_areas(const char *s, struct opt_value *v, struct opt_err *e)
 			}
 		}
 		for (int i = 0; i < v->nr_areas; i++) {
+			char name[UCMA_AREA_NAME_MAX], clash[64];
+
 			if (strlen(v->areas[i].name) == nlen &&
 			    memcmp(v->areas[i].name, s, nlen) == 0) {
 				snprintf(e->problem, sizeof(e->problem),
 					 "duplicate area name '%s'", q);
+				return -1;
+			}
+			/* Both areas' statistics must stay readable by name. */
+			memcpy(name, s, nlen);
+			name[nlen] = '\0';
+			if (ucma_stats_areas_clash(v->areas[i].name, name, clash, sizeof(clash))) {
+				snprintf(e->problem, sizeof(e->problem),
+					 "areas '%s' and '%s' would both have a statistic "
+					 "named %s", v->areas[i].name, name, clash);
 				return -1;
 			}
 		}

@@ -208,7 +208,15 @@ int ucma_init(const struct ucma_config *cfg)
 		bad = ucma_options_from_env(&ucma_opt);
 		bad += ucma_options_from_config(&ucma_opt, cfg);
 		if (bad && (ucma_opt.strict || cfg->strict)) {
+			/* A refusal is a failed start like any other: the
+			 * other calls keep failing with it instead of starting
+			 * from the environment, which would silently drop the
+			 * caller's configuration. */
 			err = EINVAL;
+			if (!init_done) {
+				init_errno = EINVAL;
+				init_done = true;
+			}
 			goto out;
 		}
 		options_set = true;

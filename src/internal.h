@@ -702,6 +702,11 @@ static inline uint64_t ucma_vmstat_read(enum ucma_vmstat_item i)
  * fragmentation formulas (also for compaction), and the walk over every
  * statistic that the live statistics segment publishes. */
 UCMA_INTERNAL void ucma_stats_at_exit(void);
+/* Would CMA areas named @a and @b give two statistics the same name
+ * (area "a" and area "a_frame" both have cma_a_frame_size)?  The name
+ * goes to @clash when they would. */
+UCMA_INTERNAL bool ucma_stats_areas_clash(const char *a, const char *b, char *clash,
+					  size_t len);
 UCMA_INTERNAL int ucma_extfrag_index(const uint64_t counts[UCMA_NR_ORDERS], unsigned order);
 UCMA_INTERNAL unsigned ucma_extfrag_score(const uint64_t counts[UCMA_NR_ORDERS], unsigned order);
 UCMA_INTERNAL uint32_t ucma_bitmap_max_zero_run(const unsigned long *bm, uint32_t nbits);

@@ -674,6 +674,31 @@ static bool stats_walk(struct stats_snap *s, bool report, stat_visit_fn visit, v
 	return false;
 }
 
+bool ucma_stats_areas_clash(const char *a, const char *b, char *clash, size_t len)
+{
+	char na[128], nb[128];
+
+	for (size_t i = 0; i < UCMA_ARRAY_SIZE(stat_families); i++) {
+		const struct stat_family *fa = &stat_families[i];
+
+		if (fa->dim != DIM_AREA)
+			continue;
+		snprintf(na, sizeof(na), fa->pattern, a);
+		for (size_t k = 0; k < UCMA_ARRAY_SIZE(stat_families); k++) {
+			const struct stat_family *fb = &stat_families[k];
+
+			if (fb->dim != DIM_AREA)
+				continue;
+			snprintf(nb, sizeof(nb), fb->pattern, b);
+			if (strcmp(na, nb) == 0) {
+				snprintf(clash, len, "%s", na);
+				return true;
+			}
+		}
+	}
+	return false;
+}
+
 /* Does @name possibly belong to family @f?  (A cheap test on the prefix.) */
 static bool family_may_match(const struct stat_family *f, const char *name)
 {

@@ -14,6 +14,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "tap.h"
@@ -247,6 +249,13 @@ static void test_areas(void)
 	     o.areas[1].size == M(34) && o.cma_size == M(98));
 	GOOD("UCMA_CMA_AREAS", "a:1M;B-2_x:1M,", o.nr_areas == 2 && o.cma_size == M(4));
 	BAD("UCMA_CMA_AREAS", "a:64M,a:32M", o.nr_areas == 0, "duplicate area name 'a'");
+	/* Area "a" has cma_a_frame_size, its frames' size; area "a_frame"
+	 * has cma_a_frame_size too, its own size: ucma_stat() read one. */
+	BAD("UCMA_CMA_AREAS", "a:4M,a_frame:8M", o.nr_areas == 0,
+	    "areas 'a' and 'a_frame' would both have a statistic named cma_a_frame_size");
+	BAD("UCMA_CMA_AREAS", "b_frame:4M,b:4M", o.nr_areas == 0,
+	    "areas 'b_frame' and 'b' would both have a statistic named cma_b_frame_size");
+	GOOD("UCMA_CMA_AREAS", "a_b:4M,a_c:4M", o.nr_areas == 2);
 	BAD("UCMA_CMA_AREAS", "a b:4M", o.nr_areas == 0, "bad area name 'a b'");
 	BAD("UCMA_CMA_AREAS", "x!:4M", o.nr_areas == 0, "bad area name 'x!'");
 	BAD("UCMA_CMA_AREAS", "a:0", o.nr_areas == 0 && o.cma_size == M(256),
@@ -712,6 +721,53 @@ static void test_print(void)
 	   "ucma_options_describe gives three lines per option");
 }
 
+/*
+ * ucma_init() refused in strict mode: the other functions keep failing
+ * with EINVAL (they started the library from the environment, dropping
+ * the caller's configuration), and a later ucma_init() with a good
+ * configuration starts it.  In a child, which may start an arena.
+ */
+static void test_refused_init_sticks(void)
+{
+	struct res { int init_rc, init_errno, alloc_null, alloc_errno, halloc_zero, retry_rc,
+		     alloc_ok; } *r;
+	pid_t pid;
+	int st;
+
+	r = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (r == MAP_FAILED)
+		bail_out("mmap: %s", strerror(errno));
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		struct ucma_config bad = { .strict = 1, .hugepages = 99 };
+		struct ucma_config good = { .arena_size = 64 << 20, .cma_size = 16 << 20,
+					    .hugepages = UCMA_BACKING_NONE,
+					    .hugepages_normal = UCMA_BACKING_NONE };
+		void *p;
+
+		r->init_rc = ucma_init(&bad);
+		r->init_errno = errno;
+		errno = 0;
+		p = ucma_alloc(4096, 0, 0);
+		r->alloc_null = p == NULL;
+		r->alloc_errno = errno;
+		r->halloc_zero = ucma_halloc(64, 0) == 0;
+		r->retry_rc = ucma_init(&good);
+		p = ucma_alloc(4096, 0, 0);
+		r->alloc_ok = p && ucma_release(p) == 0;
+		_exit(0);
+	}
+	waitpid(pid, &st, 0);
+	ok(WIFEXITED(st) && r->init_rc == -1 && r->init_errno == EINVAL,
+	   "ucma_init(strict, bad backing): -1, EINVAL");
+	ok(r->alloc_null && r->alloc_errno == EINVAL && r->halloc_zero,
+	   "after it, ucma_alloc() and ucma_halloc() fail with the first error (errno %d)",
+	   r->alloc_errno);
+	ok(r->retry_rc == 0 && r->alloc_ok, "a later ucma_init() with a good configuration starts");
+	munmap(r, sizeof(*r));
+}
+
 int main(void)
 {
 	plan_no_plan();
@@ -731,5 +787,6 @@ int main(void)
 	test_config_from_env();
 	test_print();
 	clear_env();
+	test_refused_init_sticks();
 	return done();
 }
