@@ -134,6 +134,20 @@ static int map_zone_chain(void *addr, size_t len, int want)
 }
 
 /*
+ * A backing asked for by name that this machine could not give.  The
+ * fallback is the design (hugetlb pools come and go), and silent by
+ * default, since a preloaded setting reaches every process of a script;
+ * UCMA_STRICT=1 asks to hear of settings not honoured, so it says so.
+ */
+static void report_fallback(const struct ucma_options *o, const char *var, int want, int got)
+{
+	if (!o->strict || want == UCMA_BACKING_AUTO || want == got)
+		return;
+	ucma_log("%s=%s: not available here, %s instead (UCMA_VERBOSE=1 says why)", var,
+		 ucma_backing_str(want), ucma_backing_str(got));
+}
+
+/*
  * UCMA_POPULATE: fault the arena's memory in now, a piece at a time, and
  * stop while the kernel still has memory to give: an arena larger than
  * what is free (UCMA_ARENA_SIZE=1T) would otherwise end in the OOM killer.
@@ -380,6 +394,9 @@ int ucma_arena_create(const struct ucma_options *o, struct ucma_arena **out)
 	    ucma_os.madvise((void *)a->base, normal_size, MADV_NOHUGEPAGE) == 0)
 		a->zones[UCMA_ZONE_NORMAL].thp_deferred = true;
 	ucma_arena_poison(a, true);
+	report_fallback(o, "UCMA_HUGEPAGES_NORMAL", o->hugepages_normal, normal_backing);
+	if (cma_size)
+		report_fallback(o, "UCMA_HUGEPAGES", o->hugepages, cma_backing);
 	if (o->verbose)
 		ucma_log("arena %p: %zu MiB, normal %zu MiB (%s; %zu MiB of it the heap's window "
 			 "onto lent frames), cma %zu MiB (%s), %d area(s)",

@@ -422,6 +422,18 @@ static void test_hugetlb_refused(void)
 	ok(msg[0] == '\0', "falling back is no error: no message");
 	ok(a && arena_works(), "the reservation is intact: both zones usable");
 
+	/* UCMA_STRICT=1 asks to hear of settings not honoured: one line per
+	 * zone, naming the variable, what was asked and what it got. */
+	cfg.strict = 1;
+	os_fake();
+	fault.fake_hugetlb_free = 1 << 20;
+	fault.refuse_hugetlb = true;
+	ok(init_captured(&cfg, false) == 0 && a &&
+	   strstr(msg, "UCMA_HUGEPAGES_NORMAL=hugetlb-2M: not available here") &&
+	   !strstr(msg, "UCMA_HUGEPAGES="),
+	   "strict: the NORMAL zone's fallback is said, the CMA zone asked for nothing");
+	cfg.strict = 0;
+
 	/* 1 GiB CMA zone asking for 1 GiB pages: 1G and 2M refused, each as
 	 * a file and then as private memory. */
 	cfg = cfg_of(GiB + 16 * MiB, GiB, UCMA_BACKING_HUGETLB_1G, UCMA_BACKING_NONE);
