@@ -824,7 +824,8 @@ static void test_owns(void)
 		/* A freed block has no size, whether it is parked in this
 		 * thread's stack, back in its slab's bitmap, or a kept run. */
 		enum { N = 300 };
-		void *v[N], *big = ucma_malloc(100000);
+		/* volatile: the compiler would see the use after free */
+		void *volatile v[N], *volatile big = ucma_malloc(100000);
 		int bad = 0;
 
 		for (int i = 0; i < N; i++)
