@@ -88,9 +88,13 @@
  * of 250 pageblocks (112 grace periods with a reader about), now 32 times
  * (15).  Never more than an eighth of a small zone's pageblocks are
  * held so: other threads find their free pages unusable meanwhile.  A
- * grace period longer than COMPACT_SLOW_GRACE_NS says a reader held it
+ * grace period longer than UCMA_RCU_SLOW_GRACE_NS says a reader held it
  * up, and the next ones will be as long: the batch doubles, up to an
- * eighth of the zone (COMPACT_DRAIN_BATCH_MAX at most).  With a reader
+ * eighth of the zone (COMPACT_DRAIN_BATCH_MAX at most).  Every slow grace
+ * period since the last release counts, also one that a full queue of
+ * deferred frees waited for in the middle of a migration (migrate.c):
+ * that wait lets the next drain find the reader outside its section, and
+ * timing only the drain at the end of a batch missed it.  With a reader
  * thread, bench_highalloc's compaction waits 7 times instead of 15.
  *
  * Suitability and deferral are the kernel's: compaction for an order runs
@@ -137,7 +141,6 @@
 #define COMPACT_PIN_WAITS         4	/* SYNC_FULL: pins waited for per run */
 #define COMPACT_DRAIN_BATCH       8	/* SYNC_FULL, no order: pageblocks per grace period */
 #define COMPACT_DRAIN_BATCH_MAX   64	/* ... after grace periods that readers held up */
-#define COMPACT_SLOW_GRACE_NS     (1000ull * 1000)
 
 unsigned ucma_compact_async_pageblocks = 16;
 
@@ -188,6 +191,7 @@ struct ucma_compact_control {
 	unsigned nr_isolated;		/* pageblocks waiting for a grace period */
 	unsigned drain_batch;		/* at most; COMPACT_DRAIN_BATCH or less at first */
 	unsigned drain_batch_max;	/* an eighth of the zone, up to COMPACT_DRAIN_BATCH_MAX; 1 but for SYNC_FULL without an order */
+	uint64_t slow_graces;		/* rcu_grace_slow at the last release */
 	uint32_t isolated_pfn[COMPACT_DRAIN_BATCH_MAX];
 	unsigned nr_runs;
 	struct compact_run runs[UCMA_PAGEBLOCK_PAGES];
@@ -560,22 +564,24 @@ static void sort_runs(struct ucma_compact_control *cc)
  * migratetypes, with the old copies freed into them. */
 static void release_isolated(struct ucma_compact_control *cc)
 {
-	uint64_t waited;
+	uint64_t slow;
 
 	if (cc->nr_isolated == 0)
 		return;
-	/* The wait for readers alone: freeing the old copies may take long
-	 * too (a slow machine, a sanitizer), without any reader about. */
-	waited = ucma_vmstat_read(UCMA_STAT_RCU_GRACE_NS);
+	/* The waits for readers alone: freeing the old copies may take long
+	 * too (a slow machine, a sanitizer), without any reader about.  The
+	 * count is the process's: a slow wait of another thread also says
+	 * readers hold sections open now. */
 	ucma_defer_drain();
-	waited = ucma_vmstat_read(UCMA_STAT_RCU_GRACE_NS) - waited;
-	if (waited > COMPACT_SLOW_GRACE_NS)
+	slow = ucma_vmstat_read(UCMA_STAT_RCU_GRACE_SLOW);
+	if (slow != cc->slow_graces)
 		cc->drain_batch = cc->drain_batch * 2 < cc->drain_batch_max ? cc->drain_batch * 2 :
 									      cc->drain_batch_max;
 	for (unsigned i = 0; i < cc->nr_isolated; i++)
 		ucma_undo_isolate_range(cc->arena, cc->isolated_pfn[i],
 					cc->isolated_pfn[i] + UCMA_PAGEBLOCK_PAGES);
 	cc->nr_isolated = 0;
+	cc->slow_graces = slow;
 }
 
 /* Move one run out of the pageblock, widening the target window as
@@ -733,6 +739,7 @@ static void cc_init(struct ucma_compact_control *cc, struct ucma_zone *z, int or
 		cc->drain_batch_max = 1;
 	cc->drain_batch = cc->drain_batch_max < COMPACT_DRAIN_BATCH ? cc->drain_batch_max :
 								       COMPACT_DRAIN_BATCH;
+	cc->slow_graces = ucma_vmstat_read(UCMA_STAT_RCU_GRACE_SLOW);
 	cc->target.no_cma = z->id == UCMA_ZONE_NORMAL;
 	cc->target.wait_pins = cc->pin_waits > 0;
 }

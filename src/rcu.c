@@ -155,7 +155,7 @@ bool ucma_rcu_can_wait(void)
 
 int ucma_rcu_synchronize(void)
 {
-	uint64_t t0;
+	uint64_t t0, waited;
 
 	if (!ucma_rcu_can_wait()) {
 		errno = EDEADLK;
@@ -165,7 +165,10 @@ int ucma_rcu_synchronize(void)
 	urcu_bp_synchronize_rcu();
 	TSAN_ACQUIRE_GRACE();
 	ucma_count(UCMA_STAT_RCU_GRACE_PERIODS, 1);
-	ucma_count(UCMA_STAT_RCU_GRACE_NS, ucma_os_now_ns() - t0);
+	waited = ucma_os_now_ns() - t0;
+	ucma_count(UCMA_STAT_RCU_GRACE_NS, waited);
+	if (waited > UCMA_RCU_SLOW_GRACE_NS)
+		ucma_count(UCMA_STAT_RCU_GRACE_SLOW, 1);
 	return 0;
 }
 

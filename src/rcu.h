@@ -57,7 +57,12 @@ UCMA_INTERNAL bool ucma_rcu_in_section(void);
  * section and in the child of a fork made inside one. */
 UCMA_INTERNAL bool ucma_rcu_can_wait(void);
 /* Wait until every section open at the call has ended.  0, or -1 with
- * errno EDEADLK when ucma_rcu_can_wait() is false. */
+ * errno EDEADLK when ucma_rcu_can_wait() is false.  Counts the wait in
+ * rcu_grace_periods and rcu_grace_ns, and in rcu_grace_slow when it took
+ * longer than UCMA_RCU_SLOW_GRACE_NS: without a reader inside a section
+ * a grace period takes some microseconds, so a longer one says a reader
+ * held it up (liburcu-bp then polls every 10 ms). */
+#define UCMA_RCU_SLOW_GRACE_NS (1000ull * 1000)
 UCMA_INTERNAL int ucma_rcu_synchronize(void);
 /* Is this the child of a fork made inside a section (no grace periods)? */
 UCMA_INTERNAL bool ucma_rcu_degraded(void);

@@ -84,6 +84,7 @@ const char *const ucma_vmstat_names[UCMA_STAT_NR] = {
 	[UCMA_STAT_LEND_HEAP_FORK_COPIED] = "lend_heap_fork_copied",
 	[UCMA_STAT_RCU_GRACE_PERIODS] = "rcu_grace_periods",
 	[UCMA_STAT_RCU_GRACE_NS] = "rcu_grace_ns",
+	[UCMA_STAT_RCU_GRACE_SLOW] = "rcu_grace_slow",
 };
 
 /* Names used inside statistic names (lower case) and in the tables. */
