@@ -544,16 +544,27 @@ bool ucma_lend_commit(struct ucma_arena *a, uint32_t pb)
 	void *at = ucma_pfn_to_addr(a, pb_pfn(pb));
 	sigset_t saved;
 	int rc, err = 0;
+	bool on;
 
 	if (!(s & LEND_RESERVED))
 		ucma_fatal("internal error: pageblock %u was not reserved for lending", pb);
 	/* UNMAP is delivered before the heap's data can reach the frame. */
 	ucma_mem_event_deliver();
 	lend_lock(&saved);
+	/*
+	 * Lending may have been turned off since the reservation:
+	 * ucma_unlend_all() clears lend.on before it takes lend.lock and
+	 * passes over reserved pageblocks, so a frame mapped now would stay
+	 * lent after it returned.  Checked under the lock, after which the
+	 * call sees the frame mapped and takes it back.  The pageblock keeps
+	 * its private memory then.
+	 */
+	on = atomic_load(&lend.on);
 	/* Populated: the heap is about to use it, and the frame is memory
 	 * the reservation holds anyway.  MADV_DONTFORK comes with it.  Never
 	 * without a userfaultfd in hand: nothing could take it back. */
-	rc = uffd_ensure() ? ucma_frames_map_at(area, slot_of(area, cma_pb), 1, at, true) : -1;
+	rc = on && uffd_ensure() ? ucma_frames_map_at(area, slot_of(area, cma_pb), 1, at, true)
+				 : -1;
 	err = errno;
 	pthread_mutex_lock(&z->lock);
 	if (rc == 0) {
@@ -564,7 +575,7 @@ bool ucma_lend_commit(struct ucma_arena *a, uint32_t pb)
 	} else {
 		/* Whatever half of a mapping is there: private memory again,
 		 * clean (the pageblock is free and isolated). */
-		if (private_map(at, normal_advice(z)) == MAP_FAILED)
+		if (on && private_map(at, normal_advice(z)) == MAP_FAILED)
 			ucma_fatal("heap lending: cannot map private memory at %p again: %s", at,
 				   strerror(errno));
 		of_set(pb, LEND_NONE);
@@ -575,7 +586,8 @@ bool ucma_lend_commit(struct ucma_arena *a, uint32_t pb)
 		ucma_count(UCMA_STAT_LEND_HEAP_LENT, 1);
 	} else {
 		frame_give_back(a, cma_pb);
-		ucma_count(UCMA_STAT_LEND_HEAP_FALLBACK, 1);
+		if (on)
+			ucma_count(UCMA_STAT_LEND_HEAP_FALLBACK, 1);
 		/* The program closed the area's file: lending would fail the
 		 * same way every time. */
 		if (err == EBADF)

@@ -30,6 +30,8 @@
  *  - after ucma_unlend(), the program's madvise(MADV_DONTNEED) and
  *    mprotect() on its block keep their meaning across later take-backs;
  *    a page the program unmapped does not stop a take-back;
+ *  - ucma_unlend_all() made between a frame's reservation and its mapping
+ *    (from the UNMAP event's callback): nothing stays lent;
  *  - injected faults: no userfaultfd (lending off, said once, everything
  *    else as before), registration refused (the frame stays lent, data
  *    intact, a later take-back works), mremap failing half way through a
@@ -1154,6 +1156,57 @@ static void case_program_calls(void)
 	blocks_free(b, 3);
 }
 
+/*
+ * ucma_unlend_all() while a pageblock is between its reservation and its
+ * mapping: the frame's UNMAP event is delivered there, and the callback
+ * makes the call at exactly that moment.  Nothing may be lent once it has
+ * returned (it used to pass over the reserved pageblock, whose frame was
+ * mapped just after).
+ */
+static _Atomic int unlend_calls;
+static int unlend_rc = -2;
+
+static void unlend_on_unmap(enum ucma_mem_event ev, void *addr, size_t len, void *arg)
+{
+	(void)addr;
+	(void)len;
+	(void)arg;
+	if (ev == UCMA_MEM_EVENT_UNMAP && atomic_fetch_add(&unlend_calls, 1) == 0)
+		unlend_rc = ucma_unlend_all();
+}
+
+static void case_unlend_all_race(void)
+{
+	uint64_t lent, fallback;
+	char *b;
+
+	if (!start()) {
+		ok(0, "ucma_init: %s", strerror(errno));
+		return;
+	}
+	if (ucma_mem_event_register("unlend", unlend_on_unmap, NULL) != 0) {
+		ok(0, "ucma_mem_event_register: %s", strerror(errno));
+		return;
+	}
+	lent = stat_of("lend_heap_lent");
+	fallback = stat_of("lend_heap_fallback");
+	b = block_new(3 * MiB, 900);
+	ok(unlend_calls > 0 && unlend_rc == 0 && b && !on_frame(b) && !on_frame(b + 3 * MiB - 1) &&
+		   stat_of("lend_heap_pageblocks") == 0 && stat_of("lend_heap_lent") == lent &&
+		   stat_of("lend_heap_fallback") == fallback && block_good(b, 3 * MiB, 900),
+	   "ucma_unlend_all() between a frame's reservation and its mapping: nothing lent "
+	   "afterwards (%llu pageblocks), the block on private memory, no fallback counted",
+	   (unsigned long long)stat_of("lend_heap_pageblocks"));
+	ucma_mem_event_unregister("unlend");
+	ucma_free(b);
+	ucma_trim();
+	b = block_new(3 * MiB, 901);
+	ok(b && !on_frame(b) && stat_of("lend_heap_pageblocks") == 0,
+	   "and later allocations are not lent either");
+	ucma_free(b);
+	ok(zones_ok(), "zone invariants hold");
+}
+
 /* ------------------------------------------------------------------------ */
 /* Injected faults                                                           */
 /* ------------------------------------------------------------------------ */
@@ -1634,6 +1687,7 @@ int main(void)
 	run("fork from a heap stack", case_fork_own_stack);
 	run("vfork and posix_spawn", case_vfork_spawn);
 	run("program calls", case_program_calls);
+	run("unlend_all while lending", case_unlend_all_race);
 	run("no userfaultfd", case_no_uffd);
 	run("automatic backing without frames", case_auto_no_frames);
 	run("faults", case_faults);
