@@ -18,12 +18,24 @@
  *   mlockall                  everything, and nothing is lent afterwards
  *                             (ucma_unlend_all(); MCL_FUTURE would lock
  *                             frames mapped later);
+ *   io_uring_setup            with IORING_SETUP_NO_MMAP, the program's
+ *                             memory for the rings and the SQEs, which the
+ *                             kernel pins for the ring's life;
  *   io_uring_register         IORING_REGISTER_BUFFERS, _BUFFERS2 and
  *                             _BUFFERS_UPDATE: each iovec; _PBUF_RING: the
  *                             ring, unless the kernel allocates it;
+ *                             _RESIZE_RINGS: the new rings, as for setup;
+ *                             _MEM_REGION: a region of the program's
+ *                             memory; _ZCRX_IFQ: the receive area (unless
+ *                             a dma-buf) and the refill queue's region;
  *   syscall()                 the same calls by number;
- *   liburing                  io_uring_register_buffers() and its kin and
- *                             io_uring_register(): liburing makes its
+ *   liburing                  io_uring_setup(), io_uring_register(),
+ *                             io_uring_register_buffers() and its kin,
+ *                             and, where liburing has them,
+ *                             io_uring_queue_init_mem(),
+ *                             io_uring_resize_rings(),
+ *                             io_uring_register_region() and
+ *                             io_uring_register_ifq(): liburing makes its
  *                             system calls itself, not through syscall().
  * When a pageblock cannot be taken back, the call fails (EAGAIN for the
  * mlock family, ENOMEM for mlockall, EBUSY for io_uring) rather than pin
@@ -72,6 +84,15 @@
 #define IORING_REGISTER_USE_REGISTERED_RING (1U << 31)
 #endif
 #define IOU_PBUF_RING_MMAP_FLAG 1	/* IOU_PBUF_RING_MMAP, Linux 6.4 */
+#define IOU_SETUP_CQSIZE	(1U << 3)
+#define IOU_SETUP_NO_MMAP	(1U << 14)	/* Linux 6.5 */
+#define IOU_REGISTER_ZCRX_IFQ	32u		/* Linux 6.15 */
+#define IOU_REGISTER_RESIZE_RINGS 33u		/* Linux 6.13 */
+#define IOU_REGISTER_MEM_REGION	34u		/* Linux 6.13 */
+#define IOU_MEM_REGION_TYPE_USER 1u		/* struct io_uring_region_desc's flags */
+#define IOU_ZCRX_AREA_DMABUF	1u		/* struct io_uring_zcrx_area_reg's flags */
+#define IOU_MAX_SQ_ENTRIES	32768u		/* IORING_MAX_ENTRIES */
+#define IOU_MAX_CQ_ENTRIES	65536u		/* IORING_MAX_CQ_ENTRIES */
 
 /* struct io_uring_buf_reg as the kernel reads it: headers older than 6.4
  * call the flags field "pad". */
@@ -84,6 +105,44 @@ struct pbuf_ring_reg {
 };
 _Static_assert(sizeof(struct pbuf_ring_reg) == sizeof(struct io_uring_buf_reg),
 	       "struct io_uring_buf_reg changed");
+
+/* struct io_uring_params as Linux 6.5 reads it: older headers call each
+ * ring's user_addr "resv2". */
+struct ring_offsets {
+	uint32_t fields[8];
+	uint64_t user_addr;
+};
+
+struct ring_params {
+	uint32_t sq_entries, cq_entries, flags, sq_thread_cpu, sq_thread_idle, features, wq_fd;
+	uint32_t resv[3];
+	struct ring_offsets sq_off, cq_off;
+};
+_Static_assert(sizeof(struct ring_params) == sizeof(struct io_uring_params),
+	       "struct io_uring_params changed");
+
+/* The Linux 6.13 and 6.15 structures, which older headers lack: struct
+ * io_uring_mem_region_reg, struct io_uring_region_desc, and the leading
+ * fields of struct io_uring_zcrx_ifq_reg and io_uring_zcrx_area_reg. */
+struct mem_region_reg {
+	uint64_t region_uptr, flags, resv[2];
+};
+
+struct region_desc {
+	uint64_t user_addr, size;
+	uint32_t flags, id;
+	uint64_t mmap_offset, resv[4];
+};
+
+struct zcrx_ifq_reg_head {
+	uint32_t if_idx, if_rxq, rq_entries, flags;
+	uint64_t area_ptr, region_ptr;
+};
+
+struct zcrx_area_reg_head {
+	uint64_t addr, len, rq_area_token;
+	uint32_t flags, dmabuf_fd;
+};
 
 /* A kernel result as the C library returns it: -1 and errno. */
 static long libc_result(long ret)
@@ -146,6 +205,83 @@ static enum unlend_result unlend_iovecs(const struct iovec *uiov, unsigned long 
 	return UNLEND_DONE;
 }
 
+static enum unlend_result unlend_range(uint64_t addr, uint64_t len)
+{
+	if (!addr || !len || len > SIZE_MAX)
+		return UNLEND_DONE;	/* the kernel refuses it, or pins nothing */
+	return ucma_unlend((const void *)(uintptr_t)addr, (size_t)len) == 0 ? UNLEND_DONE
+									      : UNLEND_FAILED;
+}
+
+static size_t pow2_at_least(uint32_t n, uint32_t max)
+{
+	size_t p = 1;
+
+	while (p < n && p < max)
+		p <<= 1;
+	return p;
+}
+
+/*
+ * Rings in the program's memory (IORING_SETUP_NO_MMAP), for
+ * io_uring_setup(@entries) and IORING_REGISTER_RESIZE_RINGS: the SQEs at
+ * sq_off.user_addr, the rings with the CQEs at cq_off.user_addr.  The
+ * lengths are upper bounds of what the kernel maps for these entry
+ * counts (entries rounded up to a power of two, 128-byte SQEs, 32-byte
+ * CQEs, a page and more for the ring headers): a pageblock more taken
+ * back costs only some lending; one less would be lost data.
+ */
+static enum unlend_result unlend_rings(uint32_t entries, const struct io_uring_params *uparams)
+{
+	struct ring_params p;
+	size_t sq, cq;
+
+	if (!uparams || !ucma_preload_read_user(&p, uparams, sizeof(p)))
+		return UNLEND_BAD;
+	if (!(p.flags & IOU_SETUP_NO_MMAP))
+		return UNLEND_DONE;
+	sq = pow2_at_least(entries, IOU_MAX_SQ_ENTRIES);
+	cq = (p.flags & IOU_SETUP_CQSIZE) ? pow2_at_least(p.cq_entries, IOU_MAX_CQ_ENTRIES) : 2 * sq;
+	if (unlend_range(p.sq_off.user_addr, sq * 128) == UNLEND_FAILED ||
+	    unlend_range(p.cq_off.user_addr, 16384 + cq * 32 + sq * 4) == UNLEND_FAILED)
+		return UNLEND_FAILED;
+	return UNLEND_DONE;
+}
+
+/* A struct io_uring_region_desc at @uregion: its memory, if the program's. */
+static enum unlend_result unlend_region(uint64_t uregion)
+{
+	struct region_desc r;
+
+	if (!uregion)
+		return UNLEND_DONE;
+	if (!ucma_preload_read_user(&r, (const void *)(uintptr_t)uregion, sizeof(r)))
+		return UNLEND_BAD;
+	return (r.flags & IOU_MEM_REGION_TYPE_USER) ? unlend_range(r.user_addr, r.size)
+						     : UNLEND_DONE;
+}
+
+/* IORING_REGISTER_ZCRX_IFQ: the receive area, unless it is a dma-buf,
+ * and the refill queue's region. */
+static enum unlend_result unlend_zcrx(const void *arg)
+{
+	struct zcrx_ifq_reg_head reg;
+	struct zcrx_area_reg_head area;
+	enum unlend_result r;
+
+	if (!ucma_preload_read_user(&reg, arg, sizeof(reg)))
+		return UNLEND_BAD;
+	if (reg.area_ptr) {
+		if (!ucma_preload_read_user(&area, (const void *)(uintptr_t)reg.area_ptr,
+					    sizeof(area)))
+			return UNLEND_BAD;
+		if (!(area.flags & IOU_ZCRX_AREA_DMABUF) &&
+		    (r = unlend_range(area.addr, area.len)) != UNLEND_DONE)
+			return r;
+	}
+	return unlend_region(reg.region_ptr);
+}
+
 /*
  * What io_uring_register(@opcode, @arg, @nr_args) will pin, unlent first.
  * Buffers are given as iovecs (REGISTER_BUFFERS), or through a struct
@@ -182,6 +318,22 @@ static enum unlend_result unlend_io_uring(unsigned opcode, const void *arg, unsi
 				   (size_t)reg.ring_entries * sizeof(struct io_uring_buf)) == 0 ?
 			       UNLEND_DONE : UNLEND_FAILED;
 	}
+	case IOU_REGISTER_RESIZE_RINGS: {
+		struct ring_params p;
+
+		if (!arg || !ucma_preload_read_user(&p, arg, sizeof(p)))
+			return UNLEND_BAD;
+		return unlend_rings(p.sq_entries, arg);
+	}
+	case IOU_REGISTER_MEM_REGION: {
+		struct mem_region_reg reg;
+
+		if (!arg || !ucma_preload_read_user(&reg, arg, sizeof(reg)))
+			return UNLEND_BAD;
+		return unlend_region(reg.region_uptr);
+	}
+	case IOU_REGISTER_ZCRX_IFQ:
+		return arg ? unlend_zcrx(arg) : UNLEND_BAD;
 	default:
 		return UNLEND_DONE;
 	}
@@ -217,6 +369,14 @@ static long io_uring_register_raw(long fd, unsigned opcode, const void *arg, uns
 	if (unlend_io_uring(opcode, arg, nr_args) == UNLEND_FAILED)
 		return -EBUSY;
 	return ucma_raw_syscall6(SYS_io_uring_register, fd, opcode, (long)arg, nr_args, 0, 0);
+}
+
+/* The raw io_uring_setup(2): rings in the program's memory first. */
+static long io_uring_setup_raw(unsigned entries, struct io_uring_params *p)
+{
+	if (unlend_rings(entries, p) == UNLEND_FAILED)
+		return -EBUSY;
+	return ucma_raw_syscall6(SYS_io_uring_setup, entries, (long)p, 0, 0, 0, 0);
 }
 
 LONGTERM_EXPORT int mlock(const void *addr, size_t len)
@@ -258,6 +418,8 @@ LONGTERM_EXPORT long syscall(long nr, ...)
 	case SYS_io_uring_register:
 		return libc_result(io_uring_register_raw(a[0], (unsigned)a[1], (const void *)a[2],
 							 (unsigned)a[3]));
+	case SYS_io_uring_setup:
+		return libc_result(io_uring_setup_raw((unsigned)a[0], (struct io_uring_params *)a[1]));
 	default: {
 		/* The futex calls' shared words first (futex_guard.c): 0 for
 		 * any other call. */
@@ -308,6 +470,11 @@ typedef int (*register_buffers_update_tag_fn)(struct io_uring *, unsigned,
 					      const struct iovec *, const uint64_t *, unsigned);
 typedef int (*register_buf_ring_fn)(struct io_uring *, struct io_uring_buf_reg *, unsigned);
 typedef int (*register_fn)(unsigned, unsigned, const void *, unsigned);
+typedef int (*setup_fn)(unsigned, struct io_uring_params *);
+typedef int (*queue_init_mem_fn)(unsigned, struct io_uring *, struct io_uring_params *, void *,
+				 size_t);
+typedef int (*resize_rings_fn)(struct io_uring *, struct io_uring_params *);
+typedef int (*register_ptr_fn)(struct io_uring *, void *);
 
 /* liburing.h's declarations, which this file does not include (it would
  * tie the build to liburing; the layout of struct io_uring is not used). */
@@ -321,6 +488,12 @@ int io_uring_register_buffers_update_tag(struct io_uring *ring, unsigned off,
 int io_uring_register_buf_ring(struct io_uring *ring, struct io_uring_buf_reg *reg,
 			       unsigned flags);
 int io_uring_register(unsigned fd, unsigned opcode, const void *arg, unsigned nr_args);
+int io_uring_setup(unsigned entries, struct io_uring_params *p);
+int io_uring_queue_init_mem(unsigned entries, struct io_uring *ring, struct io_uring_params *p,
+			    void *buf, size_t buf_size);
+int io_uring_resize_rings(struct io_uring *ring, struct io_uring_params *p);
+int io_uring_register_region(struct io_uring *ring, void *reg);
+int io_uring_register_ifq(struct io_uring *ring, void *reg);
 
 LONGTERM_EXPORT int io_uring_register_buffers(struct io_uring *ring, const struct iovec *iovecs,
 					      unsigned nr_iovecs)
@@ -364,6 +537,55 @@ LONGTERM_EXPORT int io_uring_register(unsigned fd, unsigned opcode, const void *
 	if (unlend_io_uring(opcode, arg, nr_args) == UNLEND_FAILED)
 		return -EBUSY;
 	LIBURING_CALL(register_fn, "io_uring_register", fd, opcode, arg, nr_args);
+}
+
+LONGTERM_EXPORT int io_uring_setup(unsigned entries, struct io_uring_params *p)
+{
+	/* liburing's io_uring_setup() returns -1 and errno, as the system
+	 * call's wrapper of the C library does. */
+	if (unlend_rings(entries, p) == UNLEND_FAILED) {
+		errno = EBUSY;
+		return -1;
+	}
+	{
+		static void *cache;
+		setup_fn fn = (setup_fn)ucma_preload_next(&cache, "io_uring_setup");
+
+		if (fn)
+			return fn(entries, p);
+		return (int)libc_result(io_uring_setup_raw(entries, p));
+	}
+}
+
+/* liburing 2.5: the program gives the memory for the rings and SQEs. */
+LONGTERM_EXPORT int io_uring_queue_init_mem(unsigned entries, struct io_uring *ring,
+					    struct io_uring_params *p, void *buf, size_t buf_size)
+{
+	if (unlend_range((uintptr_t)buf, buf_size) == UNLEND_FAILED)
+		return -EBUSY;
+	LIBURING_CALL(queue_init_mem_fn, "io_uring_queue_init_mem", entries, ring, p, buf,
+		      buf_size);
+}
+
+LONGTERM_EXPORT int io_uring_resize_rings(struct io_uring *ring, struct io_uring_params *p)
+{
+	if (unlend_io_uring(IOU_REGISTER_RESIZE_RINGS, p, 1) == UNLEND_FAILED)
+		return -EBUSY;
+	LIBURING_CALL(resize_rings_fn, "io_uring_resize_rings", ring, p);
+}
+
+LONGTERM_EXPORT int io_uring_register_region(struct io_uring *ring, void *reg)
+{
+	if (unlend_io_uring(IOU_REGISTER_MEM_REGION, reg, 1) == UNLEND_FAILED)
+		return -EBUSY;
+	LIBURING_CALL(register_ptr_fn, "io_uring_register_region", ring, reg);
+}
+
+LONGTERM_EXPORT int io_uring_register_ifq(struct io_uring *ring, void *reg)
+{
+	if (unlend_io_uring(IOU_REGISTER_ZCRX_IFQ, reg, 1) == UNLEND_FAILED)
+		return -EBUSY;
+	LIBURING_CALL(register_ptr_fn, "io_uring_register_ifq", ring, reg);
 }
 
 #endif /* __x86_64__ || __aarch64__ */

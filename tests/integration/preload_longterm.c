@@ -12,7 +12,10 @@
  * area with ucma_alloc() and read a file into the registered buffer with
  * READ_FIXED: the data must show at the buffer's address (it would land
  * in the old frame, now the contiguous buffer, had the buffer stayed
- * lent).  A TAP program; preload_longterm.sh runs it.
+ * lent).  Rings that the program places in its own memory
+ * (IORING_SETUP_NO_MMAP) are put in a lent block: after ucma_alloc() of
+ * the whole area, NOPs must still complete through them.  A TAP program;
+ * preload_longterm.sh runs it.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -184,6 +187,137 @@ static void case_io_uring_syscall(void)
 	keep(b);
 }
 
+/*
+ * Rings in the program's memory (IORING_SETUP_NO_MMAP, Linux 6.5): the
+ * kernel pins them for the ring's life.  The rings and SQEs go into a
+ * lent block; the setup must take it back, and after ucma_alloc() of the
+ * whole area a NOP must still reach the kernel and its completion the
+ * program (on the old frame, the kernel would read stale SQ tails).
+ */
+#ifndef IORING_SETUP_NO_MMAP
+#define IORING_SETUP_NO_MMAP (1U << 14)
+#define SQ_USER_ADDR(p) ((p)->sq_off.resv2)
+#define CQ_USER_ADDR(p) ((p)->cq_off.resv2)
+#else
+#define SQ_USER_ADDR(p) ((p)->sq_off.user_addr)
+#define CQ_USER_ADDR(p) ((p)->cq_off.user_addr)
+#endif
+#define RING_SQES_AT (256 * 1024)
+
+struct user_ring {
+	int fd;
+	char *rings;
+	struct io_uring_sqe *sqes;
+	struct io_uring_params p;
+};
+
+static unsigned *ring_word(const struct user_ring *r, uint32_t off)
+{
+	return (unsigned *)(void *)(r->rings + off);
+}
+
+/* Submit one NOP with @ud and wait for it: did its completion arrive? */
+static bool ring_nop(struct user_ring *r, uint64_t ud)
+{
+	unsigned tail = __atomic_load_n(ring_word(r, r->p.sq_off.tail), __ATOMIC_ACQUIRE);
+	unsigned idx = tail & *ring_word(r, r->p.sq_off.ring_mask);
+	unsigned ctail = __atomic_load_n(ring_word(r, r->p.cq_off.tail), __ATOMIC_ACQUIRE);
+	struct io_uring_cqe *cqes = (void *)(r->rings + r->p.cq_off.cqes);
+	long rc;
+
+	memset(&r->sqes[idx], 0, sizeof(r->sqes[idx]));
+	r->sqes[idx].opcode = IORING_OP_NOP;
+	r->sqes[idx].user_data = ud;
+	ring_word(r, r->p.sq_off.array)[idx] = idx;
+	__atomic_store_n(ring_word(r, r->p.sq_off.tail), tail + 1, __ATOMIC_RELEASE);
+	rc = syscall(SYS_io_uring_enter, r->fd, 1, 1, IORING_ENTER_GETEVENTS, NULL, 0);
+	if (rc != 1 || __atomic_load_n(ring_word(r, r->p.cq_off.tail), __ATOMIC_ACQUIRE) == ctail) {
+		diag("NOP %llu: io_uring_enter %ld, no completion", (unsigned long long)ud, rc);
+		return false;
+	}
+	idx = ctail & *ring_word(r, r->p.cq_off.ring_mask);
+	__atomic_store_n(ring_word(r, r->p.cq_off.head), ctail + 1, __ATOMIC_RELEASE);
+	return cqes[idx].user_data == ud;
+}
+
+static int setup_by_syscall(unsigned entries, struct io_uring_params *p)
+{
+	return (int)syscall(SYS_io_uring_setup, entries, p);
+}
+
+static void case_user_rings(const char *how, int (*setup)(unsigned, struct io_uring_params *),
+			    uint64_t seed)
+{
+	struct user_ring r = { .fd = -1 };
+	char *b = lent_block(seed);
+	void *area = NULL;
+	bool before, after;
+
+	if (!b) {
+		ok(0, "%s: no lent block", how);
+		return;
+	}
+	r.rings = (char *)(((uintptr_t)b + PAGE - 1) & ~(PAGE - 1));
+	r.sqes = (struct io_uring_sqe *)(void *)(r.rings + RING_SQES_AT);
+	r.p.flags = IORING_SETUP_NO_MMAP;
+	CQ_USER_ADDR(&r.p) = (uintptr_t)r.rings;
+	SQ_USER_ADDR(&r.p) = (uintptr_t)r.sqes;
+	r.fd = setup(8, &r.p);
+	if (r.fd < 0) {
+		skip(2, "%s with IORING_SETUP_NO_MMAP: %s", how, strerror(errno));
+		keep(b);
+		return;
+	}
+	ok(!any_on_frame(r.rings, 2 * RING_SQES_AT),
+	   "%s with IORING_SETUP_NO_MMAP and the rings in a lent block: the rings and SQEs "
+	   "are taken back first", how);
+	before = ring_nop(&r, 1);
+	area = whole_area();
+	after = area && ring_nop(&r, 2) && ring_nop(&r, 3);
+	ok(before && after,
+	   "after ucma_alloc of the whole area the kernel still sees the program's rings: "
+	   "NOPs complete before and after");
+	close(r.fd);
+	ucma_release(area);
+	keep(b);
+}
+
+/* IORING_REGISTER_MEM_REGION (Linux 6.13) with the program's memory. */
+static void case_mem_region(void)
+{
+	struct io_uring_params params = { 0 };
+	struct {
+		uint64_t user_addr, size;
+		uint32_t flags, id;
+		uint64_t mmap_offset, resv[4];
+	} rd = { 0 };
+	struct {
+		uint64_t region_uptr, flags, resv[2];
+	} reg = { 0 };
+	char *b = lent_block(14);
+	int ring = (int)syscall(SYS_io_uring_setup, 4, &params);
+	long rc;
+
+	if (ring < 0 || !b) {
+		skip(1, "io_uring_setup: %s", b ? strerror(errno) : "no lent block");
+		keep(b);
+		return;
+	}
+	rd.user_addr = ((uintptr_t)b + PAGE - 1) & ~(PAGE - 1);
+	rd.size = 16 * PAGE;
+	rd.flags = 1;	/* IORING_MEM_REGION_TYPE_USER */
+	reg.region_uptr = (uintptr_t)&rd;
+	rc = syscall(SYS_io_uring_register, ring, 34 /* IORING_REGISTER_MEM_REGION */, &reg, 1);
+	if (rc != 0 && (errno == EINVAL || errno == EOPNOTSUPP))
+		skip(1, "IORING_REGISTER_MEM_REGION: %s", strerror(errno));
+	else
+		ok(rc == 0 && !any_on_frame((char *)(uintptr_t)rd.user_addr, rd.size),
+		   "IORING_REGISTER_MEM_REGION of the program's memory in a lent block: taken "
+		   "back first (rc %ld)", rc);
+	close(ring);
+	keep(b);
+}
+
 #ifdef HAVE_LIBURING
 static void case_liburing(void)
 {
@@ -261,10 +395,13 @@ int main(void)
 	plan_no_plan();
 	case_mlock();
 	case_io_uring_syscall();
+	case_user_rings("syscall(SYS_io_uring_setup)", setup_by_syscall, 11);
+	case_mem_region();
 #ifdef HAVE_LIBURING
 	case_liburing();
+	case_user_rings("liburing's io_uring_setup()", io_uring_setup, 12);
 #else
-	skip(3, "liburing is not installed");
+	skip(5, "liburing is not installed");
 #endif
 	case_mlockall();
 	free_kept();
