@@ -1,6 +1,7 @@
 /*
  * interpose.h - what the preloaded interposers share (preload/longterm.c
- * defines these; preload/futex_guard.c uses them too).
+ * defines most of these, futex_guard.c and lend_guard.c the calls that
+ * longterm.c's syscall() hands to them).
  *
  * SPDX-License-Identifier: MIT
  */
@@ -42,5 +43,13 @@ UCMA_PRELOAD_HIDDEN bool ucma_preload_read_user(void *dst, const void *src, size
  * (the call is then refused).
  */
 UCMA_PRELOAD_HIDDEN long ucma_preload_futex_unlend(long nr, const long a[6]);
+
+/*
+ * syscall() of SYS_close, SYS_close_range, SYS_dup2 or SYS_dup3: made as
+ * the preloaded close(), close_range(), dup2() and dup3() make them, kept
+ * off the library's descriptors (lend_guard.c).  True with the result
+ * (-1 and errno on failure) in *@ret; false for any other call @nr.
+ */
+UCMA_PRELOAD_HIDDEN bool ucma_preload_guard_syscall(long nr, const long a[6], long *ret);
 
 #endif /* UCMA_PRELOAD_INTERPOSE_H */

@@ -40,15 +40,20 @@
  *                      as the descriptor to duplicate, dup2() and dup3()
  *                      fail with EBADF, as close() does.
  *
- * Not covered: syscall(SYS_close, ...) and the like, the C library's own
- * closes (fclose() of a FILE the program made on such a number with
- * fdopen(), which it cannot have been given), io_uring's close
- * operation, and statically linked code.  ucma_owns_fd() is public for
- * programs that close descriptors by such means.
+ *   syscall()          with SYS_close, SYS_close_range, SYS_dup2 or
+ *                      SYS_dup3: the same as the functions (longterm.c's
+ *                      syscall() comes here, x86-64 and AArch64).
  *
- * The real calls are system calls (the preload library's syscall() is
- * longterm.c's, which forwards these numbers unchanged), so nothing here
- * needs dlsym() or the C library's wrappers, which this library replaces.
+ * Not covered: the C library's own closes (fclose() of a FILE the
+ * program made on such a number with fdopen(), which it cannot have been
+ * given), io_uring's close operation, and statically linked code.
+ * ucma_owns_fd() is public for programs that close descriptors by such
+ * means.
+ *
+ * The real calls are system calls, made with the system call instruction
+ * where raw_syscall.h has it (the preloaded syscall() comes here, so it
+ * cannot be what this file calls), so nothing here needs dlsym() or the
+ * C library's wrappers, which this library replaces.
  * close() is async-signal-safe and stays so: ucma_owns_fd() and
  * ucma_lend_owned_fds() only read (the set changes at start-up, in the
  * child of a fork before it returns, and under lend.lock in
@@ -71,6 +76,8 @@
 
 #include "ucma.h"
 #include "lend.h"
+#include "raw_syscall.h"
+#include "interpose.h"
 
 #define GUARD_EXPORT __attribute__((visibility("default")))
 
@@ -82,9 +89,25 @@
 #define CLOSE_RANGE_CLOEXEC (1U << 2)
 #endif
 
+/* The system call itself: -1 and errno on failure, as syscall() says. */
+static long sys3(long nr, long a, long b, long c)
+{
+#ifdef UCMA_HAVE_RAW_SYSCALL
+	long ret = ucma_raw_syscall6(nr, a, b, c, 0, 0, 0);
+
+	if (ret < 0 && ret > -4096) {
+		errno = (int)-ret;
+		return -1;
+	}
+	return ret;
+#else
+	return syscall(nr, a, b, c);
+#endif
+}
+
 static int sys_close_range(unsigned first, unsigned last, unsigned flags)
 {
-	return (int)syscall(SYS_close_range, first, last, flags);
+	return (int)sys3(SYS_close_range, first, last, flags);
 }
 
 /* close_range() of the program's descriptors in [@first, @last], flags
@@ -113,7 +136,7 @@ GUARD_EXPORT int close(int fd)
 		errno = EBADF;
 		return -1;
 	}
-	return (int)syscall(SYS_close, fd);
+	return (int)sys3(SYS_close, fd, 0, 0);
 }
 
 GUARD_EXPORT int close_range(unsigned int first, unsigned int last, int flags)
@@ -168,13 +191,35 @@ GUARD_EXPORT int dup2(int oldfd, int newfd)
 	if (!dup_target_free(oldfd, newfd))
 		return -1;
 	if (oldfd == newfd)	/* dup2() of a number onto itself: is it open? */
-		return syscall(SYS_fcntl, oldfd, F_GETFD) < 0 ? -1 : newfd;
-	return (int)syscall(SYS_dup3, oldfd, newfd, 0);
+		return sys3(SYS_fcntl, oldfd, F_GETFD, 0) < 0 ? -1 : newfd;
+	return (int)sys3(SYS_dup3, oldfd, newfd, 0);
 }
 
 GUARD_EXPORT int dup3(int oldfd, int newfd, int flags)
 {
 	if (!dup_target_free(oldfd, newfd))
 		return -1;
-	return (int)syscall(SYS_dup3, oldfd, newfd, flags);
+	return (int)sys3(SYS_dup3, oldfd, newfd, flags);
+}
+
+bool ucma_preload_guard_syscall(long nr, const long a[6], long *ret)
+{
+	switch (nr) {
+	case SYS_close:
+		*ret = close((int)a[0]);
+		return true;
+	case SYS_close_range:
+		*ret = close_range((unsigned)a[0], (unsigned)a[1], (int)a[2]);
+		return true;
+#ifdef SYS_dup2
+	case SYS_dup2:
+		*ret = dup2((int)a[0], (int)a[1]);
+		return true;
+#endif
+	case SYS_dup3:
+		*ret = dup3((int)a[0], (int)a[1], (int)a[2]);
+		return true;
+	default:
+		return false;
+	}
 }

@@ -395,9 +395,10 @@ LONGTERM_EXPORT int mlockall(int flags)
 }
 
 /*
- * syscall(): the calls above by number, and the futex calls whose words
- * must not be on a lent frame (futex_guard.c); everything else forwarded
- * as is.
+ * syscall(): the calls above by number, the futex calls whose words
+ * must not be on a lent frame (futex_guard.c), and close and dup calls,
+ * kept off the library's descriptors (lend_guard.c); everything else
+ * forwarded as is.
  * Like the C library's, it reads six arguments whatever the call takes.
  */
 LONGTERM_EXPORT long syscall(long nr, ...)
@@ -421,9 +422,14 @@ LONGTERM_EXPORT long syscall(long nr, ...)
 	case SYS_io_uring_setup:
 		return libc_result(io_uring_setup_raw((unsigned)a[0], (struct io_uring_params *)a[1]));
 	default: {
+		long rc;
+
+		/* close and dup onto the library's descriptors (lend_guard.c). */
+		if (ucma_preload_guard_syscall(nr, a, &rc))
+			return rc;
 		/* The futex calls' shared words first (futex_guard.c): 0 for
 		 * any other call. */
-		long rc = ucma_preload_futex_unlend(nr, a);
+		rc = ucma_preload_futex_unlend(nr, a);
 
 		if (rc != 0)
 			return libc_result(rc);

@@ -2,7 +2,8 @@
  * preload_lendguard.c - under libucma-preload.so with heap lending on, a
  * program that closes descriptors wholesale (closefrom(), close_range()
  * with and without CLOSE_RANGE_CLOEXEC and CLOSE_RANGE_UNSHARE, close()
- * of every number, dup2() onto a number it believes free) leaves the
+ * of every number, dup2() onto a number it believes free, and the same
+ * calls by number through syscall()) leaves the
  * library's userfaultfd and CMA area files alone (preload/lend_guard.c),
  * so that lending goes on and a later ucma_alloc() of the whole CMA area
  * still takes the heap's frames back with the data intact; its own
@@ -20,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "ucma.h"
@@ -167,6 +169,35 @@ int main(void)
 	for (int fd = 3; fd < MAX_FD; fd++)
 		close(fd);
 	ok(all_open(again, m), "close() of every number from 3 on leaves the library's");
+
+	/* The same calls by number, through syscall(). */
+	extra = open("/dev/null", O_RDONLY);
+	ok(extra >= 3 && syscall(SYS_close_range, 3, ~0U, 0) == 0 && !is_open(extra) &&
+		   all_open(again, m),
+	   "syscall(SYS_close_range, 3, ~0U, 0) closes the program's descriptor, not the "
+	   "library's");
+	errno = 0;
+	ok(syscall(SYS_close, again[0]) == -1 && errno == EBADF && all_open(again, m),
+	   "syscall(SYS_close) of a library descriptor: EBADF, it stays");
+	null = open("/dev/null", O_RDONLY);
+	{
+		int target = again[0], after[8], k;
+
+		errno = 0;
+		ok(null >= 0 && syscall(SYS_dup3, null, target, 0) == target &&
+			   (fd_target(target, what, sizeof(what)), strcmp(what, "/dev/null") == 0) &&
+			   !ucma_owns_fd(target) && (k = owned(after, 8)) == m && all_open(after, k),
+		   "syscall(SYS_dup3) onto a library descriptor's number: the program gets it, "
+		   "the library's moved (%s)", strerror(errno));
+		close(target);
+		m = owned(again, 8);
+	}
+#ifdef SYS_dup2
+	errno = 0;
+	ok(syscall(SYS_dup2, again[0], 60) == -1 && errno == EBADF && !is_open(60),
+	   "syscall(SYS_dup2) of a library descriptor: EBADF");
+#endif
+	close(null);
 
 	b[2] = block_new(3);
 	lent &= b[2] && tu_on_frame(b[2]);
