@@ -41,6 +41,18 @@
  * mlock family, ENOMEM for mlockall, EBUSY for io_uring) rather than pin
  * memory that a later ucma_alloc() would copy away under the kernel.
  *
+ * Forks that skip the fork handlers are here too: syscall() with
+ * SYS_fork, or SYS_clone or SYS_clone3 without CLONE_VM, and clone()
+ * without CLONE_VM.  Borrowed pageblocks carry MADV_DONTFORK (the
+ * handlers of fork() make the child copy them), so such a child would
+ * fault on ordinary malloc memory, the argv it was about to exec with
+ * for one.  Every borrowed pageblock is taken back before the call
+ * instead, and none lent until it has returned (ucma_lend_raw_fork_*(),
+ * lend.h); the call fails with EAGAIN when one stays lent.  A
+ * syscall(SYS_clone) with a stack of its own cannot return into C code
+ * in the child; it and the calls with CLONE_VM (vfork, threads) are
+ * forwarded unchanged.
+ *
  * The library's own calls come here too (the preload library binds its
  * calls to its own definitions, preload.mk): ucma_unlend() ignores them
  * (ucma_os_in_call()), and the real calls are made with the system call
@@ -64,6 +76,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <linux/io_uring.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -74,6 +87,7 @@
 #include <unistd.h>
 
 #include "ucma.h"
+#include "lend.h"
 #include "raw_syscall.h"
 #include "interpose.h"
 
@@ -379,6 +393,41 @@ static long io_uring_setup_raw(unsigned entries, struct io_uring_params *p)
 	return ucma_raw_syscall6(SYS_io_uring_setup, entries, (long)p, 0, 0, 0, 0);
 }
 
+/* struct clone_args as Linux 5.3 reads it: flags first, the stack at 40. */
+struct clone3_head {
+	uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size;
+};
+
+/*
+ * syscall(SYS_fork, SYS_clone or SYS_clone3): a new process made without
+ * the fork handlers, with the heap taken back first.  @flags and @stack
+ * as the call gives them.
+ */
+static long raw_fork(long nr, const long a[6], uint64_t flags, uint64_t stack)
+{
+	long ret;
+
+	if ((flags & CLONE_VM) || stack)
+		return ucma_raw_syscall6(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+	if (ucma_lend_raw_fork_prepare() != 0)
+		return -errno;
+	ret = ucma_raw_syscall6(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+	if (ret == 0)
+		ucma_lend_raw_fork_child(flags & CLONE_FILES);
+	else
+		ucma_lend_raw_fork_parent();
+	return ret;
+}
+
+static long raw_clone3(const long a[6])
+{
+	struct clone3_head h;
+
+	if ((size_t)a[1] < sizeof(h) || !ucma_preload_read_user(&h, (const void *)a[0], sizeof(h)))
+		return ucma_raw_syscall6(SYS_clone3, a[0], a[1], a[2], a[3], a[4], a[5]);
+	return raw_fork(SYS_clone3, a, h.flags, h.stack);
+}
+
 LONGTERM_EXPORT int mlock(const void *addr, size_t len)
 {
 	return (int)mlock_range(SYS_mlock, addr, len, 0);
@@ -421,6 +470,16 @@ LONGTERM_EXPORT long syscall(long nr, ...)
 							 (unsigned)a[3]));
 	case SYS_io_uring_setup:
 		return libc_result(io_uring_setup_raw((unsigned)a[0], (struct io_uring_params *)a[1]));
+#ifdef SYS_fork
+	case SYS_fork:
+		return libc_result(raw_fork(nr, a, 0, 0));
+#endif
+	case SYS_clone:
+		return libc_result(raw_fork(nr, a, (uint64_t)a[0], (uint64_t)a[1]));
+#ifdef SYS_clone3
+	case SYS_clone3:
+		return libc_result(raw_clone3(a));
+#endif
 	default: {
 		long rc;
 
@@ -436,6 +495,56 @@ LONGTERM_EXPORT long syscall(long nr, ...)
 		return libc_result(ucma_raw_syscall6(nr, a[0], a[1], a[2], a[3], a[4], a[5]));
 	}
 	}
+}
+
+/*
+ * clone() without CLONE_VM: the same as a raw fork above.  The child runs
+ * @fn on its own stack, so a trampoline makes the child's half first; its
+ * description lies on this thread's stack, which the child has a copy of.
+ * Like the C library's, this reads the three optional arguments whatever
+ * the flags (they are passed on, and used only where the flags say).
+ */
+struct clone_call {
+	int (*fn)(void *);
+	void *arg;
+	bool shared_files;
+};
+
+static int clone_child(void *p)
+{
+	const struct clone_call *c = p;
+
+	ucma_lend_raw_fork_child(c->shared_files);
+	return c->fn(c->arg);
+}
+
+typedef int (*clone_fn)(int (*)(void *), void *, int, void *, ...);
+
+LONGTERM_EXPORT int clone(int (*fn)(void *), void *stack, int flags, void *arg, ...)
+{
+	static void *cache;
+	clone_fn real = (clone_fn)ucma_preload_next(&cache, "clone");
+	struct clone_call c = { fn, arg, (flags & CLONE_FILES) != 0 };
+	void *ptid, *tls, *ctid;
+	va_list ap;
+	int ret;
+
+	va_start(ap, arg);
+	ptid = va_arg(ap, void *);
+	tls = va_arg(ap, void *);
+	ctid = va_arg(ap, void *);
+	va_end(ap);
+	if (!real) {
+		errno = ENOSYS;
+		return -1;
+	}
+	if (flags & CLONE_VM)
+		return real(fn, stack, flags, arg, ptid, tls, ctid);
+	if (ucma_lend_raw_fork_prepare() != 0)
+		return -1;
+	ret = real(clone_child, stack, flags, &c, ptid, tls, ctid);
+	ucma_lend_raw_fork_parent();
+	return ret;
 }
 
 /* ------------------------------------------------------------------------ */

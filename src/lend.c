@@ -1392,6 +1392,62 @@ void ucma_lend_fork_child(void)
 }
 
 /*
+ * Forks without the handlers (lend.h).  The mask saved by prepare's
+ * lend_lock() is restored by parent or child: one fork at a time holds
+ * the lock, so one saved mask is enough.
+ */
+static sigset_t raw_fork_saved;
+
+int ucma_lend_raw_fork_prepare(void)
+{
+	struct ucma_arena *a = lend.a;
+	sigset_t saved;
+	int failed = 0;
+
+	lend_lock(&saved);
+	if (a && lend.of && atomic_load(&ucma_lend_nr_borrowed) != 0) {
+		for (uint32_t pb = a->zones[UCMA_ZONE_NORMAL].start_pfn >> UCMA_PAGEBLOCK_ORDER;
+		     pb < a->zones[UCMA_ZONE_NORMAL].end_pfn >> UCMA_PAGEBLOCK_ORDER; pb++) {
+			uint32_t s = of_get(pb);
+
+			if (s == LEND_NONE || (s & LEND_RESERVED))
+				continue;
+			if (take_back_locked(a, pb) == 0)
+				ucma_count(UCMA_STAT_LEND_HEAP_FORK_EVACUATED, 1);
+			else
+				failed++;
+		}
+	}
+	if (failed) {
+		lend_unlock(&saved);
+		ucma_mem_event_deliver();
+		ucma_log("fork without fork handlers refused: %d heap pageblocks stay on CMA "
+			 "frames, which the child would not have", failed);
+		errno = EAGAIN;
+		return -1;
+	}
+	raw_fork_saved = saved;
+	return 0;
+}
+
+void ucma_lend_raw_fork_parent(void)
+{
+	lend_unlock(&raw_fork_saved);
+	ucma_mem_event_deliver();	/* MAP of the frames given back */
+}
+
+void ucma_lend_raw_fork_child(bool shared_files)
+{
+	atomic_store(&lend.on, false);
+	/* The parent's: its ioctls would act on the parent's address space.
+	 * A shared descriptor table keeps it open for the parent; the number
+	 * stays the library's there, so it is only never used. */
+	if (!shared_files)
+		uffd_drop();
+	lend_unlock(&raw_fork_saved);
+}
+
+/*
  * struct lend_fork - one fork, stage "lend frames" (after frames.c's, with
  * every zone lock held): the borrowed pageblocks are inherited (DONTFORK
  * lifted), the child copies them to private memory while the parent

@@ -123,6 +123,26 @@ static inline bool ucma_lend_any_borrowed(void)
 	return atomic_load_explicit(&ucma_lend_nr_borrowed, memory_order_acquire) != 0;
 }
 
+/*
+ * A fork made without the fork handlers: the preloaded syscall() with
+ * SYS_fork, or SYS_clone or SYS_clone3 without CLONE_VM, and the
+ * preloaded clone() (preload/longterm.c).  Such a child gets nothing of
+ * a borrowed pageblock (MADV_DONTFORK) and no fork handler copies it, so
+ * prepare takes every borrowed pageblock back first and holds lend.lock,
+ * with every signal blocked, until the fork is made: no frame is mapped
+ * at the heap meanwhile.  Returns 0, or -1 with errno EAGAIN when a
+ * pageblock could not be taken back (the fork must then be refused: the
+ * child would fault on that memory).  After a prepare that returned 0,
+ * exactly one of parent (the fork failed, or in the parent) and child
+ * (in the child; @shared_files: it shares the parent's descriptor table,
+ * CLONE_FILES) must follow.  The child lends nothing (its fork handlers
+ * did not run: it has no CMA area mapped) and forgets the parent's
+ * userfaultfd.
+ */
+UCMA_INTERNAL int ucma_lend_raw_fork_prepare(void);
+UCMA_INTERNAL void ucma_lend_raw_fork_parent(void);
+UCMA_INTERNAL void ucma_lend_raw_fork_child(bool shared_files);
+
 /* Counted for the statistics (stats.c): pageblocks borrowed now. */
 UCMA_INTERNAL uint64_t ucma_lend_borrowed_now(void);
 

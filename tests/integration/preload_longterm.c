@@ -14,7 +14,9 @@
  * in the old frame, now the contiguous buffer, had the buffer stayed
  * lent).  Rings that the program places in its own memory
  * (IORING_SETUP_NO_MMAP) are put in a lent block: after ucma_alloc() of
- * the whole area, NOPs must still complete through them.  A TAP program;
+ * the whole area, NOPs must still complete through them.  Children made
+ * without the fork handlers (syscall(SYS_clone), clone(), SYS_clone3)
+ * must find the lent memory they read.  A TAP program;
  * preload_longterm.sh runs it.
  *
  * SPDX-License-Identifier: MIT
@@ -23,6 +25,8 @@
 
 #include <errno.h>
 #include <linux/io_uring.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -31,6 +35,7 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #ifdef HAVE_LIBURING
@@ -384,6 +389,83 @@ static void case_mlockall(void)
 	keep(b[1]);
 }
 
+/*
+ * Forks that skip the fork handlers: a child made by syscall(SYS_fork),
+ * syscall(SYS_clone) or clone() without CLONE_VM finds no borrowed
+ * pageblock mapped (they are MADV_DONTFORK), so the heap is taken back
+ * first.  The child reads a lent block (and, for clone(), runs on a stack
+ * that was lent too) and exits 0 when every byte is there; it was killed
+ * by SIGSEGV before.
+ */
+static char *child_block;
+
+static int child_checks(void *arg)
+{
+	(void)arg;
+	return block_good(child_block, 20) && !tu_on_frame(child_block) ? 0 : 3;
+}
+
+static void raw_fork_case(const char *how, int which)
+{
+	uint64_t evacuated = stat_of("lend_heap_fork_evacuated");
+	char *stack = NULL;
+	int status = -1;
+	pid_t pid;
+
+	child_block = lent_block(20);
+	if (!child_block) {
+		ok(0, "%s: no lent block", how);
+		return;
+	}
+	switch (which) {
+	case 0:
+		pid = (pid_t)syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0);
+		break;
+	case 1:
+		stack = lent_block(21);
+		pid = stack ? clone(child_checks, stack + BLOCK, SIGCHLD, NULL) : -1;
+		break;
+	default: {
+		struct {
+			uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size,
+				tls, set_tid, set_tid_size, cgroup;
+		} args = { .exit_signal = SIGCHLD };
+
+		pid = (pid_t)syscall(SYS_clone3, &args, sizeof(args));
+		if (pid < 0 && errno == ENOSYS) {
+			skip(1, "%s: %s", how, strerror(errno));
+			keep(child_block);
+			return;
+		}
+		break;
+	}
+	}
+	if (pid == 0)
+		_exit(child_checks(NULL));
+	if (pid > 0)
+		waitpid(pid, &status, 0);
+	ok(pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
+		   stat_of("lend_heap_fork_evacuated") > evacuated && block_good(child_block, 20),
+	   "%s: the heap is taken back first, the child reads the lent block (status %#x)", how,
+	   (unsigned)status);
+	keep(child_block);
+	keep(stack);
+}
+
+static void case_raw_fork(void)
+{
+	char *later;
+
+	raw_fork_case("syscall(SYS_clone, SIGCHLD)", 0);
+	raw_fork_case("clone() on a lent stack", 1);
+#ifdef SYS_clone3
+	raw_fork_case("syscall(SYS_clone3)", 2);
+#endif
+	later = lent_block(22);
+	ok(later != NULL, "the parent lends again afterwards");
+	keep(later);
+}
+
 int main(void)
 {
 	char *probe;
@@ -403,6 +485,7 @@ int main(void)
 #else
 	skip(5, "liburing is not installed");
 #endif
+	case_raw_fork();
 	case_mlockall();
 	free_kept();
 	return done();
