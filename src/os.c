@@ -38,14 +38,18 @@
  * library's madvise(), mremap(), munmap() and mlock() (preload/, which
  * take lent frames back before the program's calls) let it through.
  */
-static __thread bool os_calling __attribute__((tls_model("initial-exec")));
+static __thread volatile bool os_calling __attribute__((tls_model("initial-exec")));
 
 bool ucma_os_in_call(void)
 {
 	return os_calling;
 }
 
-/* Mark the call; a signal handler's nested call keeps the outer mark. */
+/* Mark the call; a signal handler's nested call keeps the outer mark.
+ * The C library declares these calls leaf functions (they never call
+ * back into this file), so without volatile the compiler may drop the
+ * mark as a store nobody reads, and the preloaded madvise() would see
+ * the library's own call as the program's. */
 #define OS_CALL(expr)                       \
 	({                                  \
 		bool was_ = os_calling;     \
