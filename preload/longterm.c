@@ -1,6 +1,7 @@
 /*
  * longterm.c - the calls that hand malloc memory to the kernel for good,
- * interposed so that memory never lies on a CMA frame lent to the heap.
+ * or that change what its pages are, interposed so that memory never lies
+ * on a CMA frame lent to the heap.
  *
  * With UCMA_CMA_POLICY=lend a pageblock of the heap may be backed by a
  * frame of a CMA area, and ucma_alloc() takes the frame back by copying
@@ -18,6 +19,17 @@
  *   mlockall                  everything, and nothing is lent afterwards
  *                             (ucma_unlend_all(); MCL_FUTURE would lock
  *                             frames mapped later);
+ *   madvise                   the range, for every advice but the hints
+ *                             that change nothing the program can see
+ *                             (MADV_NORMAL, _RANDOM, _SEQUENTIAL,
+ *                             _WILLNEED, _COLD, _PAGEOUT, _POPULATE_READ
+ *                             and _WRITE): a lent page is shared memory,
+ *                             on which MADV_DONTNEED would not zero what
+ *                             the program reads next, MADV_FREE and
+ *                             MADV_WIPEONFORK fail, MADV_REMOVE would free
+ *                             the frame's page, MADV_DOFORK would share
+ *                             the frame with a child, and a take-back
+ *                             would drop the fork advice given to it;
  *   io_uring_setup            with IORING_SETUP_NO_MMAP, the program's
  *                             memory for the rings and the SQEs, which the
  *                             kernel pins for the ring's life;
@@ -428,6 +440,33 @@ static long raw_clone3(const long a[6])
 	return raw_fork(SYS_clone3, a, h.flags, h.stack);
 }
 
+/* madvise(): see the list above; EAGAIN when the range stays lent. */
+static long madvise_range(void *addr, size_t len, int advice)
+{
+	switch (advice) {
+	case MADV_NORMAL:
+	case MADV_RANDOM:
+	case MADV_SEQUENTIAL:
+	case MADV_WILLNEED:
+	case 20:	/* MADV_COLD */
+	case 21:	/* MADV_PAGEOUT */
+	case 22:	/* MADV_POPULATE_READ */
+	case 23:	/* MADV_POPULATE_WRITE */
+		break;
+	default:
+		if (len && ucma_unlend(addr, len) != 0) {
+			errno = EAGAIN;
+			return -1;
+		}
+	}
+	return libc_result(ucma_raw_syscall6(SYS_madvise, (long)addr, (long)len, advice, 0, 0, 0));
+}
+
+LONGTERM_EXPORT int madvise(void *addr, size_t len, int advice)
+{
+	return (int)madvise_range(addr, len, advice);
+}
+
 LONGTERM_EXPORT int mlock(const void *addr, size_t len)
 {
 	return (int)mlock_range(SYS_mlock, addr, len, 0);
@@ -465,6 +504,8 @@ LONGTERM_EXPORT long syscall(long nr, ...)
 		return mlock_range(nr, (const void *)a[0], (size_t)a[1], a[2]);
 	case SYS_mlockall:
 		return mlock_all((int)a[0]);
+	case SYS_madvise:
+		return madvise_range((void *)a[0], (size_t)a[1], (int)a[2]);
 	case SYS_io_uring_register:
 		return libc_result(io_uring_register_raw(a[0], (unsigned)a[1], (const void *)a[2],
 							 (unsigned)a[3]));

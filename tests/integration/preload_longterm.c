@@ -390,6 +390,40 @@ static void case_mlockall(void)
 }
 
 /*
+ * madvise() of heap memory keeps the meaning it has on private memory: a
+ * lent page is shared memory, where MADV_DONTNEED would leave the data
+ * and MADV_FREE fail.  A hint leaves the block lent.
+ */
+static bool all_zero(const char *b, size_t len)
+{
+	for (size_t i = 0; i < len; i += 64)
+		if (b[i])
+			return false;
+	return true;
+}
+
+static void case_madvise(void)
+{
+	char *b = lent_block(23), *c = lent_block(24), *d = lent_block(25);
+
+	ok(b && madvise(b, BLOCK, MADV_WILLNEED) == 0 && tu_on_frame(b) && block_good(b, 23),
+	   "madvise(MADV_WILLNEED), a hint: the block stays lent, data intact");
+	ok(b && madvise(b, BLOCK, MADV_DONTNEED) == 0 && !any_on_frame(b, BLOCK) &&
+		   all_zero(b, BLOCK),
+	   "madvise(MADV_DONTNEED) of a lent block: it reads back zeros, as private memory does");
+	errno = 0;
+	ok(c && madvise(c, BLOCK, MADV_FREE) == 0 && !any_on_frame(c, BLOCK),
+	   "madvise(MADV_FREE) of a lent block: 0, not the EINVAL of shared memory (%s)",
+	   strerror(errno));
+	ok(d && syscall(SYS_madvise, d, BLOCK, MADV_DONTNEED) == 0 && !any_on_frame(d, BLOCK) &&
+		   all_zero(d, BLOCK),
+	   "syscall(SYS_madvise, MADV_DONTNEED): the same");
+	keep(b);
+	keep(c);
+	keep(d);
+}
+
+/*
  * Forks that skip the fork handlers: a child made by syscall(SYS_fork),
  * syscall(SYS_clone) or clone() without CLONE_VM finds no borrowed
  * pageblock mapped (they are MADV_DONTFORK), so the heap is taken back
@@ -485,6 +519,7 @@ int main(void)
 #else
 	skip(5, "liburing is not installed");
 #endif
+	case_madvise();
 	case_raw_fork();
 	case_mlockall();
 	free_kept();
