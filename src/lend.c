@@ -1163,9 +1163,11 @@ int ucma_lend_take_back_run(struct ucma_arena *a, uint32_t head)
 int ucma_unlend(const void *addr, size_t len)
 {
 	struct ucma_arena *a = ucma_arena_peek();
-	uintptr_t lo = (uintptr_t)addr, hi, zlo, zhi;
+	uintptr_t lo = (uintptr_t)addr, last, hi, zlo, zhi;
 
-	if (__builtin_add_overflow(lo, len, &hi)) {
+	/* The range may end exactly at the top of the address space: its
+	 * last byte must not wrap, its end may. */
+	if (len && __builtin_add_overflow(lo, len - 1, &last)) {
 		errno = EINVAL;
 		return -1;
 	}
@@ -1177,7 +1179,7 @@ int ucma_unlend(const void *addr, size_t len)
 	zlo = (uintptr_t)ucma_pfn_to_addr(a, a->zones[UCMA_ZONE_NORMAL].start_pfn);
 	zhi = (uintptr_t)ucma_pfn_to_addr(a, a->zones[UCMA_ZONE_NORMAL].end_pfn);
 	lo = lo > zlo ? lo : zlo;
-	hi = hi < zhi ? hi : zhi;
+	hi = last < zhi - 1 ? last + 1 : zhi;
 	for (uintptr_t p = UCMA_ALIGN_DOWN(lo, UCMA_PAGEBLOCK_SIZE); p < hi;
 	     p += UCMA_PAGEBLOCK_SIZE) {
 		uint32_t pb = ucma_addr_to_pfn(a, (void *)p) >> UCMA_PAGEBLOCK_ORDER;

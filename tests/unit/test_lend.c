@@ -245,8 +245,11 @@ static void case_basic(void)
 	   "ucma_owns_fd: the area's file yes, others no");
 	errno = 0;
 	ok(ucma_unlend(NULL, 0) == 0 && ucma_unlend(&a, sizeof(a)) == 0 &&
-		   ucma_unlend((void *)(UINTPTR_MAX - PAGE + 1), 2 * PAGE) == -1 && errno == EINVAL,
-	   "ucma_unlend: nothing lent there is no error; a range that wraps is EINVAL");
+		   ucma_unlend((void *)(UINTPTR_MAX - PAGE + 1), 2 * PAGE) == -1 && errno == EINVAL &&
+		   ucma_unlend((void *)UINTPTR_MAX, 1) == 0 &&
+		   ucma_unlend((void *)(UINTPTR_MAX - PAGE + 1), PAGE) == 0,
+	   "ucma_unlend: nothing lent there is no error; a range that wraps is EINVAL, one "
+	   "that ends at the top of the address space is not");
 	ok(zones_ok(), "zone invariants hold at the end");
 }
 
