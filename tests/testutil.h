@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -200,6 +202,51 @@ static inline void tu_clear_env(void)
 		snprintf(name, sizeof(name), "%.*s", (int)strcspn(*e, "="), *e);
 		unsetenv(name);
 	}
+}
+
+/*
+ * Results a child leaves for its parent: @len zeroed bytes shared with
+ * the children forked later.  Exits the test (status 99, as the harness's
+ * hard error) when they cannot be mapped.
+ */
+static inline void *tu_shared_results(size_t len)
+{
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED) {
+		printf("Bail out! mmap of %zu shared bytes: %s\n", len, strerror(errno));
+		exit(99);
+	}
+	return p;
+}
+
+/*
+ * fork() for a child that does its part and leaves: stdout is flushed
+ * first (the child would print the parent's buffered lines again).
+ * Returns 0 in the child, the child's pid in the parent; exits the test
+ * when there is no child.
+ */
+static inline pid_t tu_fork(void)
+{
+	pid_t pid;
+
+	fflush(stdout);
+	pid = fork();
+	if (pid < 0) {
+		printf("Bail out! fork: %s\n", strerror(errno));
+		exit(99);
+	}
+	return pid;
+}
+
+/* The wait status of child @pid. */
+static inline int tu_wait(pid_t pid)
+{
+	int st = -1;
+
+	while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+		;
+	return st;
 }
 
 /* A 64-bit FNV-1a checksum; good enough to detect any corrupted byte. */

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "tap.h"
+#include "testutil.h"
 
 extern char **environ;
 
@@ -734,11 +735,8 @@ static void test_refused_init_sticks(void)
 	pid_t pid;
 	int st;
 
-	r = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (r == MAP_FAILED)
-		bail_out("mmap: %s", strerror(errno));
-	fflush(stdout);
-	pid = fork();
+	r = tu_shared_results(sizeof(*r));
+	pid = tu_fork();
 	if (pid == 0) {
 		struct ucma_config bad = { .strict = 1, .hugepages = 99 };
 		struct ucma_config good = { .arena_size = 64 << 20, .cma_size = 16 << 20,
@@ -758,7 +756,7 @@ static void test_refused_init_sticks(void)
 		r->alloc_ok = p && ucma_release(p) == 0;
 		_exit(0);
 	}
-	waitpid(pid, &st, 0);
+	st = tu_wait(pid);
 	ok(WIFEXITED(st) && r->init_rc == -1 && r->init_errno == EINVAL,
 	   "ucma_init(strict, bad backing): -1, EINVAL");
 	ok(r->alloc_null && r->alloc_errno == EINVAL && r->halloc_zero,

@@ -1033,9 +1033,7 @@ static void case_fork_own_stack(void)
 		ok(0, "ucma_init: %s", strerror(errno));
 		return;
 	}
-	fo.report = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (fo.report == MAP_FAILED)
-		bail_out("mmap");
+	fo.report = tu_shared_results(PAGE);
 	for (int r = 0; r < ROUNDS; r++) {
 		char *b = block_new(3 * MiB, 900 + (uint64_t)r);
 		pthread_t w, t;

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "tap.h"
+#include "testutil.h"
 
 /* Each case is the misuse it tests.  ucma.h's attributes let GCC see some
  * of them at compile time, as it sees the same ones with free(). */
@@ -341,9 +342,7 @@ static void case_use_after_free_slab(void)
 
 int main(void)
 {
-	victim = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (victim == MAP_FAILED)
-		bail_out("mmap: %s", strerror(errno));
+	victim = tu_shared_results(4096);
 	/* Initialise in the parent, so every child starts from the same
 	 * arena and key. */
 	ucma_free(ucma_malloc(1));

@@ -240,20 +240,13 @@ static struct result *run(int refuse, bool prefault)
 	pid_t pid;
 	int st;
 
-	if (!shared) {
-		shared = mmap(NULL, sizeof(*shared), PROT_READ | PROT_WRITE,
-			      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-		if (shared == MAP_FAILED)
-			bail_out("mmap: %s", strerror(errno));
-	}
+	if (!shared)
+		shared = tu_shared_results(sizeof(*shared));
 	memset(shared, 0, sizeof(*shared));
-	fflush(stdout);
-	pid = fork();
-	if (pid < 0)
-		bail_out("fork: %s", strerror(errno));
+	pid = tu_fork();
 	if (pid == 0)
 		child(shared, refuse, prefault);
-	waitpid(pid, &st, 0);
+	st = tu_wait(pid);
 	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || !shared->init_ok)
 		diag("child: status %#x, init %d", st, shared->init_ok);
 	return shared;
@@ -349,11 +342,8 @@ static void test_populate_bounded(void)
 	pid_t pid;
 	int st;
 
-	r = mmap(NULL, sizeof(*r), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (r == MAP_FAILED)
-		bail_out("mmap: %s", strerror(errno));
-	fflush(stdout);
-	pid = fork();
+	r = tu_shared_results(sizeof(*r));
+	pid = tu_fork();
 	if (pid == 0) {
 		struct ucma_config cfg = {
 			.arena_size = 288 * MiB,
@@ -377,7 +367,7 @@ static void test_populate_bounded(void)
 		r->alloc_ok = p && tu_check(p, 100 * MiB, 7);
 		_exit(0);
 	}
-	waitpid(pid, &st, 0);
+	st = tu_wait(pid);
 	ok(WIFEXITED(st) && WEXITSTATUS(st) == 0 && r->init_ok && r->alloc_ok,
 	   "UCMA_POPULATE beyond available memory: init succeeds, 100 MiB work (status %#x)", st);
 	ok(r->populated == 128 * MiB && !r->prefaulted,
