@@ -1,7 +1,7 @@
 /*
  * interpose.h - what the preloaded interposers share (preload/longterm.c
- * defines most of these, futex_guard.c and lend_guard.c the calls that
- * longterm.c's syscall() hands to them).
+ * defines most of these; futex_guard.c, lend_guard.c and dio_guard.c the
+ * calls that longterm.c's syscall() hands to them).
  *
  * SPDX-License-Identifier: MIT
  */
@@ -51,5 +51,18 @@ UCMA_PRELOAD_HIDDEN long ucma_preload_futex_unlend(long nr, const long a[6]);
  * (-1 and errno on failure) in *@ret; false for any other call @nr.
  */
 UCMA_PRELOAD_HIDDEN bool ucma_preload_guard_syscall(long nr, const long a[6], long *ret);
+
+/*
+ * syscall() of a read or write call (read, write, pread64, pwrite64,
+ * readv, writev, preadv, pwritev, preadv2, pwritev2), io_submit or fcntl: its
+ * buffers leave the lent frames first when the I/O is direct
+ * (dio_guard.c).  True with the result (-1 and errno on failure) in
+ * *@ret; false for any other call @nr.
+ */
+UCMA_PRELOAD_HIDDEN bool ucma_preload_dio_syscall(long nr, const long a[6], long *ret);
+
+/* Descriptors @first to @last were closed or replaced: what dio_guard.c
+ * knew of their status flags no longer holds. */
+UCMA_PRELOAD_HIDDEN void ucma_preload_dio_forget(unsigned first, unsigned last);
 
 #endif /* UCMA_PRELOAD_INTERPOSE_H */

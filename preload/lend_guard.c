@@ -132,16 +132,23 @@ static int close_pieces(unsigned first, unsigned last, unsigned flags)
 
 GUARD_EXPORT int close(int fd)
 {
+	int rc;
+
 	if (ucma_owns_fd(fd)) {
 		errno = EBADF;
 		return -1;
 	}
-	return (int)sys3(SYS_close, fd, 0, 0);
+	rc = (int)sys3(SYS_close, fd, 0, 0);
+	/* Closed even when the kernel says EINTR or EIO. */
+	if (fd >= 0)
+		ucma_preload_dio_forget((unsigned)fd, (unsigned)fd);
+	return rc;
 }
 
 GUARD_EXPORT int close_range(unsigned int first, unsigned int last, int flags)
 {
 	unsigned f = (unsigned)flags;
+	int rc;
 
 	if (first > last || (f & ~(CLOSE_RANGE_UNSHARE | CLOSE_RANGE_CLOEXEC)))
 		return sys_close_range(first, last, f);	/* EINVAL from the kernel */
@@ -150,7 +157,10 @@ GUARD_EXPORT int close_range(unsigned int first, unsigned int last, int flags)
 			return -1;
 		f &= ~CLOSE_RANGE_UNSHARE;
 	}
-	return close_pieces(first, last, f);
+	rc = close_pieces(first, last, f);
+	if (!(f & CLOSE_RANGE_CLOEXEC))
+		ucma_preload_dio_forget(first, last);
+	return rc;
 }
 
 /*
@@ -186,20 +196,28 @@ static bool dup_target_free(int oldfd, int newfd)
 	return true;
 }
 
+/* A number now names another file (dio_guard.c's cache). */
+static int dup_done(int newfd)
+{
+	if (newfd >= 0)
+		ucma_preload_dio_forget((unsigned)newfd, (unsigned)newfd);
+	return newfd;
+}
+
 GUARD_EXPORT int dup2(int oldfd, int newfd)
 {
 	if (!dup_target_free(oldfd, newfd))
 		return -1;
 	if (oldfd == newfd)	/* dup2() of a number onto itself: is it open? */
 		return sys3(SYS_fcntl, oldfd, F_GETFD, 0) < 0 ? -1 : newfd;
-	return (int)sys3(SYS_dup3, oldfd, newfd, 0);
+	return dup_done((int)sys3(SYS_dup3, oldfd, newfd, 0));
 }
 
 GUARD_EXPORT int dup3(int oldfd, int newfd, int flags)
 {
 	if (!dup_target_free(oldfd, newfd))
 		return -1;
-	return (int)sys3(SYS_dup3, oldfd, newfd, flags);
+	return dup_done((int)sys3(SYS_dup3, oldfd, newfd, flags));
 }
 
 bool ucma_preload_guard_syscall(long nr, const long a[6], long *ret)

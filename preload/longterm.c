@@ -484,9 +484,10 @@ LONGTERM_EXPORT int mlockall(int flags)
 
 /*
  * syscall(): the calls above by number, the futex calls whose words
- * must not be on a lent frame (futex_guard.c), and close and dup calls,
- * kept off the library's descriptors (lend_guard.c); everything else
- * forwarded as is.
+ * must not be on a lent frame (futex_guard.c), close and dup calls, kept
+ * off the library's descriptors (lend_guard.c), and read, write and
+ * io_submit calls whose direct I/O must not reach a lent frame
+ * (dio_guard.c); everything else forwarded as is.
  * Like the C library's, it reads six arguments whatever the call takes.
  */
 LONGTERM_EXPORT long syscall(long nr, ...)
@@ -526,6 +527,9 @@ LONGTERM_EXPORT long syscall(long nr, ...)
 
 		/* close and dup onto the library's descriptors (lend_guard.c). */
 		if (ucma_preload_guard_syscall(nr, a, &rc))
+			return rc;
+		/* Direct I/O into heap memory (dio_guard.c). */
+		if (ucma_preload_dio_syscall(nr, a, &rc))
 			return rc;
 		/* The futex calls' shared words first (futex_guard.c): 0 for
 		 * any other call. */

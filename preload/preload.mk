@@ -14,11 +14,12 @@
 ## mlock() or io_uring registration off CMA frames lent to the heap;
 ## lend_guard.c keeps the program's close(), close_range(), closefrom(),
 ## dup2() and dup3() off the library's own descriptors; futex_guard.c keeps
-## shared futex words and heap thread stacks off those frames
-## (interpose.h: what longterm.c shares with it).
+## shared futex words and heap thread stacks off those frames;
+## dio_guard.c keeps direct I/O (O_DIRECT reads and writes, io_submit())
+## off them (interpose.h: what longterm.c shares with them).
 lib_LTLIBRARIES += libucma-preload.la
 libucma_preload_la_SOURCES = $(UCMA_SOURCES) preload/preload.c preload/longterm.c \
-	preload/lend_guard.c preload/futex_guard.c preload/interpose.h
+	preload/lend_guard.c preload/futex_guard.c preload/dio_guard.c preload/interpose.h
 libucma_preload_la_CFLAGS = $(AM_CFLAGS) $(NUMA_CFLAGS) $(URCU_CFLAGS) -fvisibility=hidden \
 	-ftls-model=initial-exec -fno-builtin
 libucma_preload_la_LIBADD = $(UCMA_LIBADD) -ldl

@@ -1194,6 +1194,32 @@ int ucma_unlend(const void *addr, size_t len)
 	return 0;
 }
 
+bool ucma_lend_range_borrowed(const void *addr, size_t len)
+{
+	struct ucma_arena *a = lend.a;
+	uintptr_t lo = (uintptr_t)addr, hi, zlo, zhi;
+
+	if (!len || !a || !lend.of || !ucma_lend_any_borrowed())
+		return false;
+	zlo = (uintptr_t)ucma_pfn_to_addr(a, a->zones[UCMA_ZONE_NORMAL].start_pfn);
+	zhi = (uintptr_t)ucma_pfn_to_addr(a, a->zones[UCMA_ZONE_NORMAL].end_pfn);
+	hi = len - 1 > UINTPTR_MAX - lo ? UINTPTR_MAX : lo + (len - 1);
+	if (hi < zlo || lo >= zhi)
+		return false;
+	lo = lo > zlo ? lo : zlo;
+	hi = hi < zhi - 1 ? hi : zhi - 1;
+	for (uintptr_t p = UCMA_ALIGN_DOWN(lo, UCMA_PAGEBLOCK_SIZE); p <= hi;
+	     p += UCMA_PAGEBLOCK_SIZE) {
+		uint32_t s = of_get(ucma_addr_to_pfn(a, (void *)p) >> UCMA_PAGEBLOCK_ORDER);
+
+		if (s != LEND_NONE && !(s & LEND_RESERVED))
+			return true;
+		if (p > UINTPTR_MAX - UCMA_PAGEBLOCK_SIZE)
+			break;
+	}
+	return false;
+}
+
 /** ucma_unlend_all() - take back everything, lend nothing more. */
 int ucma_unlend_all(void)
 {

@@ -143,6 +143,14 @@ UCMA_INTERNAL int ucma_lend_raw_fork_prepare(void);
 UCMA_INTERNAL void ucma_lend_raw_fork_parent(void);
 UCMA_INTERNAL void ucma_lend_raw_fork_child(bool shared_files);
 
+/*
+ * Does [@addr, @addr + @len) touch a borrowed pageblock (or one being
+ * taken back)?  A look without a lock, for the preloaded interposers'
+ * fast path: memory that is allocated when it says no never will be
+ * lent (only wholly free pageblocks are).
+ */
+UCMA_INTERNAL bool ucma_lend_range_borrowed(const void *addr, size_t len);
+
 /* Counted for the statistics (stats.c): pageblocks borrowed now. */
 UCMA_INTERNAL uint64_t ucma_lend_borrowed_now(void);
 

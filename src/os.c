@@ -35,8 +35,9 @@
 
 /*
  * Set while the library's own memory call runs, so that the preloaded
- * library's madvise(), mremap(), munmap() and mlock() (preload/, which
- * take lent frames back before the program's calls) let it through.
+ * library's madvise(), mremap(), munmap(), mlock(), pread() and pwrite()
+ * (preload/, which take lent frames back before the program's calls) let
+ * it through.
  */
 static __thread volatile bool os_calling __attribute__((tls_model("initial-exec")));
 
@@ -127,12 +128,12 @@ static int os_fallocate(int fd, int mode, off_t off, off_t len)
 
 static ssize_t os_pwrite(int fd, const void *buf, size_t len, off_t off)
 {
-	return pwrite(fd, buf, len, off);
+	return OS_CALL(pwrite(fd, buf, len, off));
 }
 
 static ssize_t os_pread(int fd, void *buf, size_t len, off_t off)
 {
-	return pread(fd, buf, len, off);
+	return OS_CALL(pread(fd, buf, len, off));
 }
 
 /*

@@ -24,7 +24,10 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/aio_abi.h>
 #include <linux/io_uring.h>
+#include <malloc.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -389,6 +392,16 @@ static void case_mlockall(void)
 	keep(b[1]);
 }
 
+/* Free blocks a case is done with, and give their pageblocks back clean
+ * (malloc_trim), so the next cases' blocks are lent again: a freed block
+ * is dirty memory the heap would hand out as it is. */
+static void release_blocks(char **b, int n)
+{
+	for (int i = 0; i < n; i++)
+		free(b[i]);
+	malloc_trim(0);
+}
+
 /*
  * madvise() of heap memory keeps the meaning it has on private memory: a
  * lent page is shared memory, where MADV_DONTNEED would leave the data
@@ -418,9 +431,122 @@ static void case_madvise(void)
 	ok(d && syscall(SYS_madvise, d, BLOCK, MADV_DONTNEED) == 0 && !any_on_frame(d, BLOCK) &&
 		   all_zero(d, BLOCK),
 	   "syscall(SYS_madvise, MADV_DONTNEED): the same");
-	keep(b);
-	keep(c);
-	keep(d);
+	release_blocks((char *[]){ b, c, d }, 3);
+}
+
+/*
+ * Direct I/O (dio_guard.c): a read or write on an O_DIRECT descriptor
+ * pins the buffer's pages only for the transfer, but a take-back in that
+ * window would copy the heap away from under the device.  The buffer
+ * leaves the lent frames before the call; buffered I/O leaves it lent.
+ */
+static int direct_file(size_t len, uint64_t seed)
+{
+	static const char *const dirs[] = { "/var/tmp", ".", "/tmp" };
+
+	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+		char path[256];
+		int fd, wfd;
+		char *buf;
+
+		snprintf(path, sizeof(path), "%s/ucma-dio.XXXXXX", dirs[i]);
+		wfd = mkstemp(path);
+		if (wfd < 0)
+			continue;
+		fd = open(path, O_RDWR | O_DIRECT);
+		unlink(path);
+		buf = aligned_alloc(PAGE, len);
+		if (fd >= 0 && buf) {
+			tu_fill(buf, len, seed);
+			if (pwrite(wfd, buf, len, 0) == (ssize_t)len && fsync(wfd) == 0) {
+				free(buf);
+				close(wfd);
+				return fd;
+			}
+		}
+		free(buf);
+		if (fd >= 0)
+			close(fd);
+		close(wfd);
+	}
+	return -1;
+}
+
+static void case_direct_io(void)
+{
+	char *b = lent_block(26), *c = lent_block(27), *d = lent_block(28), *e = lent_block(29);
+	int fd = direct_file(MiB, 30), bfd = pattern_file(MiB, 31);
+	ssize_t n;
+
+	if (fd < 0) {
+		skip(6, "no file system here takes O_DIRECT");
+		goto out;
+	}
+	n = b ? pread(fd, b, MiB, 0) : -1;
+	ok(n == (ssize_t)MiB && !any_on_frame(b, MiB) && tu_check(b, MiB, 30),
+	   "pread() on an O_DIRECT descriptor into a lent block: the buffer is taken back "
+	   "first, the data arrives (%zd)", n);
+	n = c ? syscall(SYS_pread64, fd, c, MiB, 0) : -1;
+	ok(n == (ssize_t)MiB && !any_on_frame(c, MiB) && tu_check(c, MiB, 30),
+	   "syscall(SYS_pread64) the same (%zd)", n);
+	{
+		struct iovec iov = { d + MiB, MiB };
+
+		n = d ? pwritev(fd, &iov, 1, MiB) : -1;
+		ok(n == (ssize_t)MiB && !any_on_frame(d + MiB, MiB) && block_good(d, 28),
+		   "pwritev() from a lent block: taken back first, data intact (%zd)", n);
+	}
+	{
+		aio_context_t ctx = 0;
+		struct iocb cb = { 0 }, *cbs[1] = { &cb };
+		struct io_event ev;
+		long rc = -1;
+
+		cb.aio_lio_opcode = IOCB_CMD_PREAD;
+		cb.aio_fildes = (uint32_t)fd;
+		cb.aio_buf = (uintptr_t)e;
+		cb.aio_nbytes = MiB;
+		if (e && syscall(SYS_io_setup, 1, &ctx) == 0) {
+			rc = syscall(SYS_io_submit, ctx, 1, cbs);
+			if (rc == 1 && syscall(SYS_io_getevents, ctx, 1, 1, &ev, NULL) != 1)
+				rc = -1;
+			syscall(SYS_io_destroy, ctx);
+		}
+		ok(rc == 1 && ev.res == (long long)MiB && !any_on_frame(e, MiB) &&
+			   tu_check(e, MiB, 30),
+		   "syscall(SYS_io_submit) of a read into a lent block: taken back first, the "
+		   "data arrives (rc %ld)", rc);
+	}
+	{
+		char *f = lent_block(32);
+
+		n = f && bfd >= 0 ? pread(bfd, f, MiB, 0) : -1;
+		ok(n == (ssize_t)MiB && tu_on_frame(f) && tu_check(f, MiB, 31),
+		   "buffered pread() into a lent block leaves it lent (%zd)", n);
+		release_blocks(&f, 1);
+	}
+	{
+		/* O_DIRECT turned off and on again with fcntl(), as dd does: what
+		 * the guard knew of the descriptor must not outlive the change. */
+		int fl = fcntl(fd, F_GETFL);
+		char *g = lent_block(33), *h = lent_block(34);
+		bool buffered_lent, direct_taken;
+
+		buffered_lent = g && fcntl(fd, F_SETFL, fl & ~O_DIRECT) == 0 &&
+				pread(fd, g, MiB, 0) == (ssize_t)MiB && tu_on_frame(g);
+		direct_taken = h && fcntl(fd, F_SETFL, fl) == 0 &&
+			       pread(fd, h, MiB, 0) == (ssize_t)MiB && !any_on_frame(h, MiB) &&
+			       tu_check(h, MiB, 30);
+		ok(buffered_lent && direct_taken,
+		   "fcntl(F_SETFL) without O_DIRECT: the block stays lent; with it again: taken "
+		   "back first");
+		release_blocks((char *[]){ g, h }, 2);
+	}
+	close(fd);
+out:
+	if (bfd >= 0)
+		close(bfd);
+	release_blocks((char *[]){ b, c, d, e }, 4);
 }
 
 /*
@@ -520,6 +646,7 @@ int main(void)
 	skip(5, "liburing is not installed");
 #endif
 	case_madvise();
+	case_direct_io();
 	case_raw_fork();
 	case_mlockall();
 	free_kept();
