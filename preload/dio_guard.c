@@ -141,7 +141,8 @@ static bool unlend_buffer(int fd, uintptr_t buf, size_t len)
 {
 	if (!maybe_lent(buf, len) || !fd_direct(fd))
 		return true;
-	if (ucma_unlend((const void *)buf, len) == 0)
+	/* A range that wraps is the kernel's to refuse (EFAULT). */
+	if (ucma_unlend((const void *)buf, len) == 0 || errno == EINVAL)
 		return true;
 	errno = EAGAIN;
 	return false;
@@ -170,7 +171,7 @@ static bool unlend_iov(int fd, const struct iovec *uiov, long n)
 			}
 			if (!direct)
 				return true;
-			if (ucma_unlend(v[j].iov_base, v[j].iov_len) != 0) {
+			if (ucma_unlend(v[j].iov_base, v[j].iov_len) != 0 && errno != EINVAL) {
 				errno = EAGAIN;
 				return false;
 			}

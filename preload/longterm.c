@@ -54,8 +54,8 @@
  * memory that a later ucma_alloc() would copy away under the kernel.
  *
  * Forks that skip the fork handlers are here too: syscall() with
- * SYS_fork, or SYS_clone or SYS_clone3 without CLONE_VM, and clone()
- * without CLONE_VM.  Borrowed pageblocks carry MADV_DONTFORK (the
+ * SYS_fork, or SYS_clone or SYS_clone3 without CLONE_VM, clone() and
+ * __clone() without CLONE_VM, and _Fork().  Borrowed pageblocks carry MADV_DONTFORK (the
  * handlers of fork() make the child copy them), so such a child would
  * fault on ordinary malloc memory, the argv it was about to exec with
  * for one.  Every borrowed pageblock is taken back before the call
@@ -257,14 +257,17 @@ static size_t pow2_at_least(uint32_t n, uint32_t max)
  * CQEs, a page and more for the ring headers): a pageblock more taken
  * back costs only some lending; one less would be lost data.
  */
-static enum unlend_result unlend_rings(uint32_t entries, const struct io_uring_params *uparams)
+static enum unlend_result unlend_rings(uint32_t entries, const struct io_uring_params *uparams,
+				       bool resize)
 {
 	struct ring_params p;
 	size_t sq, cq;
 
 	if (!uparams || !ucma_preload_read_user(&p, uparams, sizeof(p)))
 		return UNLEND_BAD;
-	if (!(p.flags & IOU_SETUP_NO_MMAP))
+	/* A resize takes IORING_SETUP_NO_MMAP from the ring, not from @p
+	 * (the kernel refuses it there): the addresses say it. */
+	if (!resize && !(p.flags & IOU_SETUP_NO_MMAP))
 		return UNLEND_DONE;
 	sq = pow2_at_least(entries, IOU_MAX_SQ_ENTRIES);
 	cq = (p.flags & IOU_SETUP_CQSIZE) ? pow2_at_least(p.cq_entries, IOU_MAX_CQ_ENTRIES) : 2 * sq;
@@ -349,7 +352,7 @@ static enum unlend_result unlend_io_uring(unsigned opcode, const void *arg, unsi
 
 		if (!arg || !ucma_preload_read_user(&p, arg, sizeof(p)))
 			return UNLEND_BAD;
-		return unlend_rings(p.sq_entries, arg);
+		return unlend_rings(p.sq_entries, arg, true);
 	}
 	case IOU_REGISTER_MEM_REGION: {
 		struct mem_region_reg reg;
@@ -371,10 +374,20 @@ static enum unlend_result unlend_io_uring(unsigned opcode, const void *arg, unsi
 
 /* mlock() and mlock2(): the range first; refused with EAGAIN ("could not
  * be locked") when it stays lent. */
+/* ucma_unlend() for a call about to be made on [@addr, @addr + @len):
+ * false (errno EAGAIN) when a pageblock stays lent; a range that wraps
+ * is the kernel's to refuse, with its own error. */
+static bool unlend_for_call(const void *addr, size_t len)
+{
+	if (!len || ucma_unlend(addr, len) == 0 || errno == EINVAL)
+		return true;
+	errno = EAGAIN;
+	return false;
+}
+
 static long mlock_range(long nr, const void *addr, size_t len, long flags)
 {
-	if (len && ucma_unlend(addr, len) != 0) {
-		errno = EAGAIN;
+	if (!unlend_for_call(addr, len)) {
 		return -1;
 	}
 	return libc_result(ucma_raw_syscall6(nr, (long)addr, (long)len, flags, 0, 0, 0));
@@ -400,7 +413,7 @@ static long io_uring_register_raw(long fd, unsigned opcode, const void *arg, uns
 /* The raw io_uring_setup(2): rings in the program's memory first. */
 static long io_uring_setup_raw(unsigned entries, struct io_uring_params *p)
 {
-	if (unlend_rings(entries, p) == UNLEND_FAILED)
+	if (unlend_rings(entries, p, false) == UNLEND_FAILED)
 		return -EBUSY;
 	return ucma_raw_syscall6(SYS_io_uring_setup, entries, (long)p, 0, 0, 0, 0);
 }
@@ -454,10 +467,8 @@ static long madvise_range(void *addr, size_t len, int advice)
 	case 23:	/* MADV_POPULATE_WRITE */
 		break;
 	default:
-		if (len && ucma_unlend(addr, len) != 0) {
-			errno = EAGAIN;
+		if (!unlend_for_call(addr, len))
 			return -1;
-		}
 	}
 	return libc_result(ucma_raw_syscall6(SYS_madvise, (long)addr, (long)len, advice, 0, 0, 0));
 }
@@ -565,31 +576,74 @@ static int clone_child(void *p)
 
 typedef int (*clone_fn)(int (*)(void *), void *, int, void *, ...);
 
-LONGTERM_EXPORT int clone(int (*fn)(void *), void *stack, int flags, void *arg, ...)
+static int clone_made(int (*fn)(void *), void *stack, int flags, void *arg, void *ptid,
+		      void *tls, void *ctid)
 {
 	static void *cache;
 	clone_fn real = (clone_fn)ucma_preload_next(&cache, "clone");
 	struct clone_call c = { fn, arg, (flags & CLONE_FILES) != 0 };
-	void *ptid, *tls, *ctid;
-	va_list ap;
 	int ret;
 
-	va_start(ap, arg);
-	ptid = va_arg(ap, void *);
-	tls = va_arg(ap, void *);
-	ctid = va_arg(ap, void *);
-	va_end(ap);
 	if (!real) {
 		errno = ENOSYS;
 		return -1;
 	}
-	if (flags & CLONE_VM)
+	/* With CLONE_VM nothing is copied; without @fn or @stack the C
+	 * library refuses the call (EINVAL) before any clone is made. */
+	if ((flags & CLONE_VM) || !fn || !stack)
 		return real(fn, stack, flags, arg, ptid, tls, ctid);
 	if (ucma_lend_raw_fork_prepare() != 0)
 		return -1;
 	ret = real(clone_child, stack, flags, &c, ptid, tls, ctid);
 	ucma_lend_raw_fork_parent();
 	return ret;
+}
+
+#define CLONE_ARGS(last)                          \
+	void *ptid_, *tls_, *ctid_;               \
+	va_list ap_;                              \
+	va_start(ap_, last);                      \
+	ptid_ = va_arg(ap_, void *);              \
+	tls_ = va_arg(ap_, void *);               \
+	ctid_ = va_arg(ap_, void *);              \
+	va_end(ap_)
+
+LONGTERM_EXPORT int clone(int (*fn)(void *), void *stack, int flags, void *arg, ...)
+{
+	CLONE_ARGS(arg);
+	return clone_made(fn, stack, flags, arg, ptid_, tls_, ctid_);
+}
+
+int __clone(int (*fn)(void *), void *stack, int flags, void *arg, ...);
+
+LONGTERM_EXPORT int __clone(int (*fn)(void *), void *stack, int flags, void *arg, ...)
+{
+	CLONE_ARGS(arg);
+	return clone_made(fn, stack, flags, arg, ptid_, tls_, ctid_);
+}
+
+/* _Fork() (glibc 2.34): fork() without the fork handlers, which POSIX
+ * makes async-signal-safe. */
+typedef pid_t (*fork_fn)(void);
+
+LONGTERM_EXPORT pid_t _Fork(void)
+{
+	static void *cache;
+	fork_fn real = (fork_fn)ucma_preload_next(&cache, "_Fork");
+	pid_t pid;
+
+	if (!real) {
+		errno = ENOSYS;
+		return -1;
+	}
+	if (ucma_lend_raw_fork_prepare() != 0)
+		return -1;
+	pid = real();
+	if (pid == 0)
+		ucma_lend_raw_fork_child(false);
+	else
+		ucma_lend_raw_fork_parent();
+	return pid;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -703,7 +757,7 @@ LONGTERM_EXPORT int io_uring_setup(unsigned entries, struct io_uring_params *p)
 {
 	/* liburing's io_uring_setup() returns -1 and errno, as the system
 	 * call's wrapper of the C library does. */
-	if (unlend_rings(entries, p) == UNLEND_FAILED) {
+	if (unlend_rings(entries, p, false) == UNLEND_FAILED) {
 		errno = EBUSY;
 		return -1;
 	}

@@ -214,6 +214,7 @@ static void case_io_uring_syscall(void)
 
 struct user_ring {
 	int fd;
+	bool no_array;		/* IORING_SETUP_NO_SQARRAY: SQEs taken in ring order */
 	char *rings;
 	struct io_uring_sqe *sqes;
 	struct io_uring_params p;
@@ -236,7 +237,8 @@ static bool ring_nop(struct user_ring *r, uint64_t ud)
 	memset(&r->sqes[idx], 0, sizeof(r->sqes[idx]));
 	r->sqes[idx].opcode = IORING_OP_NOP;
 	r->sqes[idx].user_data = ud;
-	ring_word(r, r->p.sq_off.array)[idx] = idx;
+	if (!r->no_array)
+		ring_word(r, r->p.sq_off.array)[idx] = idx;
 	__atomic_store_n(ring_word(r, r->p.sq_off.tail), tail + 1, __ATOMIC_RELEASE);
 	rc = syscall(SYS_io_uring_enter, r->fd, 1, 1, IORING_ENTER_GETEVENTS, NULL, 0);
 	if (rc != 1 || __atomic_load_n(ring_word(r, r->p.cq_off.tail), __ATOMIC_ACQUIRE) == ctail) {
@@ -251,6 +253,59 @@ static bool ring_nop(struct user_ring *r, uint64_t ud)
 static int setup_by_syscall(unsigned entries, struct io_uring_params *p)
 {
 	return (int)syscall(SYS_io_uring_setup, entries, p);
+}
+
+/*
+ * IORING_REGISTER_RESIZE_RINGS (Linux 6.13) of a ring set up with
+ * IORING_SETUP_NO_MMAP: the new rings, in another lent block, are taken
+ * back first (the flag is the ring's, not in the resize's parameters).
+ */
+static void resize_rings(void)
+{
+	struct user_ring r = { .fd = -1 }, n;
+	char *a = lent_block(35), *b = lent_block(36);
+	void *area;
+	long rc;
+
+	if (!a || !b) {
+		ok(0, "IORING_REGISTER_RESIZE_RINGS: no lent blocks");
+		return;
+	}
+	r.rings = (char *)(((uintptr_t)a + PAGE - 1) & ~(PAGE - 1));
+	r.sqes = (struct io_uring_sqe *)(void *)(r.rings + RING_SQES_AT);
+	/* Resizing wants a ring whose completions only its submitter reaps;
+	 * the resized rings have no SQ array. */
+	r.p.flags = IORING_SETUP_NO_MMAP | (1U << 12) /* SINGLE_ISSUER */ |
+		    (1U << 13) /* DEFER_TASKRUN */ | (1U << 16) /* NO_SQARRAY */;
+	r.no_array = true;
+	CQ_USER_ADDR(&r.p) = (uintptr_t)r.rings;
+	SQ_USER_ADDR(&r.p) = (uintptr_t)r.sqes;
+	r.fd = setup_by_syscall(8, &r.p);
+	n = r;
+	memset(&n.p, 0, sizeof(n.p));
+	n.rings = (char *)(((uintptr_t)b + PAGE - 1) & ~(PAGE - 1));
+	n.sqes = (struct io_uring_sqe *)(void *)(n.rings + RING_SQES_AT);
+	n.p.sq_entries = 16;
+	CQ_USER_ADDR(&n.p) = (uintptr_t)n.rings;
+	SQ_USER_ADDR(&n.p) = (uintptr_t)n.sqes;
+	rc = r.fd < 0 ? -1 :
+			syscall(SYS_io_uring_register, r.fd, 33 /* IORING_REGISTER_RESIZE_RINGS */,
+				&n.p, 1);
+	if (rc != 0) {
+		skip(2, "IORING_REGISTER_RESIZE_RINGS of a ring in the program's memory: %s",
+		     strerror(errno));
+	} else {
+		ok(!any_on_frame(n.rings, 2 * RING_SQES_AT),
+		   "IORING_REGISTER_RESIZE_RINGS to rings in a lent block: taken back first");
+		area = whole_area();
+		ok(area && ring_nop(&n, 4) && ring_nop(&n, 5),
+		   "after ucma_alloc of the whole area NOPs complete through the new rings");
+		ucma_release(area);
+	}
+	if (r.fd >= 0)
+		close(r.fd);
+	keep(a);
+	keep(b);
 }
 
 static void case_user_rings(const char *how, int (*setup)(unsigned, struct io_uring_params *),
@@ -285,8 +340,8 @@ static void case_user_rings(const char *how, int (*setup)(unsigned, struct io_ur
 	ok(before && after,
 	   "after ucma_alloc of the whole area the kernel still sees the program's rings: "
 	   "NOPs complete before and after");
-	close(r.fd);
 	ucma_release(area);
+	close(r.fd);
 	keep(b);
 }
 
@@ -431,6 +486,12 @@ static void case_madvise(void)
 	ok(d && syscall(SYS_madvise, d, BLOCK, MADV_DONTNEED) == 0 && !any_on_frame(d, BLOCK) &&
 		   all_zero(d, BLOCK),
 	   "syscall(SYS_madvise, MADV_DONTNEED): the same");
+	{
+		int rc = madvise(d, (size_t)-PAGE, MADV_DONTNEED), err = errno;
+
+		ok(rc == -1 && err == EINVAL, "madvise() of a length that wraps: the kernel's "
+		   "EINVAL (%s)", strerror(err));
+	}
 	release_blocks((char *[]){ b, c, d }, 3);
 }
 
@@ -559,6 +620,9 @@ out:
  */
 static char *child_block;
 
+/* The C library's alias of clone(), which its headers do not declare. */
+int __clone(int (*fn)(void *), void *stack, int flags, void *arg, ...);
+
 static int child_checks(void *arg)
 {
 	(void)arg;
@@ -584,6 +648,13 @@ static void raw_fork_case(const char *how, int which)
 	case 1:
 		stack = lent_block(21);
 		pid = stack ? clone(child_checks, stack + BLOCK, SIGCHLD, NULL) : -1;
+		break;
+	case 3:
+		pid = _Fork();
+		break;
+	case 4:
+		stack = lent_block(21);
+		pid = stack ? __clone(child_checks, stack + BLOCK, SIGCHLD, NULL) : -1;
 		break;
 	default: {
 		struct {
@@ -621,6 +692,16 @@ static void case_raw_fork(void)
 #ifdef SYS_clone3
 	raw_fork_case("syscall(SYS_clone3)", 2);
 #endif
+	raw_fork_case("_Fork()", 3);
+	raw_fork_case("__clone() on a lent stack", 4);
+	{
+		static char stack[16384] __attribute__((aligned(16)));
+		int rc = clone(NULL, stack + sizeof(stack), SIGCHLD, NULL), err = errno;
+
+		ok(rc == -1 && err == EINVAL,
+		   "clone() without a function: the C library's EINVAL, no child (%s)",
+		   strerror(err));
+	}
 	later = lent_block(22);
 	ok(later != NULL, "the parent lends again afterwards");
 	keep(later);
@@ -638,6 +719,7 @@ int main(void)
 	case_mlock();
 	case_io_uring_syscall();
 	case_user_rings("syscall(SYS_io_uring_setup)", setup_by_syscall, 11);
+	resize_rings();
 	case_mem_region();
 #ifdef HAVE_LIBURING
 	case_liburing();
