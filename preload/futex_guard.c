@@ -245,10 +245,17 @@ FUTEX_GUARD_EXPORT int pthread_mutex_init(pthread_mutex_t *mutex, const pthread_
 
 FUTEX_GUARD_EXPORT int pthread_cond_init(pthread_cond_t *cond, const pthread_condattr_t *attr)
 {
-	NEXT_OR_ENOSYS(cond_init_fn, real, "pthread_cond_init");
 	int pshared = PTHREAD_PROCESS_PRIVATE;
 
-	if (attr && ucma_lend_any_borrowed()) {
+	/* The default attributes are the static initializer (glibc's own
+	 * init clears the object): no dlsym(), which the library's fork
+	 * child handler would otherwise pay in every child. */
+	if (!attr) {
+		*cond = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
+		return 0;
+	}
+	NEXT_OR_ENOSYS(cond_init_fn, real, "pthread_cond_init");
+	if (ucma_lend_any_borrowed()) {
 		pthread_condattr_getpshared(attr, &pshared);
 		if (!unlend_object(pshared == PTHREAD_PROCESS_SHARED, cond, sizeof(*cond)))
 			return EAGAIN;

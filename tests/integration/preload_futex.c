@@ -427,6 +427,32 @@ static void case_cond(void)
 	   rc > 0 ? strerror(rc) : rc ? "did not run" : "woken");
 	pthread_cond_destroy(s.obj2);
 	pthread_mutex_destroy(s.obj);
+	{
+		/* Default attributes: the static initializer, as glibc's own
+		 * init makes it, and a condition variable that works. */
+		static const pthread_cond_t init = PTHREAD_COND_INITIALIZER;
+		pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+		pthread_cond_t c;
+		struct timespec ts;
+		bool same;
+
+		memset(&c, 0xa5, sizeof(c));
+		rc = pthread_cond_init(&c, NULL);
+		same = memcmp(&c, &init, sizeof(c)) == 0;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 1000 * 1000;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_mutex_lock(&m);
+		rc2 = pthread_cond_timedwait(&c, &m, &ts);
+		pthread_mutex_unlock(&m);
+		ok(rc == 0 && same && rc2 == ETIMEDOUT,
+		   "pthread_cond_init(NULL attributes): the static initializer, and a timed "
+		   "wait on it times out (%s)", strerror(rc2));
+		pthread_cond_destroy(&c);
+	}
 }
 
 static void *sem_sleeper(void *arg)
