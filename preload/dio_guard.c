@@ -139,13 +139,7 @@ void ucma_preload_dio_forget(unsigned first, unsigned last)
  * EAGAIN when a pageblock stays lent. */
 static bool unlend_buffer(int fd, uintptr_t buf, size_t len)
 {
-	if (!maybe_lent(buf, len) || !fd_direct(fd))
-		return true;
-	/* A range that wraps is the kernel's to refuse (EFAULT). */
-	if (ucma_unlend((const void *)buf, len) == 0 || errno == EINVAL)
-		return true;
-	errno = EAGAIN;
-	return false;
+	return !maybe_lent(buf, len) || !fd_direct(fd) || ucma_preload_unlend((const void *)buf, len);
 }
 
 /* The same for @n iovecs at @uiov (the program's memory, read as the
@@ -153,7 +147,6 @@ static bool unlend_buffer(int fd, uintptr_t buf, size_t len)
 static bool unlend_iov(int fd, const struct iovec *uiov, long n)
 {
 	struct iovec v[16];
-	bool direct = false, asked = false;
 
 	if (!ucma_lend_any_borrowed() || ucma_os_in_call() || n <= 0)
 		return true;
@@ -162,20 +155,9 @@ static bool unlend_iov(int fd, const struct iovec *uiov, long n)
 
 		if (!ucma_preload_read_user(v, uiov + i, (size_t)k * sizeof(v[0])))
 			return true;
-		for (long j = 0; j < k; j++) {
-			if (!v[j].iov_len || !ucma_lend_range_borrowed(v[j].iov_base, v[j].iov_len))
-				continue;
-			if (!asked) {
-				direct = fd_direct(fd);
-				asked = true;
-			}
-			if (!direct)
-				return true;
-			if (ucma_unlend(v[j].iov_base, v[j].iov_len) != 0 && errno != EINVAL) {
-				errno = EAGAIN;
+		for (long j = 0; j < k; j++)
+			if (!unlend_buffer(fd, (uintptr_t)v[j].iov_base, v[j].iov_len))
 				return false;
-			}
-		}
 		i += k;
 	}
 	return true;
@@ -246,13 +228,9 @@ bool ucma_preload_dio_syscall(long nr, const long a[6], long *ret)
 		good = unlend_iocbs(a[1], (struct iocb *const *)a[2]);
 		break;
 	case SYS_fcntl:
-		*ret = ucma_raw_syscall6(nr, a[0], a[1], a[2], 0, 0, 0);
-		if (*ret < 0 && *ret > -4096) {
-			errno = (int)-*ret;
-			*ret = -1;
-		} else {
+		*ret = ucma_preload_libc_result(ucma_raw_syscall6(nr, a[0], a[1], a[2], 0, 0, 0));
+		if (*ret >= 0)
 			fcntl_done((int)a[0], (int)a[1], *ret);
-		}
 		return true;
 	default:
 		return false;
@@ -261,11 +239,7 @@ bool ucma_preload_dio_syscall(long nr, const long a[6], long *ret)
 		*ret = -1;
 		return true;
 	}
-	*ret = ucma_raw_syscall6(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
-	if (*ret < 0 && *ret > -4096) {
-		errno = (int)-*ret;
-		*ret = -1;
-	}
+	*ret = ucma_preload_libc_result(ucma_raw_syscall6(nr, a[0], a[1], a[2], a[3], a[4], a[5]));
 	return true;
 }
 
@@ -411,15 +385,8 @@ static int fcntl_call(int fd, int cmd, long arg)
 	fcntl_fn fn = NEXT(fcntl_fn, fcntl64);
 	long ret;
 
-	if (fn) {
-		ret = fn(fd, cmd, arg);
-	} else {
-		ret = ucma_raw_syscall6(SYS_fcntl, fd, cmd, arg, 0, 0, 0);
-		if (ret < 0 && ret > -4096) {
-			errno = (int)-ret;
-			ret = -1;
-		}
-	}
+	ret = fn ? fn(fd, cmd, arg)
+		 : ucma_preload_libc_result(ucma_raw_syscall6(SYS_fcntl, fd, cmd, arg, 0, 0, 0));
 	if (ret >= 0)
 		fcntl_done(fd, cmd, ret);
 	return (int)ret;

@@ -93,13 +93,7 @@
 static long sys3(long nr, long a, long b, long c)
 {
 #ifdef UCMA_HAVE_RAW_SYSCALL
-	long ret = ucma_raw_syscall6(nr, a, b, c, 0, 0, 0);
-
-	if (ret < 0 && ret > -4096) {
-		errno = (int)-ret;
-		return -1;
-	}
-	return ret;
+	return ucma_preload_libc_result(ucma_raw_syscall6(nr, a, b, c, 0, 0, 0));
 #else
 	return syscall(nr, a, b, c);
 #endif

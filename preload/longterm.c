@@ -170,16 +170,6 @@ struct zcrx_area_reg_head {
 	uint32_t flags, dmabuf_fd;
 };
 
-/* A kernel result as the C library returns it: -1 and errno. */
-static long libc_result(long ret)
-{
-	if (ret < 0 && ret > -4096) {
-		errno = (int)-ret;
-		return -1;
-	}
-	return ret;
-}
-
 /* ------------------------------------------------------------------------ */
 /* Reading the program's descriptions of its buffers                         */
 /* ------------------------------------------------------------------------ */
@@ -374,10 +364,7 @@ static enum unlend_result unlend_io_uring(unsigned opcode, const void *arg, unsi
 
 /* mlock() and mlock2(): the range first; refused with EAGAIN ("could not
  * be locked") when it stays lent. */
-/* ucma_unlend() for a call about to be made on [@addr, @addr + @len):
- * false (errno EAGAIN) when a pageblock stays lent; a range that wraps
- * is the kernel's to refuse, with its own error. */
-static bool unlend_for_call(const void *addr, size_t len)
+bool ucma_preload_unlend(const void *addr, size_t len)
 {
 	if (!len || ucma_unlend(addr, len) == 0 || errno == EINVAL)
 		return true;
@@ -387,10 +374,10 @@ static bool unlend_for_call(const void *addr, size_t len)
 
 static long mlock_range(long nr, const void *addr, size_t len, long flags)
 {
-	if (!unlend_for_call(addr, len)) {
+	if (!ucma_preload_unlend(addr, len)) {
 		return -1;
 	}
-	return libc_result(ucma_raw_syscall6(nr, (long)addr, (long)len, flags, 0, 0, 0));
+	return ucma_preload_libc_result(ucma_raw_syscall6(nr, (long)addr, (long)len, flags, 0, 0, 0));
 }
 
 static long mlock_all(int flags)
@@ -399,7 +386,7 @@ static long mlock_all(int flags)
 		errno = ENOMEM;
 		return -1;
 	}
-	return libc_result(ucma_raw_syscall6(SYS_mlockall, flags, 0, 0, 0, 0, 0));
+	return ucma_preload_libc_result(ucma_raw_syscall6(SYS_mlockall, flags, 0, 0, 0, 0, 0));
 }
 
 /* The raw io_uring_register(2): the kernel's result, -errno on failure. */
@@ -428,6 +415,16 @@ struct clone3_head {
  * the fork handlers, with the heap taken back first.  @flags and @stack
  * as the call gives them.
  */
+/* After a fork that ucma_lend_raw_fork_prepare() let through: @ret is
+ * what it returned (0 in the child). */
+static void raw_fork_end(long ret, bool shared_files)
+{
+	if (ret == 0)
+		ucma_lend_raw_fork_child(shared_files);
+	else
+		ucma_lend_raw_fork_parent();
+}
+
 static long raw_fork(long nr, const long a[6], uint64_t flags, uint64_t stack)
 {
 	long ret;
@@ -437,10 +434,7 @@ static long raw_fork(long nr, const long a[6], uint64_t flags, uint64_t stack)
 	if (ucma_lend_raw_fork_prepare() != 0)
 		return -errno;
 	ret = ucma_raw_syscall6(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
-	if (ret == 0)
-		ucma_lend_raw_fork_child(flags & CLONE_FILES);
-	else
-		ucma_lend_raw_fork_parent();
+	raw_fork_end(ret, flags & CLONE_FILES);
 	return ret;
 }
 
@@ -467,10 +461,10 @@ static long madvise_range(void *addr, size_t len, int advice)
 	case 23:	/* MADV_POPULATE_WRITE */
 		break;
 	default:
-		if (!unlend_for_call(addr, len))
+		if (!ucma_preload_unlend(addr, len))
 			return -1;
 	}
-	return libc_result(ucma_raw_syscall6(SYS_madvise, (long)addr, (long)len, advice, 0, 0, 0));
+	return ucma_preload_libc_result(ucma_raw_syscall6(SYS_madvise, (long)addr, (long)len, advice, 0, 0, 0));
 }
 
 LONGTERM_EXPORT int madvise(void *addr, size_t len, int advice)
@@ -519,19 +513,19 @@ LONGTERM_EXPORT long syscall(long nr, ...)
 	case SYS_madvise:
 		return madvise_range((void *)a[0], (size_t)a[1], (int)a[2]);
 	case SYS_io_uring_register:
-		return libc_result(io_uring_register_raw(a[0], (unsigned)a[1], (const void *)a[2],
+		return ucma_preload_libc_result(io_uring_register_raw(a[0], (unsigned)a[1], (const void *)a[2],
 							 (unsigned)a[3]));
 	case SYS_io_uring_setup:
-		return libc_result(io_uring_setup_raw((unsigned)a[0], (struct io_uring_params *)a[1]));
+		return ucma_preload_libc_result(io_uring_setup_raw((unsigned)a[0], (struct io_uring_params *)a[1]));
 #ifdef SYS_fork
 	case SYS_fork:
-		return libc_result(raw_fork(nr, a, 0, 0));
+		return ucma_preload_libc_result(raw_fork(nr, a, 0, 0));
 #endif
 	case SYS_clone:
-		return libc_result(raw_fork(nr, a, (uint64_t)a[0], (uint64_t)a[1]));
+		return ucma_preload_libc_result(raw_fork(nr, a, (uint64_t)a[0], (uint64_t)a[1]));
 #ifdef SYS_clone3
 	case SYS_clone3:
-		return libc_result(raw_clone3(a));
+		return ucma_preload_libc_result(raw_clone3(a));
 #endif
 	default: {
 		long rc;
@@ -547,8 +541,8 @@ LONGTERM_EXPORT long syscall(long nr, ...)
 		rc = ucma_preload_futex_unlend(nr, a);
 
 		if (rc != 0)
-			return libc_result(rc);
-		return libc_result(ucma_raw_syscall6(nr, a[0], a[1], a[2], a[3], a[4], a[5]));
+			return ucma_preload_libc_result(rc);
+		return ucma_preload_libc_result(ucma_raw_syscall6(nr, a[0], a[1], a[2], a[3], a[4], a[5]));
 	}
 	}
 }
@@ -639,10 +633,7 @@ LONGTERM_EXPORT pid_t _Fork(void)
 	if (ucma_lend_raw_fork_prepare() != 0)
 		return -1;
 	pid = real();
-	if (pid == 0)
-		ucma_lend_raw_fork_child(false);
-	else
-		ucma_lend_raw_fork_parent();
+	raw_fork_end(pid, false);
 	return pid;
 }
 
@@ -767,7 +758,7 @@ LONGTERM_EXPORT int io_uring_setup(unsigned entries, struct io_uring_params *p)
 
 		if (fn)
 			return fn(entries, p);
-		return (int)libc_result(io_uring_setup_raw(entries, p));
+		return (int)ucma_preload_libc_result(io_uring_setup_raw(entries, p));
 	}
 }
 

@@ -1156,6 +1156,57 @@ int ucma_lend_take_back_run(struct ucma_arena *a, uint32_t head)
 /* The public interface                                                      */
 /* ------------------------------------------------------------------------ */
 
+/*
+ * Take back every borrowed pageblock (lend.lock held, signals blocked);
+ * those only reserved are wholly free and stay so.  @fork counts each as
+ * evacuated for a fork.  Returns how many stay lent, the last error in
+ * *@err.
+ */
+static unsigned take_back_all_locked(struct ucma_arena *a, bool fork, int *err)
+{
+	unsigned failed = 0;
+
+	for (uint32_t pb = a->zones[UCMA_ZONE_NORMAL].start_pfn >> UCMA_PAGEBLOCK_ORDER;
+	     pb < a->zones[UCMA_ZONE_NORMAL].end_pfn >> UCMA_PAGEBLOCK_ORDER; pb++) {
+		uint32_t s = of_get(pb);
+
+		if (s == LEND_NONE || (s & LEND_RESERVED))
+			continue;
+		if (take_back_locked(a, pb) != 0) {
+			failed++;
+			*err = errno;
+		} else if (fork) {
+			ucma_count(UCMA_STAT_LEND_HEAP_FORK_EVACUATED, 1);
+		}
+	}
+	return failed;
+}
+
+/*
+ * The NORMAL pageblocks that [@addr, @addr + @len) touches, @len > 0, as
+ * [*@first, *@end); false when none.  A range past the top of the address
+ * space ends at the top.
+ */
+static bool normal_pageblocks(const struct ucma_arena *a, uintptr_t addr, size_t len,
+			      uint32_t *first, uint32_t *end)
+{
+	const unsigned shift = UCMA_PAGE_SHIFT + UCMA_PAGEBLOCK_ORDER;
+	uint64_t zfirst = a->zones[UCMA_ZONE_NORMAL].start_pfn >> UCMA_PAGEBLOCK_ORDER;
+	uint64_t zend = a->zones[UCMA_ZONE_NORMAL].end_pfn >> UCMA_PAGEBLOCK_ORDER;
+	uintptr_t last = len - 1 > UINTPTR_MAX - addr ? UINTPTR_MAX : addr + (len - 1);
+	uint64_t lo, hi;
+
+	if (last < a->base)
+		return false;
+	lo = addr < a->base ? 0 : (addr - a->base) >> shift;
+	hi = ((last - a->base) >> shift) + 1;
+	lo = lo > zfirst ? lo : zfirst;
+	hi = hi < zend ? hi : zend;
+	*first = (uint32_t)lo;
+	*end = (uint32_t)hi;
+	return lo < hi;
+}
+
 /**
  * ucma_unlend() - take back every borrowed pageblock that [@addr, @addr +
  * @len) touches.
@@ -1163,7 +1214,8 @@ int ucma_lend_take_back_run(struct ucma_arena *a, uint32_t head)
 int ucma_unlend(const void *addr, size_t len)
 {
 	struct ucma_arena *a = ucma_arena_peek();
-	uintptr_t lo = (uintptr_t)addr, last, hi, zlo, zhi;
+	uintptr_t lo = (uintptr_t)addr, last;
+	uint32_t first, end;
 
 	/* The range may end exactly at the top of the address space: its
 	 * last byte must not wrap, its end may. */
@@ -1174,15 +1226,9 @@ int ucma_unlend(const void *addr, size_t len)
 	/* The library's own memory calls (a preloaded madvise() seen from
 	 * inside) never take anything back. */
 	if (len == 0 || !a || !lend.of || lend.a != a || ucma_os_in_call() ||
-	    !ucma_lend_any_borrowed())
+	    !ucma_lend_any_borrowed() || !normal_pageblocks(a, lo, len, &first, &end))
 		return 0;
-	zlo = (uintptr_t)ucma_pfn_to_addr(a, a->zones[UCMA_ZONE_NORMAL].start_pfn);
-	zhi = (uintptr_t)ucma_pfn_to_addr(a, a->zones[UCMA_ZONE_NORMAL].end_pfn);
-	lo = lo > zlo ? lo : zlo;
-	hi = last < zhi - 1 ? last + 1 : zhi;
-	for (uintptr_t p = UCMA_ALIGN_DOWN(lo, UCMA_PAGEBLOCK_SIZE); p < hi;
-	     p += UCMA_PAGEBLOCK_SIZE) {
-		uint32_t pb = ucma_addr_to_pfn(a, (void *)p) >> UCMA_PAGEBLOCK_ORDER;
+	for (uint32_t pb = first; pb < end; pb++) {
 		uint32_t s = of_get(pb);
 
 		/* Reserved pageblocks are wholly free: nothing of the range there. */
@@ -1197,25 +1243,16 @@ int ucma_unlend(const void *addr, size_t len)
 bool ucma_lend_range_borrowed(const void *addr, size_t len)
 {
 	struct ucma_arena *a = lend.a;
-	uintptr_t lo = (uintptr_t)addr, hi, zlo, zhi;
+	uint32_t first, end;
 
-	if (!len || !a || !lend.of || !ucma_lend_any_borrowed())
+	if (!len || !a || !lend.of || !ucma_lend_any_borrowed() ||
+	    !normal_pageblocks(a, (uintptr_t)addr, len, &first, &end))
 		return false;
-	zlo = (uintptr_t)ucma_pfn_to_addr(a, a->zones[UCMA_ZONE_NORMAL].start_pfn);
-	zhi = (uintptr_t)ucma_pfn_to_addr(a, a->zones[UCMA_ZONE_NORMAL].end_pfn);
-	hi = len - 1 > UINTPTR_MAX - lo ? UINTPTR_MAX : lo + (len - 1);
-	if (hi < zlo || lo >= zhi)
-		return false;
-	lo = lo > zlo ? lo : zlo;
-	hi = hi < zhi - 1 ? hi : zhi - 1;
-	for (uintptr_t p = UCMA_ALIGN_DOWN(lo, UCMA_PAGEBLOCK_SIZE); p <= hi;
-	     p += UCMA_PAGEBLOCK_SIZE) {
-		uint32_t s = of_get(ucma_addr_to_pfn(a, (void *)p) >> UCMA_PAGEBLOCK_ORDER);
+	for (uint32_t pb = first; pb < end; pb++) {
+		uint32_t s = of_get(pb);
 
 		if (s != LEND_NONE && !(s & LEND_RESERVED))
 			return true;
-		if (p > UINTPTR_MAX - UCMA_PAGEBLOCK_SIZE)
-			break;
 	}
 	return false;
 }
@@ -1231,17 +1268,8 @@ int ucma_unlend_all(void)
 	if (!a || !lend.of || lend.a != a)
 		return 0;
 	lend_lock(&saved);
-	for (uint32_t pb = a->zones[UCMA_ZONE_NORMAL].start_pfn >> UCMA_PAGEBLOCK_ORDER;
-	     pb < a->zones[UCMA_ZONE_NORMAL].end_pfn >> UCMA_PAGEBLOCK_ORDER; pb++) {
-		uint32_t s = of_get(pb);
-
-		if (s == LEND_NONE || (s & LEND_RESERVED))
-			continue;
-		if (take_back_locked(a, pb) != 0) {
-			rc = -1;
-			err = errno;
-		}
-	}
+	if (take_back_all_locked(a, false, &err))
+		rc = -1;
 	lend_unlock(&saved);
 	ucma_mem_event_deliver();
 	errno = err;
@@ -1376,6 +1404,7 @@ void ucma_lend_fork_prepare(void)
 {
 	struct ucma_arena *a = lend.a;
 	sigset_t all, saved;
+	int err;
 
 	pthread_mutex_lock(&lend.lock);
 	if (!a || !lend.of || atomic_load(&ucma_lend_nr_borrowed) == 0 || single_threaded())
@@ -1384,13 +1413,7 @@ void ucma_lend_fork_prepare(void)
 	 * wait for this thread. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, &saved);
-	for (uint32_t pb = a->zones[UCMA_ZONE_NORMAL].start_pfn >> UCMA_PAGEBLOCK_ORDER;
-	     pb < a->zones[UCMA_ZONE_NORMAL].end_pfn >> UCMA_PAGEBLOCK_ORDER; pb++) {
-		uint32_t s = of_get(pb);
-
-		if (s != LEND_NONE && !(s & LEND_RESERVED) && take_back_locked(a, pb) == 0)
-			ucma_count(UCMA_STAT_LEND_HEAP_FORK_EVACUATED, 1);
-	}
+	take_back_all_locked(a, true, &err);	/* the child copies what stays lent */
 	pthread_sigmask(SIG_SETMASK, &saved, NULL);
 }
 
@@ -1430,26 +1453,16 @@ int ucma_lend_raw_fork_prepare(void)
 {
 	struct ucma_arena *a = lend.a;
 	sigset_t saved;
-	int failed = 0;
+	unsigned failed = 0;
+	int err;
 
 	lend_lock(&saved);
-	if (a && lend.of && atomic_load(&ucma_lend_nr_borrowed) != 0) {
-		for (uint32_t pb = a->zones[UCMA_ZONE_NORMAL].start_pfn >> UCMA_PAGEBLOCK_ORDER;
-		     pb < a->zones[UCMA_ZONE_NORMAL].end_pfn >> UCMA_PAGEBLOCK_ORDER; pb++) {
-			uint32_t s = of_get(pb);
-
-			if (s == LEND_NONE || (s & LEND_RESERVED))
-				continue;
-			if (take_back_locked(a, pb) == 0)
-				ucma_count(UCMA_STAT_LEND_HEAP_FORK_EVACUATED, 1);
-			else
-				failed++;
-		}
-	}
+	if (a && lend.of && atomic_load(&ucma_lend_nr_borrowed) != 0)
+		failed = take_back_all_locked(a, true, &err);
 	if (failed) {
 		lend_unlock(&saved);
 		ucma_mem_event_deliver();
-		ucma_log("fork without fork handlers refused: %d heap pageblocks stay on CMA "
+		ucma_log("fork without fork handlers refused: %u heap pageblocks stay on CMA "
 			 "frames, which the child would not have", failed);
 		errno = EAGAIN;
 		return -1;
