@@ -94,9 +94,8 @@ static inline bool maybe_lent(uintptr_t buf, size_t len)
 /*
  * What fcntl(F_GETFL) said of each descriptor number since it was last
  * closed, replaced or given new status flags: 0 not asked, DIO_BUFFERED or
- * DIO_DIRECT.  Asking costs a system call, as much as a small read() on
- * this machine (1.5 us each: reads into a lent buffer took twice as long
- * when every one asked).  The answer is forgotten where a number changes
+ * DIO_DIRECT.  Asking costs a system call, as much as a small read()
+ * itself.  The answer is forgotten where a number changes
  * meaning, in the calls this library sees: close(), close_range(),
  * dup2() and dup3() (lend_guard.c), fcntl() with F_SETFL and F_DUPFD
  * (below).  A number closed by other means (io_uring, the system call
