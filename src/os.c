@@ -20,6 +20,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "raw_syscall.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -34,11 +35,24 @@
 #include <unistd.h>
 
 /*
- * Set while the library's own memory call runs, so that the preloaded
- * library's madvise(), mremap(), munmap(), mlock(), pread() and pwrite()
- * (preload/, which take lent frames back before the program's calls) let
- * it through.
+ * The preloaded library's madvise(), mremap(), munmap(), mlock(), pread()
+ * and pwrite() (preload/) take lent frames back before the program's
+ * calls, and must let the library's own calls through.  Compiled into the
+ * preloaded library (UCMA_PRELOAD), the library makes those calls with the
+ * system call instruction, so they never reach them.  A mark set around
+ * the call, as before, had a window: a signal that arrives during the
+ * call runs its handler as the system call returns, mark still set, and
+ * the handler's own madvise() on lent heap memory went through unchecked
+ * (a MADV_DONTNEED then left the frame's contents in place).  Elsewhere
+ * (libucma.so, where no such functions exist unless the preloaded library
+ * is loaded too, and then its copy of the allocator is the one called;
+ * architectures without raw_syscall.h) the mark stays.
  */
+#if defined(UCMA_PRELOAD) && defined(UCMA_HAVE_RAW_SYSCALL)
+#define OS_RAW 1
+#endif
+
+/* Set while the library's own memory call runs (unless OS_RAW). */
 static __thread volatile bool os_calling __attribute__((tls_model("initial-exec")));
 
 bool ucma_os_in_call(void)
@@ -64,34 +78,55 @@ bool ucma_os_in_call(void)
 		rc_;                        \
 	})
 
+#ifdef OS_RAW
+/* The system call @nr, its result as the C library's wrapper gives it. */
+static long os_raw(long nr, long a1, long a2, long a3, long a4, long a5, long a6)
+{
+	long rc = ucma_raw_syscall6(nr, a1, a2, a3, a4, a5, a6);
+
+	if ((unsigned long)rc > -4096UL) {
+		errno = (int)-rc;
+		return -1;
+	}
+	return rc;
+}
+
+#define OS_MEM(libc_call, nr, a1, a2, a3, a4, a5, a6) \
+	os_raw(nr, (long)(a1), (long)(a2), (long)(a3), (long)(a4), (long)(a5), (long)(a6))
+#else
+#define OS_MEM(libc_call, nr, a1, a2, a3, a4, a5, a6) OS_CALL(libc_call)
+#endif
+
 static void *os_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
-	return OS_CALL(mmap(addr, len, prot, flags, fd, off));
+	return (void *)OS_MEM(mmap(addr, len, prot, flags, fd, off), SYS_mmap, addr, len, prot,
+			      flags, fd, off);
 }
 
 static int os_munmap(void *addr, size_t len)
 {
-	return OS_CALL(munmap(addr, len));
+	return (int)OS_MEM(munmap(addr, len), SYS_munmap, addr, len, 0, 0, 0, 0);
 }
 
 static void *os_mremap(void *old, size_t old_len, size_t new_len, int flags, void *new_addr)
 {
-	return OS_CALL(mremap(old, old_len, new_len, flags, new_addr));
+	return (void *)OS_MEM(mremap(old, old_len, new_len, flags, new_addr), SYS_mremap, old,
+			      old_len, new_len, flags, new_addr, 0);
 }
 
 static int os_madvise(void *addr, size_t len, int advice)
 {
-	return OS_CALL(madvise(addr, len, advice));
+	return (int)OS_MEM(madvise(addr, len, advice), SYS_madvise, addr, len, advice, 0, 0, 0);
 }
 
 static int os_mlock(const void *addr, size_t len)
 {
-	return OS_CALL(mlock(addr, len));
+	return (int)OS_MEM(mlock(addr, len), SYS_mlock, addr, len, 0, 0, 0, 0);
 }
 
 static int os_munlock(const void *addr, size_t len)
 {
-	return OS_CALL(munlock(addr, len));
+	return (int)OS_MEM(munlock(addr, len), SYS_munlock, addr, len, 0, 0, 0, 0);
 }
 
 /* The raw system call: libnuma's wrapper would pull its own state in. */
@@ -128,12 +163,12 @@ static int os_fallocate(int fd, int mode, off_t off, off_t len)
 
 static ssize_t os_pwrite(int fd, const void *buf, size_t len, off_t off)
 {
-	return OS_CALL(pwrite(fd, buf, len, off));
+	return OS_MEM(pwrite(fd, buf, len, off), SYS_pwrite64, fd, buf, len, off, 0, 0);
 }
 
 static ssize_t os_pread(int fd, void *buf, size_t len, off_t off)
 {
-	return OS_CALL(pread(fd, buf, len, off));
+	return OS_MEM(pread(fd, buf, len, off), SYS_pread64, fd, buf, len, off, 0, 0);
 }
 
 /*
