@@ -31,6 +31,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "lock.h"
 #include "frames.h"
 #include "lend.h"
 #include "malloc_hooks.h"
@@ -134,7 +135,7 @@ static uint32_t walk_step(struct ucma_arena *a, struct ucma_zone *z, uint32_t pf
 	uint32_t next;
 
 	*head = UCMA_PFN_NONE;
-	pthread_mutex_lock(&z->lock);
+	ucma_mutex_lock(&z->lock);
 	p = &a->pages[pfn];
 	if (p->kind == UCMA_PK_FREE) {
 		next = pfn + (1u << p->order);
@@ -147,7 +148,7 @@ static uint32_t walk_step(struct ucma_arena *a, struct ucma_zone *z, uint32_t pf
 	} else {
 		next = pfn + 1;	/* raced with a free: re-read */
 	}
-	pthread_mutex_unlock(&z->lock);
+	ucma_mutex_unlock(&z->lock);
 	return next > pfn ? next : pfn + 1;
 }
 
@@ -192,10 +193,10 @@ static uint32_t pages_in_use(struct ucma_arena *a, uint32_t start, uint32_t end)
 	struct ucma_zone *z = ucma_pfn_zone(a, start);
 	uint32_t used = 0;
 
-	pthread_mutex_lock(&z->lock);
+	ucma_mutex_lock(&z->lock);
 	for (uint32_t b = start >> UCMA_PAGEBLOCK_ORDER; b <= (end - 1) >> UCMA_PAGEBLOCK_ORDER; b++)
 		used += UCMA_PAGEBLOCK_PAGES - a->blocks[b].nr_free;
-	pthread_mutex_unlock(&z->lock);
+	ucma_mutex_unlock(&z->lock);
 	return used;
 }
 
@@ -312,9 +313,9 @@ static bool phys_possible(const struct phys_search *ps, uint32_t npages)
 
 	if (!ps->by_table)
 		return true;
-	pthread_mutex_lock(&f->lock);
+	ucma_mutex_lock(&f->lock);
 	longest = f->longest_run;
-	pthread_mutex_unlock(&f->lock);
+	ucma_mutex_unlock(&f->lock);
 	return (uint64_t)npages <= (uint64_t)longest * f->frame_pages;
 }
 
@@ -403,14 +404,14 @@ retry:
 		unsigned moved_here = 0;
 		int rc;
 
-		pthread_mutex_lock(&area->lock);
+		ucma_mutex_lock(&area->lock);
 		off = find_zero_area(area, a->base >> UCMA_PAGE_SHIFT, from, npages, align_pages);
 		if (off == UINT32_MAX) {
-			pthread_mutex_unlock(&area->lock);
+			ucma_mutex_unlock(&area->lock);
 			break;
 		}
 		bits_set(area->bitmap, off, npages, true);
-		pthread_mutex_unlock(&area->lock);
+		ucma_mutex_unlock(&area->lock);
 		tried = true;
 
 		start = area->base_pfn + off;
@@ -425,9 +426,9 @@ retry:
 			int v = phys_judge(&ps, a, off, npages, false, &next);
 
 			if (v != PHYS_OK) {
-				pthread_mutex_lock(&area->lock);
+				ucma_mutex_lock(&area->lock);
 				bits_set(area->bitmap, off, npages, false);
-				pthread_mutex_unlock(&area->lock);
+				ucma_mutex_unlock(&area->lock);
 				if (v == PHYS_ERROR) {
 					err = ENOTSUP;
 					break;
@@ -462,10 +463,10 @@ retry:
 
 			/* Counted now: the failure paths below undo with
 			 * ucma_release(), which uncounts. */
-			pthread_mutex_lock(&area->lock);
+			ucma_mutex_lock(&area->lock);
 			area->nr_allocated_pages += npages;
 			area->nr_allocs++;
-			pthread_mutex_unlock(&area->lock);
+			ucma_mutex_unlock(&area->lock);
 			if (flags & UCMA_ALLOC_ZERO)
 				memset(p, 0, len);
 			if (flags & (UCMA_ALLOC_POPULATE | UCMA_ALLOC_PHYS_CONTIG))
@@ -496,9 +497,9 @@ retry:
 				}
 				a->pages[start].flags |= UCMA_PF_MLOCKED;
 			}
-			pthread_mutex_lock(&area->lock);
+			ucma_mutex_lock(&area->lock);
 			area->alloc_success++;
-			pthread_mutex_unlock(&area->lock);
+			ucma_mutex_unlock(&area->lock);
 			ucma_count(UCMA_STAT_CMA_ALLOC_SUCCESS, 1);
 			ucma_stats_alloc_latency(ucma_os_now_ns() - t0, moved > 0);
 			if (in_vain)
@@ -509,9 +510,9 @@ retry:
 		in_vain += moved_here;	/* moved out of a run that was then abandoned */
 		saw_busy |= err == EBUSY;
 		other_fail = true;	/* a failure compaction may help with */
-		pthread_mutex_lock(&area->lock);
+		ucma_mutex_lock(&area->lock);
 		bits_set(area->bitmap, off, npages, false);
-		pthread_mutex_unlock(&area->lock);
+		ucma_mutex_unlock(&area->lock);
 		if (err == EDEADLK)
 			break;
 		/*
@@ -537,9 +538,9 @@ retry:
 	/* Every candidate failed: say why in the most useful terms. */
 	errno = err == EDEADLK || err == ENOTSUP ? err : saw_busy ? EBUSY : err;
 fail:
-	pthread_mutex_lock(&area->lock);
+	ucma_mutex_lock(&area->lock);
 	area->alloc_fail++;
-	pthread_mutex_unlock(&area->lock);
+	ucma_mutex_unlock(&area->lock);
 	ucma_count(UCMA_STAT_CMA_ALLOC_FAIL, 1);
 	return NULL;
 }
@@ -647,27 +648,27 @@ int ucma_release(void *ptr)
 	z = &a->zones[UCMA_ZONE_CMA];
 	/* Check and unmark under the zone lock, so a double release racing
 	 * with itself is caught once. */
-	pthread_mutex_lock(&z->lock);
+	ucma_mutex_lock(&z->lock);
 	area = contig_owner(a, ptr, &pfn);
 	if (!area) {
-		pthread_mutex_unlock(&z->lock);
+		ucma_mutex_unlock(&z->lock);
 		errno = EINVAL;
 		return -1;
 	}
 	npages = a->pages[pfn].aux;
 	UCMA_PG_SET(&a->pages[pfn], owner_type, UCMA_OWN_NONE);
-	pthread_mutex_unlock(&z->lock);
+	ucma_mutex_unlock(&z->lock);
 
 	if (a->pages[pfn].flags & UCMA_PF_MLOCKED)
 		ucma_os.munlock(ptr, (size_t)npages << UCMA_PAGE_SHIFT);
 	__atomic_fetch_and(&a->pages[pfn].flags, (uint8_t)~(UCMA_PF_MLOCKED | UCMA_PF_FROM_MALLOC),
 			   __ATOMIC_RELAXED);
 	ucma_pages_free(a, pfn);
-	pthread_mutex_lock(&area->lock);
+	ucma_mutex_lock(&area->lock);
 	bits_set(area->bitmap, pfn - area->base_pfn, npages, false);
 	area->nr_allocated_pages -= npages;
 	area->nr_allocs--;
-	pthread_mutex_unlock(&area->lock);
+	ucma_mutex_unlock(&area->lock);
 	ucma_count(UCMA_STAT_CMA_RELEASE, 1);
 	ucma_shm_check_request(false);
 	return 0;

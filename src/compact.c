@@ -124,6 +124,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "lock.h"
 
 #include "handle.h"
 #include "pcp.h"
@@ -210,11 +211,11 @@ bool ucma_zone_has_free_block(struct ucma_zone *z, unsigned order)
 {
 	bool found = false;
 
-	pthread_mutex_lock(&z->lock);
+	ucma_mutex_lock(&z->lock);
 	for (unsigned o = order; o < UCMA_NR_ORDERS && !found; o++)
 		for (int mt = 0; mt < UCMA_MT_NR && !found; mt++)
 			found = mt != UCMA_MT_ISOLATE && z->free_area[o].nr_free[mt];
-	pthread_mutex_unlock(&z->lock);
+	ucma_mutex_unlock(&z->lock);
 	return found;
 }
 
@@ -240,9 +241,9 @@ int ucma_compaction_suitable(struct ucma_zone *z, unsigned order)
 
 	if (ucma_zone_has_free_block(z, order))
 		return UCMA_COMPACT_SUCCESS;
-	pthread_mutex_lock(&z->lock);
+	ucma_mutex_lock(&z->lock);
 	free_pages = z->free_pages - z->isolated_free_pages;
-	pthread_mutex_unlock(&z->lock);
+	ucma_mutex_unlock(&z->lock);
 	/* Runs on per-CPU lists are free too: compaction drains them. */
 	free_pages += ucma_pcp_pages(z);
 	/* Room for the block plus a gap for the copies (compact_gap()). */
@@ -321,9 +322,9 @@ static void reset_hints_locked(struct ucma_zone *z)
 
 void ucma_compact_reset_hints(struct ucma_zone *z)
 {
-	pthread_mutex_lock(&z->compact_lock);
+	ucma_mutex_lock(&z->compact_lock);
 	reset_hints_locked(z);
-	pthread_mutex_unlock(&z->compact_lock);
+	ucma_mutex_unlock(&z->compact_lock);
 }
 
 /* The order a hint is set for and checked against in this run. */
@@ -411,13 +412,13 @@ static bool isolate_freepages(struct ucma_compact_control *cc)
 	uint32_t pfn = cc->free_pfn;
 	bool found = false;
 
-	pthread_mutex_lock(&z->lock);
+	ucma_mutex_lock(&z->lock);
 	while (pfn > low && !found) {
 		pfn -= UCMA_PAGEBLOCK_PAGES;
 		cc->free_scanned += UCMA_PAGEBLOCK_PAGES;
 		found = suitable_migration_target(cc, ucma_pfn_block(cc->arena, pfn));
 	}
-	pthread_mutex_unlock(&z->lock);
+	ucma_mutex_unlock(&z->lock);
 	cc->free_pfn = found ? pfn : low;
 	cc->target.avoid_end = cc->free_pfn;
 	return found;
@@ -459,7 +460,7 @@ static bool snapshot_pageblock(struct ucma_compact_control *cc)
 	bool ok;
 
 	cc->nr_runs = 0;
-	pthread_mutex_lock(&z->lock);
+	ucma_mutex_lock(&z->lock);
 	ok = !pb->isolate_count && pb->nr_free < UCMA_PAGEBLOCK_PAGES;
 	if (cc->prio == UCMA_COMPACT_ASYNC)
 		ok = ok && (pb->mt == UCMA_MT_MOVABLE || pb->mt == UCMA_MT_CMA);
@@ -478,7 +479,7 @@ static bool snapshot_pageblock(struct ucma_compact_control *cc)
 			pfn++;
 		}
 	}
-	pthread_mutex_unlock(&z->lock);
+	ucma_mutex_unlock(&z->lock);
 	return ok;
 }
 
@@ -755,8 +756,8 @@ int ucma_compact_zone(struct ucma_zone *z, int order, int prio, const _Atomic in
 	if (!cc)
 		return UCMA_COMPACT_SKIPPED;
 	if (!abort) {
-		pthread_mutex_lock(&z->compact_lock);
-	} else if (pthread_mutex_trylock(&z->compact_lock) != 0) {
+		ucma_mutex_lock(&z->compact_lock);
+	} else if (ucma_mutex_trylock(&z->compact_lock) != 0) {
 		ucma_meta_free(cc, sizeof(*cc));
 		return UCMA_COMPACT_CONTENDED;
 	}
@@ -767,7 +768,7 @@ int ucma_compact_zone(struct ucma_zone *z, int order, int prio, const _Atomic in
 	ret = compact_zone(cc);
 	if (ret == UCMA_COMPACT_SUCCESS && order >= 0)
 		compaction_defer_reset(z, order, false);
-	pthread_mutex_unlock(&z->compact_lock);
+	ucma_mutex_unlock(&z->compact_lock);
 	ucma_meta_free(cc, sizeof(*cc));
 	return ret;
 }
@@ -821,12 +822,12 @@ bool ucma_compact_direct_next(struct ucma_compact_direct *dc)
 				dc->zones &= ~(1u << i);
 				continue;
 			}
-			pthread_mutex_lock(&z->compact_lock);
+			ucma_mutex_lock(&z->compact_lock);
 			if (compaction_deferred(z, defer_order(dc)))
 				dc->zones &= ~(1u << i);
 			else if (compaction_restarting(z, defer_order(dc)))
 				reset_hints_locked(z);
-			pthread_mutex_unlock(&z->compact_lock);
+			ucma_mutex_unlock(&z->compact_lock);
 		}
 		if (!dc->zones)
 			return false;
@@ -870,12 +871,12 @@ void ucma_compact_direct_done(struct ucma_compact_direct *dc, bool success)
 
 		if (!(dc->ran & (1u << i)))
 			continue;
-		pthread_mutex_lock(&z->compact_lock);
+		ucma_mutex_lock(&z->compact_lock);
 		if (success)
 			compaction_defer_reset(z, defer_order(dc), true);
 		else if (dc->prio == UCMA_COMPACT_SYNC_FULL)
 			defer_compaction(z, defer_order(dc));
-		pthread_mutex_unlock(&z->compact_lock);
+		ucma_mutex_unlock(&z->compact_lock);
 	}
 	dc->ran = 0;
 }

@@ -54,6 +54,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "lock.h"
 
 #include "fork.h"
 
@@ -254,7 +255,7 @@ static struct ucma_arena *fork_arena;
 
 void ucma_compactd_fork_prepare(void)
 {
-	pthread_mutex_lock(&kcd.lock);
+	ucma_mutex_lock(&kcd.lock);
 	if (atomic_load(&kcd.state) == KCD_RUNNING) {
 		uint32_t seq = atomic_fetch_add(&kcd.park_seq, 1) + 1;
 
@@ -272,14 +273,14 @@ void ucma_compactd_fork_prepare(void)
 	fork_arena = ucma_arena_peek();
 	if (fork_arena)
 		for (int i = 0; i < UCMA_ZONE_NR; i++)
-			pthread_mutex_lock(&fork_arena->zones[i].compact_lock);
+			ucma_mutex_lock(&fork_arena->zones[i].compact_lock);
 }
 
 static void unlock_zones(void)
 {
 	if (fork_arena)
 		for (int i = UCMA_ZONE_NR - 1; i >= 0; i--)
-			pthread_mutex_unlock(&fork_arena->zones[i].compact_lock);
+			ucma_mutex_unlock(&fork_arena->zones[i].compact_lock);
 }
 
 void ucma_compactd_fork_parent(void)
@@ -287,7 +288,7 @@ void ucma_compactd_fork_parent(void)
 	unlock_zones();
 	if (atomic_load(&kcd.park))
 		unpark();
-	pthread_mutex_unlock(&kcd.lock);
+	ucma_mutex_unlock(&kcd.lock);
 }
 
 /* The thread does not exist in a child: forget its state. */
@@ -309,7 +310,7 @@ void ucma_compactd_fork_child(void)
 	unlock_zones();
 	/* Started again lazily, by the next movable or contiguous allocation. */
 	forget_thread(atomic_load(&kcd.state) == KCD_RUNNING ? KCD_IDLE : atomic_load(&kcd.state));
-	pthread_mutex_unlock(&kcd.lock);
+	ucma_mutex_unlock(&kcd.lock);
 }
 
 /*
@@ -348,7 +349,7 @@ static void start_slow(void)
 	 * it waits for this thread's grace periods (fork.c).  The next
 	 * allocation tries again.
 	 */
-	if (pthread_mutex_trylock(&kcd.lock) != 0)
+	if (ucma_mutex_trylock(&kcd.lock) != 0)
 		return;
 	if (atomic_load(&kcd.state) != KCD_IDLE || !ucma_opt.compact)
 		goto out;
@@ -368,7 +369,7 @@ static void start_slow(void)
 		atomic_store(&kcd.state, KCD_RUNNING);
 	}
 out:
-	pthread_mutex_unlock(&kcd.lock);
+	ucma_mutex_unlock(&kcd.lock);
 }
 
 /**
@@ -403,7 +404,7 @@ void ucma_compactd_wakeup(void)
  */
 void ucma_compactd_stop(void)
 {
-	pthread_mutex_lock(&kcd.lock);
+	ucma_mutex_lock(&kcd.lock);
 	if (atomic_load(&kcd.state) == KCD_RUNNING) {
 		atomic_store(&kcd.stop, 1);
 		atomic_store(&kcd.park, 1);
@@ -418,7 +419,7 @@ void ucma_compactd_stop(void)
 		/* Let the next start try again (thread creation may work now). */
 		atomic_store(&kcd.state, KCD_IDLE);
 	}
-	pthread_mutex_unlock(&kcd.lock);
+	ucma_mutex_unlock(&kcd.lock);
 }
 
 bool ucma_compactd_running(void)

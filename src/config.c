@@ -32,6 +32,7 @@
 #define _GNU_SOURCE 1	/* secure_getenv(), environ */
 #endif
 #include "internal.h"
+#include "lock.h"
 #include "node.h"
 
 #include <errno.h>
@@ -1336,10 +1337,10 @@ int ucma_config_from_env(struct ucma_config *cfg)
 		char areas[sizeof(env_areas)];
 
 		format_areas(areas, sizeof(areas), &o);
-		pthread_mutex_lock(&env_areas_lock);
+		ucma_mutex_lock(&env_areas_lock);
 		if (strcmp(env_areas, areas) != 0)
 			memcpy(env_areas, areas, sizeof(areas));
-		pthread_mutex_unlock(&env_areas_lock);
+		ucma_mutex_unlock(&env_areas_lock);
 		cfg->cma_areas = env_areas;
 	}
 	cfg->hugepages = o.hugepages;

@@ -62,6 +62,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "lock.h"
 #include "frames.h"
 #include "fork.h"
 #include "memevent.h"
@@ -738,9 +739,9 @@ uint32_t ucma_frames_table_run(struct ucma_cma_area *area, uint32_t off, uint32_
 	struct ucma_frames *f = area->frames;
 	uint32_t k;
 
-	pthread_mutex_lock(&f->lock);
+	ucma_mutex_lock(&f->lock);
 	k = run_locked(f, off, npages);
-	pthread_mutex_unlock(&f->lock);
+	ucma_mutex_unlock(&f->lock);
 	return k;
 }
 
@@ -758,7 +759,7 @@ uint32_t ucma_frames_verify(struct ucma_cma_area *area, uint32_t off, uint32_t n
 		k = 0;	/* cannot tell: not contiguous as far as anyone knows */
 		goto out;
 	}
-	pthread_mutex_lock(&f->lock);
+	ucma_mutex_lock(&f->lock);
 	for (uint32_t i = 0; i < n; i++) {
 		if (f->table[first + i].phys != phys[i]) {
 			f->table[first + i].phys = phys[i];
@@ -770,7 +771,7 @@ uint32_t ucma_frames_verify(struct ucma_cma_area *area, uint32_t off, uint32_t n
 		table_runs(f);
 	}
 	k = run_locked(f, off, npages);
-	pthread_mutex_unlock(&f->lock);
+	ucma_mutex_unlock(&f->lock);
 	if (moved)
 		ucma_count(UCMA_STAT_PHYS_CONTIG_MOVED, moved);
 out:
@@ -826,10 +827,10 @@ int ucma_vtophys(const void *ptr, uint64_t *phys, size_t *contig_len)
 		uint32_t slot = (uint32_t)((p - f->base) / f->frame_size);
 		size_t in_frame = (p - f->base) % f->frame_size;
 
-		pthread_mutex_lock(&f->lock);
+		ucma_mutex_lock(&f->lock);
 		first = f->table[slot].phys;
 		k = (long)(f->table[slot].run_end - slot);
-		pthread_mutex_unlock(&f->lock);
+		ucma_mutex_unlock(&f->lock);
 		if (first) {
 			*phys = first + in_frame;
 			if (contig_len)
@@ -866,7 +867,7 @@ void ucma_frames_stats_locked(struct ucma_cma_area *area, struct ucma_frames_sta
 	st->frame_size = f->frame_size;
 	st->nr_frames = f->nr_frames;
 	st->sort_ns = f->sort_ns;
-	pthread_mutex_lock(&f->lock);
+	ucma_mutex_lock(&f->lock);
 	st->nr_lent = f->nr_lent;
 	if (f->phys_known) {
 		uint32_t best = 0;
@@ -883,7 +884,7 @@ void ucma_frames_stats_locked(struct ucma_cma_area *area, struct ucma_frames_sta
 		}
 		st->phys_run_free = (uint64_t)best << UCMA_PAGE_SHIFT;
 	}
-	pthread_mutex_unlock(&f->lock);
+	ucma_mutex_unlock(&f->lock);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -958,7 +959,7 @@ int ucma_frames_set_lent(struct ucma_cma_area *area, uint32_t slot, uint32_t n, 
 
 	if (check_slots(area, slot, n) != 0)
 		return -1;
-	pthread_mutex_lock(&f->lock);
+	ucma_mutex_lock(&f->lock);
 	for (uint32_t s = slot; s < slot + n; s++) {
 		bool was = f->table[s].flags & UCMA_FRAME_LENT;
 
@@ -967,7 +968,7 @@ int ucma_frames_set_lent(struct ucma_cma_area *area, uint32_t slot, uint32_t n, 
 		f->table[s].flags ^= UCMA_FRAME_LENT;
 		f->nr_lent = lent ? f->nr_lent + 1 : f->nr_lent - 1;
 	}
-	pthread_mutex_unlock(&f->lock);
+	ucma_mutex_unlock(&f->lock);
 	return 0;
 }
 
@@ -1000,7 +1001,7 @@ void ucma_frames_fork_prepare(void)
 	for (int k = 0; k < a->nr_areas; k++) {
 		struct ucma_frames *f = a->areas[k].frames;
 
-		pthread_mutex_lock(&f->lock);
+		ucma_mutex_lock(&f->lock);
 		/* This fork lets the child inherit the mapping, which its
 		 * handler replaces at once: no hole in the child's address
 		 * space that something else could take before the handler
@@ -1042,7 +1043,7 @@ void ucma_frames_fork_parent(void)
 
 		if (f->fd >= 0)
 			ucma_os.madvise((void *)f->base, f->size, MADV_DONTFORK);
-		pthread_mutex_unlock(&f->lock);
+		ucma_mutex_unlock(&f->lock);
 	}
 }
 
@@ -1271,7 +1272,7 @@ void ucma_frames_fork_child(void)
 			}
 		}
 		for (int k = a->nr_areas - 1; k >= 0; k--)
-			pthread_mutex_unlock(&a->areas[k].frames->lock);
+			ucma_mutex_unlock(&a->areas[k].frames->lock);
 	}
 	if (fork_ctx.wait_wr >= 0) {
 		char done = 1;

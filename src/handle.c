@@ -36,6 +36,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "lock.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -149,20 +150,20 @@ static void wait_for_holds(void)
 void ucma_handle_fork_prepare(void)
 {
 	atomic_store(&fork_pending, 1);
-	pthread_mutex_lock(&table_lock);
+	ucma_mutex_lock(&table_lock);
 	wait_for_holds();
 }
 
 void ucma_handle_fork_parent(void)
 {
-	pthread_mutex_unlock(&table_lock);
+	ucma_mutex_unlock(&table_lock);
 	atomic_store(&fork_pending, 0);
 	futex_wake_all(&fork_pending);
 }
 
 void ucma_handle_fork_child(void)
 {
-	pthread_mutex_unlock(&table_lock);
+	ucma_mutex_unlock(&table_lock);
 	atomic_store(&fork_pending, 0);
 }
 
@@ -252,14 +253,14 @@ static uint32_t entry_alloc(void)
 {
 	uint32_t index;
 
-	pthread_mutex_lock(&table_lock);
+	ucma_mutex_lock(&table_lock);
 	if (free_head) {
 		index = free_head;
 		free_head = ucma_handle_entry(index)->next_free;
 	} else {
 		index = next_index;
 		if ((index >> CHUNK_SHIFT) >= DIR_ENTRIES) {
-			pthread_mutex_unlock(&table_lock);
+			ucma_mutex_unlock(&table_lock);
 			errno = ENOMEM;
 			return 0;
 		}
@@ -270,7 +271,7 @@ static uint32_t entry_alloc(void)
 						   -1, 0);
 
 			if (chunk == MAP_FAILED) {
-				pthread_mutex_unlock(&table_lock);
+				ucma_mutex_unlock(&table_lock);
 				errno = ENOMEM;
 				return 0;
 			}
@@ -280,7 +281,7 @@ static uint32_t entry_alloc(void)
 	}
 	if (UCMA_UNLIKELY(!ucma_handle_entry(index)))
 		ucma_fatal("internal error: handle entry %u has no chunk", index);
-	pthread_mutex_unlock(&table_lock);
+	ucma_mutex_unlock(&table_lock);
 	return index;
 }
 
@@ -292,10 +293,10 @@ static void entry_free(uint32_t index)
 	if (atomic_load_explicit(&e->gen, memory_order_relaxed) == GEN_RETIRED &&
 	    e->next_free == UINT32_MAX)
 		return;	/* retired: its generation would wrap */
-	pthread_mutex_lock(&table_lock);
+	ucma_mutex_lock(&table_lock);
 	e->next_free = free_head;
 	free_head = index;
-	pthread_mutex_unlock(&table_lock);
+	ucma_mutex_unlock(&table_lock);
 }
 
 /*

@@ -18,6 +18,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "lock.h"
 #include "memevent.h"
 #include "pcp.h"
 
@@ -48,12 +49,12 @@ static bool options_set;	/* init_lock: ucma_init() supplied options */
  */
 void ucma_init_fork_prepare(void)
 {
-	pthread_mutex_lock(&init_lock);
+	ucma_mutex_lock(&init_lock);
 }
 
 void ucma_init_fork_parent(void)
 {
-	pthread_mutex_unlock(&init_lock);
+	ucma_mutex_unlock(&init_lock);
 }
 
 /* Zone and area locks: innermost, taken in a fixed order. */
@@ -70,11 +71,11 @@ void ucma_zones_fork_prepare(void)
 	if (!a)
 		return;
 	for (int i = 0; i < a->nr_areas; i++)
-		pthread_mutex_lock(&a->areas[i].lock);
+		ucma_mutex_lock(&a->areas[i].lock);
 	/* Each zone's per-CPU list locks before its lock (pcp.h). */
 	for (int z = 0; z < UCMA_ZONE_NR; z++) {
 		ucma_pcp_lock_all(&a->zones[z]);
-		pthread_mutex_lock(&a->zones[z].lock);
+		ucma_mutex_lock(&a->zones[z].lock);
 	}
 }
 
@@ -85,11 +86,11 @@ void ucma_zones_fork_parent(void)
 	if (!a)
 		return;
 	for (int z = UCMA_ZONE_NR - 1; z >= 0; z--) {
-		pthread_mutex_unlock(&a->zones[z].lock);
+		ucma_mutex_unlock(&a->zones[z].lock);
 		ucma_pcp_unlock_all(&a->zones[z]);
 	}
 	for (int i = a->nr_areas - 1; i >= 0; i--)
-		pthread_mutex_unlock(&a->areas[i].lock);
+		ucma_mutex_unlock(&a->areas[i].lock);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -155,7 +156,7 @@ struct ucma_arena *ucma_arena_get(void)
 		return NULL;
 	}
 	ucma_fork_init();	/* before the first lock is taken (fork.c) */
-	pthread_mutex_lock(&init_lock);
+	ucma_mutex_lock(&init_lock);
 	if (!init_done) {
 		initializing = true;
 		init_errno = init_locked();
@@ -165,7 +166,7 @@ struct ucma_arena *ucma_arena_get(void)
 	a = ucma_the_arena;
 	if (!a)
 		errno = init_errno;
-	pthread_mutex_unlock(&init_lock);
+	ucma_mutex_unlock(&init_lock);
 	if (a)
 		after_start();
 	return a;
@@ -188,7 +189,7 @@ int ucma_init(const struct ucma_config *cfg)
 		return -1;
 	}
 	ucma_fork_init();
-	pthread_mutex_lock(&init_lock);
+	ucma_mutex_lock(&init_lock);
 	/*
 	 * Already running: fine if nothing new was asked for.  A failed
 	 * attempt is not final for an explicit call: it tries again (the
@@ -229,7 +230,7 @@ int ucma_init(const struct ucma_config *cfg)
 	if (err)
 		options_set = false;
 out:
-	pthread_mutex_unlock(&init_lock);
+	ucma_mutex_unlock(&init_lock);
 	if (err) {
 		errno = err;
 		return -1;
@@ -250,13 +251,13 @@ void ucma_test_reset(void)
 	ucma_compactd_stop();
 	ucma_shm_unpublish();
 	published = false;
-	pthread_mutex_lock(&init_lock);
+	ucma_mutex_lock(&init_lock);
 	if (ucma_the_arena)
 		ucma_arena_destroy(ucma_the_arena);
 	ucma_the_arena = NULL;
 	init_done = false;
 	init_errno = 0;
 	options_set = false;
-	pthread_mutex_unlock(&init_lock);
+	ucma_mutex_unlock(&init_lock);
 }
 #endif

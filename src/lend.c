@@ -145,10 +145,14 @@
  * write-protected range, and no code of the library writes heap memory
  * under a lock, so a waiting writer never holds what the take-back needs.
  * A fork takes lend.lock first (stage "lend", before the zone locks).
+ * A signal handler on a thread that holds other locks of the library
+ * (lock.h) never waits for lend.lock or takes anything back: the call
+ * fails with EAGAIN (refused_in_allocator()).
  *
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "lock.h"
 #include "lend.h"
 #include "frames.h"
 #include "fork.h"
@@ -239,13 +243,60 @@ static void lend_lock(sigset_t *saved)
 
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, saved);
-	pthread_mutex_lock(&lend.lock);
+	ucma_mutex_lock(&lend.lock);
 }
 
 static void lend_unlock(const sigset_t *saved)
 {
-	pthread_mutex_unlock(&lend.lock);
+	ucma_mutex_unlock(&lend.lock);
 	pthread_sigmask(SIG_SETMASK, saved, NULL);
+}
+
+/*
+ * Is this thread inside the allocator, holding some of its locks (lock.h)?
+ * Then it is a signal handler that interrupted it, calling madvise(),
+ * mlock(), _Fork() or direct I/O on lent heap memory, and a take-back
+ * would wait for the zone or per-CPU list lock that its own interrupted
+ * code holds, or for lend.lock held by a take-back on another thread that
+ * waits for that lock: a deadlock either way.  The call fails with EAGAIN
+ * instead (a documented error of each of them), said once per process.
+ */
+static bool refused_in_allocator(const char *what)
+{
+	static _Atomic bool said;
+
+	if (UCMA_LIKELY(ucma_locks_held == 0))
+		return false;
+	if (!atomic_exchange(&said, true))
+		ucma_log("%s from a signal handler that interrupted the allocator: refused with "
+			 "EAGAIN (the interrupted code holds locks that taking lent heap memory "
+			 "back needs)",
+			 what);
+	errno = EAGAIN;
+	return true;
+}
+
+/*
+ * lend_lock() for what a signal handler may reach without a take-back
+ * (moving a descriptor, a raw fork with nothing borrowed): a thread that
+ * holds other locks of the library only tries lend.lock, whose holder
+ * may be waiting for them.  False with errno EAGAIN, signals as they were,
+ * when it is busy.
+ */
+static bool lend_lock_nested(sigset_t *saved, const char *what)
+{
+	sigset_t all;
+
+	if (UCMA_LIKELY(ucma_locks_held == 0)) {
+		lend_lock(saved);
+		return true;
+	}
+	sigfillset(&all);
+	pthread_sigmask(SIG_BLOCK, &all, saved);
+	if (ucma_mutex_trylock(&lend.lock) == 0)
+		return true;
+	pthread_sigmask(SIG_SETMASK, saved, NULL);
+	return !refused_in_allocator(what);
 }
 
 static uint32_t pb_pfn(uint32_t pb)
@@ -566,7 +617,7 @@ bool ucma_lend_commit(struct ucma_arena *a, uint32_t pb)
 	rc = on && uffd_ensure() ? ucma_frames_map_at(area, slot_of(area, cma_pb), 1, at, true)
 				 : -1;
 	err = errno;
-	pthread_mutex_lock(&z->lock);
+	ucma_mutex_lock(&z->lock);
 	if (rc == 0) {
 		if (s & LEND_DIRTY)
 			ucma_zone_set_free_dirty_locked(z, pb, true);
@@ -580,7 +631,7 @@ bool ucma_lend_commit(struct ucma_arena *a, uint32_t pb)
 				   strerror(errno));
 		of_set(pb, LEND_NONE);
 	}
-	pthread_mutex_unlock(&z->lock);
+	ucma_mutex_unlock(&z->lock);
 	if (rc == 0) {
 		ucma_frames_set_lent(area, slot_of(area, cma_pb), 1, true);
 		ucma_count(UCMA_STAT_LEND_HEAP_LENT, 1);
@@ -1065,16 +1116,16 @@ static int take_back_locked(struct ucma_arena *a, uint32_t pb)
 	 * are free: back to the buddy lists first, so that a pageblock with
 	 * nothing else in it gives its frame back instead of being copied. */
 	ucma_pcp_lock_all(z);
-	pthread_mutex_lock(&z->lock);
+	ucma_mutex_lock(&z->lock);
 	ucma_pcp_drain_range_locked(z, pb_pfn(pb), pb_pfn(pb) + UCMA_PAGEBLOCK_PAGES);
 	ucma_pcp_unlock_all(z);
 	s = of_get(pb);
 	if (s == LEND_NONE) {
-		pthread_mutex_unlock(&z->lock);
+		ucma_mutex_unlock(&z->lock);
 		return 0;
 	}
 	if (s & LEND_RESERVED) {
-		pthread_mutex_unlock(&z->lock);
+		ucma_mutex_unlock(&z->lock);
 		errno = EAGAIN;
 		return -1;
 	}
@@ -1082,7 +1133,7 @@ static int take_back_locked(struct ucma_arena *a, uint32_t pb)
 	if (a->blocks[pb].nr_free == UCMA_PAGEBLOCK_PAGES) {
 		uint32_t back = return_free_locked(z, pb);
 
-		pthread_mutex_unlock(&z->lock);
+		ucma_mutex_unlock(&z->lock);
 		if (back == LEND_NONE)
 			return -1;
 		frame_give_back(a, back);
@@ -1092,16 +1143,16 @@ static int take_back_locked(struct ucma_arena *a, uint32_t pb)
 	advice = normal_advice(z);
 	moved = LEND_MOVED_OF(s);
 	of_set(pb, s | LEND_TAKING);
-	pthread_mutex_unlock(&z->lock);
+	ucma_mutex_unlock(&z->lock);
 
 	rc = migrate(a, pb, cma_pb, piece_of(a, cma_pb), advice, &moved);
 	err = errno;
 
-	pthread_mutex_lock(&z->lock);
+	ucma_mutex_lock(&z->lock);
 	of_set(pb, rc == 0 ? LEND_NONE : cma_pb | (uint32_t)moved << LEND_MOVED_SHIFT);
 	if (rc == 0)
 		atomic_fetch_sub(&ucma_lend_nr_borrowed, 1);
-	pthread_mutex_unlock(&z->lock);
+	ucma_mutex_unlock(&z->lock);
 	ucma_count(UCMA_STAT_LEND_HEAP_BYTES_COPIED,
 		   (uint64_t)(moved - LEND_MOVED_OF(s)) * piece_of(a, cma_pb));
 	if (rc != 0) {
@@ -1121,16 +1172,15 @@ static int take_back_locked(struct ucma_arena *a, uint32_t pb)
  */
 static int take_back(struct ucma_arena *a, uint32_t pb)
 {
-	sigset_t all, saved;
+	sigset_t saved;
 	int rc, err;
 
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, &saved);
-	pthread_mutex_lock(&lend.lock);
+	if (refused_in_allocator("taking lent heap memory back"))
+		return -1;
+	lend_lock(&saved);
 	rc = take_back_locked(a, pb);
 	err = errno;
-	pthread_mutex_unlock(&lend.lock);
-	pthread_sigmask(SIG_SETMASK, &saved, NULL);
+	lend_unlock(&saved);
 	ucma_mem_event_deliver();
 	errno = err;
 	return rc;
@@ -1141,10 +1191,10 @@ int ucma_lend_take_back_run(struct ucma_arena *a, uint32_t head)
 	struct ucma_zone *cz = &a->zones[UCMA_ZONE_CMA];
 	uint32_t pb = UCMA_PFN_NONE;
 
-	pthread_mutex_lock(&cz->lock);
+	ucma_mutex_lock(&cz->lock);
 	if (a->pages[head].kind == UCMA_PK_RUN && a->pages[head].owner_type == UCMA_OWN_LENT)
 		pb = (uint32_t)a->pages[head].owner;
-	pthread_mutex_unlock(&cz->lock);
+	ucma_mutex_unlock(&cz->lock);
 	if (pb == UCMA_PFN_NONE || !lend.of)
 		return UCMA_MIGRATE_OK;	/* given back meanwhile */
 	if (take_back(a, pb) == 0)
@@ -1267,7 +1317,10 @@ int ucma_unlend_all(void)
 	atomic_store(&lend.on, false);
 	if (!a || !lend.of || lend.a != a)
 		return 0;
-	lend_lock(&saved);
+	if (ucma_lend_any_borrowed() && refused_in_allocator("ucma_unlend_all()"))
+		return -1;
+	if (!lend_lock_nested(&saved, "ucma_unlend_all()"))
+		return -1;
 	if (take_back_all_locked(a, false, &err))
 		rc = -1;
 	lend_unlock(&saved);
@@ -1337,14 +1390,13 @@ static int dup_high(int fd)
 int ucma_lend_move_fd(int fd)
 {
 	struct ucma_arena *a = ucma_arena_peek();
-	sigset_t all, saved;
+	sigset_t saved;
 	int rc = 0, err = 0;
 
 	if (fd < 0 || !ucma_owns_fd(fd))
 		return 0;
-	sigfillset(&all);
-	pthread_sigmask(SIG_BLOCK, &all, &saved);
-	pthread_mutex_lock(&lend.lock);
+	if (!lend_lock_nested(&saved, "moving the library's descriptor"))
+		return -1;
 	for (int k = -1; a && k < a->nr_areas; k++) {
 		struct ucma_frames *f = k < 0 ? NULL : ucma_area_frames(&a->areas[k]);
 		_Atomic int *uffd = k < 0 ? &lend.uffd : NULL;
@@ -1365,8 +1417,7 @@ int ucma_lend_move_fd(int fd)
 		ucma_os_close(fd);
 		break;
 	}
-	pthread_mutex_unlock(&lend.lock);
-	pthread_sigmask(SIG_SETMASK, &saved, NULL);
+	lend_unlock(&saved);
 	errno = err;
 	return rc;
 }
@@ -1406,7 +1457,7 @@ void ucma_lend_fork_prepare(void)
 	sigset_t all, saved;
 	int err;
 
-	pthread_mutex_lock(&lend.lock);
+	ucma_mutex_lock(&lend.lock);
 	if (!a || !lend.of || atomic_load(&ucma_lend_nr_borrowed) == 0 || single_threaded())
 		return;
 	/* As in take_back(): a handler writing a piece being moved would
@@ -1419,7 +1470,7 @@ void ucma_lend_fork_prepare(void)
 
 void ucma_lend_fork_parent(void)
 {
-	pthread_mutex_unlock(&lend.lock);
+	ucma_mutex_unlock(&lend.lock);
 	/* What the take-backs posted (MAP of the frames given back). */
 }
 
@@ -1439,7 +1490,7 @@ void ucma_lend_fork_child(void)
 	uffd_drop();
 	if (lend.of && atomic_load(&lend.on) && !uffd_ensure())
 		lend_off("the child of a fork cannot open a userfaultfd", errno);
-	pthread_mutex_unlock(&lend.lock);
+	ucma_mutex_unlock(&lend.lock);
 }
 
 /*
@@ -1456,7 +1507,11 @@ int ucma_lend_raw_fork_prepare(void)
 	unsigned failed = 0;
 	int err;
 
-	lend_lock(&saved);
+	if (a && lend.of && atomic_load(&ucma_lend_nr_borrowed) != 0 &&
+	    refused_in_allocator("fork without fork handlers"))
+		return -1;
+	if (!lend_lock_nested(&saved, "fork without fork handlers"))
+		return -1;
 	if (a && lend.of && atomic_load(&ucma_lend_nr_borrowed) != 0)
 		failed = take_back_all_locked(a, true, &err);
 	if (failed) {

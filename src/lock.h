@@ -1,6 +1,7 @@
 /*
  * lock.h - the small futex lock of the malloc family (central bins in
- * slab.c, thread caches in tcache.c).
+ * slab.c, per-CPU page lists in pcp.c), and the count of the library's
+ * locks that the calling thread holds.
  *
  * Three states (0 free, 1 held, 2 held and maybe waited for), as in
  * Drepper's "Futexes Are Tricky": taking a free lock is one
@@ -21,6 +22,37 @@
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+/*
+ * Every lock of the library is taken through ucma_lock() or
+ * ucma_mutex_lock() below, which count it in ucma_locks_held, this
+ * thread's number of the library's locks held (or being taken).  The
+ * count is for signal handlers: a handler that interrupted this thread
+ * inside the allocator may call what the preloaded library turns into a
+ * take-back of lent heap memory (madvise(), mlock(), _Fork(), direct I/O
+ * are all async-signal-safe), and that take-back needs the zone and
+ * per-CPU list locks that the interrupted code may hold: it would wait on
+ * its own thread for ever.  Blocking signals around each lock instead
+ * would cost two system calls per page allocation.  So the take-back
+ * paths that a handler can reach check the count and fail with EAGAIN
+ * when it is not zero (lend.c, ucma_lend_locks_held()).  The count goes up
+ * before the lock is taken and down after it is released, with compiler
+ * barriers, so a handler never sees zero while a lock is held; a plain
+ * increment is enough, a handler leaves the count as it found it.
+ */
+UCMA_INTERNAL extern __thread unsigned ucma_locks_held __attribute__((tls_model("initial-exec")));
+
+static inline void ucma_locks_held_inc(void)
+{
+	ucma_locks_held++;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+}
+
+static inline void ucma_locks_held_dec(void)
+{
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);
+	ucma_locks_held--;
+}
 
 static inline void ucma_cpu_relax(void)
 {
@@ -66,6 +98,7 @@ static inline void ucma_lock(uint32_t *l)
 {
 	uint32_t c = 0;
 
+	ucma_locks_held_inc();
 	if (UCMA_UNLIKELY(!__atomic_compare_exchange_n(l, &c, 1, false, __ATOMIC_ACQUIRE,
 						       __ATOMIC_RELAXED)))
 		ucma_lock_slow(l);
@@ -75,6 +108,31 @@ static inline void ucma_unlock(uint32_t *l)
 {
 	if (UCMA_UNLIKELY(__atomic_exchange_n(l, 0, __ATOMIC_RELEASE) == 2))
 		ucma_unlock_wake(l);
+	ucma_locks_held_dec();
+}
+
+/* The library's pthread mutexes, counted as above. */
+static inline void ucma_mutex_lock(pthread_mutex_t *m)
+{
+	ucma_locks_held_inc();
+	pthread_mutex_lock(m);
+}
+
+static inline int ucma_mutex_trylock(pthread_mutex_t *m)
+{
+	int rc;
+
+	ucma_locks_held_inc();
+	rc = pthread_mutex_trylock(m);
+	if (rc != 0)
+		ucma_locks_held_dec();
+	return rc;
+}
+
+static inline void ucma_mutex_unlock(pthread_mutex_t *m)
+{
+	pthread_mutex_unlock(m);
+	ucma_locks_held_dec();
 }
 
 #endif /* UCMA_LOCK_H */

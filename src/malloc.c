@@ -50,6 +50,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "lock.h"
 #include "malloc_hooks.h"
 #include "slab.h"
 #include "tcache.h"
@@ -114,7 +115,7 @@ static bool fork_locked;
 
 void ucma_malloc_atfork_prepare(void)
 {
-	pthread_mutex_lock(&minit_lock);
+	ucma_mutex_lock(&minit_lock);
 	fork_locked = minit_done;
 	if (fork_locked) {
 		ucma_tcache_atfork_prepare();
@@ -128,7 +129,7 @@ void ucma_malloc_atfork_parent(void)
 		ucma_slab_atfork_parent();
 		ucma_tcache_atfork_parent();
 	}
-	pthread_mutex_unlock(&minit_lock);
+	ucma_mutex_unlock(&minit_lock);
 }
 
 void ucma_malloc_atfork_child(void)
@@ -137,7 +138,7 @@ void ucma_malloc_atfork_child(void)
 		ucma_slab_atfork_child();
 		ucma_tcache_atfork_child();
 	}
-	pthread_mutex_unlock(&minit_lock);
+	ucma_mutex_unlock(&minit_lock);
 }
 
 static uint64_t make_key(void)
@@ -160,14 +161,14 @@ static void malloc_init_once(void)
 	if (__atomic_load_n(&minit_done, __ATOMIC_ACQUIRE))
 		return;
 	ucma_fork_init();	/* before the first malloc lock exists in use */
-	pthread_mutex_lock(&minit_lock);
+	ucma_mutex_lock(&minit_lock);
 	if (!minit_done) {
 		ucma_slab_init();
 		ucma_free_key = make_key();
 		ucma_tcache_init();
 		__atomic_store_n(&minit_done, true, __ATOMIC_RELEASE);
 	}
-	pthread_mutex_unlock(&minit_lock);
+	ucma_mutex_unlock(&minit_lock);
 }
 
 /* The arena, initialising on first use; copies its geometry for the fast

@@ -40,6 +40,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "lock.h"
 #include "memevent.h"
 #include "fork.h"
 
@@ -186,19 +187,19 @@ static void set_remove(uintptr_t start, uintptr_t end)
 
 void ucma_mem_event_fork_prepare(void)
 {
-	pthread_mutex_lock(&me.lock);
+	ucma_mutex_lock(&me.lock);
 }
 
 void ucma_mem_event_fork_parent(void)
 {
-	pthread_mutex_unlock(&me.lock);
+	ucma_mutex_unlock(&me.lock);
 }
 
 void ucma_mem_event_fork_child(void)
 {
 	/* `lock` is this thread's (prepare took it); `deliver_lock` may be
 	 * held by a thread that does not exist here. */
-	pthread_mutex_unlock(&me.lock);
+	ucma_mutex_unlock(&me.lock);
 	pthread_mutex_init(&me.deliver_lock, NULL);
 }
 
@@ -208,7 +209,7 @@ void ucma_mem_event_post(enum ucma_mem_event ev, void *addr, size_t len)
 
 	if (len == 0)
 		return;
-	pthread_mutex_lock(&me.lock);
+	ucma_mutex_lock(&me.lock);
 	me.seq++;
 	if (ev == UCMA_MEM_EVENT_MAP)
 		set_add(start, start + len);
@@ -224,7 +225,7 @@ void ucma_mem_event_post(enum ucma_mem_event ev, void *addr, size_t len)
 				 (unsigned long)start, (unsigned long)(start + len));
 		}
 	}
-	pthread_mutex_unlock(&me.lock);
+	ucma_mutex_unlock(&me.lock);
 }
 
 static void count(int ev, uint64_t n)
@@ -236,17 +237,17 @@ void ucma_mem_event_deliver(void)
 {
 	if (in_callback || !atomic_load_explicit(&me.pending, memory_order_acquire))
 		return;
-	pthread_mutex_lock(&me.deliver_lock);
+	ucma_mutex_lock(&me.deliver_lock);
 	for (;;) {
 		struct { mem_event_fn fn; void *arg; } calls[UCMA_MEM_EVENT_MAX];
 		struct mem_event e;
 		unsigned n = 0;
 
-		pthread_mutex_lock(&me.lock);
+		ucma_mutex_lock(&me.lock);
 		if (me.queue_head == me.queue.n) {
 			me.queue_head = me.queue.n = 0;
 			atomic_store_explicit(&me.pending, false, memory_order_relaxed);
-			pthread_mutex_unlock(&me.lock);
+			ucma_mutex_unlock(&me.lock);
 			break;
 		}
 		e = ((struct mem_event *)me.queue.v)[me.queue_head++];
@@ -258,14 +259,14 @@ void ucma_mem_event_deliver(void)
 				calls[n++].arg = c->arg;
 			}
 		}
-		pthread_mutex_unlock(&me.lock);
+		ucma_mutex_unlock(&me.lock);
 		in_callback = true;
 		for (unsigned i = 0; i < n; i++)
 			calls[i].fn(e.ev, (void *)e.addr, e.len, calls[i].arg);
 		in_callback = false;
 		count(e.ev, n);
 	}
-	pthread_mutex_unlock(&me.deliver_lock);
+	ucma_mutex_unlock(&me.deliver_lock);
 }
 
 static struct mem_event_cb *find(const char *name)
@@ -297,8 +298,8 @@ int ucma_mem_event_register(const char *name,
 		errno = EDEADLK;
 		return -1;
 	}
-	pthread_mutex_lock(&me.deliver_lock);
-	pthread_mutex_lock(&me.lock);
+	ucma_mutex_lock(&me.deliver_lock);
+	ucma_mutex_lock(&me.lock);
 	if (find(name)) {
 		err = EEXIST;
 		goto out;
@@ -327,7 +328,7 @@ int ucma_mem_event_register(const char *name,
 	slot->seen = me.seq;
 	me.nr_cbs++;
 out:
-	pthread_mutex_unlock(&me.lock);
+	ucma_mutex_unlock(&me.lock);
 	if (!err) {
 		in_callback = true;
 		for (size_t i = 0; i < n; i++)
@@ -336,7 +337,7 @@ out:
 		in_callback = false;
 		count(UCMA_MEM_EVENT_MAP, n);
 	}
-	pthread_mutex_unlock(&me.deliver_lock);
+	ucma_mutex_unlock(&me.deliver_lock);
 	if (snap_bytes)
 		ucma_meta_free(snap, snap_bytes);
 	if (err) {
@@ -364,15 +365,15 @@ int ucma_mem_event_unregister(const char *name)
 		errno = EDEADLK;
 		return -1;
 	}
-	pthread_mutex_lock(&me.deliver_lock);
-	pthread_mutex_lock(&me.lock);
+	ucma_mutex_lock(&me.deliver_lock);
+	ucma_mutex_lock(&me.lock);
 	c = find(name);
 	if (c) {
 		memset(c, 0, sizeof(*c));
 		me.nr_cbs--;
 	}
-	pthread_mutex_unlock(&me.lock);
-	pthread_mutex_unlock(&me.deliver_lock);
+	ucma_mutex_unlock(&me.lock);
+	ucma_mutex_unlock(&me.deliver_lock);
 	if (!c) {
 		errno = ENOENT;
 		return -1;

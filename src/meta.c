@@ -14,6 +14,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "lock.h"
 
 #include "fork.h"
 
@@ -39,12 +40,12 @@ static char *meta_cur, *meta_end;
 
 void ucma_meta_fork_prepare(void)
 {
-	pthread_mutex_lock(&meta_lock);
+	ucma_mutex_lock(&meta_lock);
 }
 
 void ucma_meta_fork_parent(void)
 {
-	pthread_mutex_unlock(&meta_lock);
+	ucma_mutex_unlock(&meta_lock);
 }
 
 static unsigned meta_class(size_t size)
@@ -78,12 +79,12 @@ static void *meta_alloc(size_t size, bool zero)
 	}
 	c = meta_class(size);
 	csize = (size_t)1 << (c + META_MIN_SHIFT);
-	pthread_mutex_lock(&meta_lock);
+	ucma_mutex_lock(&meta_lock);
 	if (meta_free_list[c]) {
 		p = meta_free_list[c];
 		meta_free_list[c] = meta_free_list[c]->next;
 		((struct meta_free *)p)->marker = 0;
-		pthread_mutex_unlock(&meta_lock);
+		ucma_mutex_unlock(&meta_lock);
 		if (zero)
 			memset(p, 0, csize);
 		return p;
@@ -94,7 +95,7 @@ static void *meta_alloc(size_t size, bool zero)
 		char *chunk = map_meta(META_CHUNK);
 
 		if (!chunk) {
-			pthread_mutex_unlock(&meta_lock);
+			ucma_mutex_unlock(&meta_lock);
 			errno = ENOMEM;
 			return NULL;
 		}
@@ -104,12 +105,12 @@ static void *meta_alloc(size_t size, bool zero)
 	/* Blocks are naturally aligned to their size within a chunk. */
 	meta_cur = (char *)UCMA_ALIGN_UP((uintptr_t)meta_cur, csize);
 	if ((size_t)(meta_end - meta_cur) < csize) {
-		pthread_mutex_unlock(&meta_lock);
+		ucma_mutex_unlock(&meta_lock);
 		return meta_alloc(size, zero);	/* next chunk */
 	}
 	p = meta_cur;
 	meta_cur += csize;
-	pthread_mutex_unlock(&meta_lock);
+	ucma_mutex_unlock(&meta_lock);
 	return p;	/* fresh anonymous memory is zero */
 }
 
@@ -135,7 +136,7 @@ void ucma_meta_free(void *p, size_t size)
 		return;
 	}
 	c = meta_class(size);
-	pthread_mutex_lock(&meta_lock);
+	ucma_mutex_lock(&meta_lock);
 	/* Debug builds: a block freed twice would be handed out twice. */
 	if (ucma_config_debug && f->marker == META_FREED)
 		for (struct meta_free *q = meta_free_list[c]; q; q = q->next)
@@ -144,5 +145,5 @@ void ucma_meta_free(void *p, size_t size)
 	f->next = meta_free_list[c];
 	f->marker = META_FREED;
 	meta_free_list[c] = f;
-	pthread_mutex_unlock(&meta_lock);
+	ucma_mutex_unlock(&meta_lock);
 }

@@ -32,6 +32,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "lock.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -85,14 +86,14 @@ static void defer_push(void *ptr, size_t meta_size)
 	}
 	d->ptr = ptr;
 	d->meta_size = meta_size;
-	pthread_mutex_lock(&queue_lock);
+	ucma_mutex_lock(&queue_lock);
 	d->next = queue;
 	queue = d;
 	len = ++queue_len;
-	pthread_mutex_unlock(&queue_lock);
+	ucma_mutex_unlock(&queue_lock);
 	if (len >= DEFER_AUTO_DRAIN && ucma_rcu_can_wait() &&
-	    pthread_mutex_trylock(&drain_lock) == 0) {
-		pthread_mutex_unlock(&drain_lock);
+	    ucma_mutex_trylock(&drain_lock) == 0) {
+		ucma_mutex_unlock(&drain_lock);
 		ucma_defer_drain();
 	}
 }
@@ -115,12 +116,12 @@ int ucma_defer_drain(void)
 		errno = EDEADLK;
 		return -1;
 	}
-	pthread_mutex_lock(&drain_lock);
-	pthread_mutex_lock(&queue_lock);
+	ucma_mutex_lock(&drain_lock);
+	ucma_mutex_lock(&queue_lock);
 	list = queue;
 	queue = NULL;
 	queue_len = 0;
-	pthread_mutex_unlock(&queue_lock);
+	ucma_mutex_unlock(&queue_lock);
 	if (list) {
 		ucma_rcu_synchronize();
 		for (; list; list = next) {
@@ -132,20 +133,20 @@ int ucma_defer_drain(void)
 			ucma_meta_free(list, sizeof(*list));
 		}
 	}
-	pthread_mutex_unlock(&drain_lock);
+	ucma_mutex_unlock(&drain_lock);
 	return 0;
 }
 
 void ucma_defer_fork_prepare(void)
 {
-	pthread_mutex_lock(&drain_lock);
-	pthread_mutex_lock(&queue_lock);
+	ucma_mutex_lock(&drain_lock);
+	ucma_mutex_lock(&queue_lock);
 }
 
 void ucma_defer_fork_parent(void)
 {
-	pthread_mutex_unlock(&queue_lock);
-	pthread_mutex_unlock(&drain_lock);
+	ucma_mutex_unlock(&queue_lock);
+	ucma_mutex_unlock(&drain_lock);
 }
 
 void ucma_defer_fork_child(void)

@@ -35,6 +35,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "lock.h"
 
 #include "fork.h"
 #include "rcu.h"
@@ -102,13 +103,13 @@ static _Atomic bool classes_ready;	/* a movable slab may exist */
 void ucma_mslab_fork_prepare(void)
 {
 	for (size_t i = 0; i < NR_CLASSES; i++)
-		pthread_mutex_lock(&classes[i].lock);
+		ucma_mutex_lock(&classes[i].lock);
 }
 
 void ucma_mslab_fork_parent(void)
 {
 	for (size_t i = NR_CLASSES; i-- > 0;)
-		pthread_mutex_unlock(&classes[i].lock);
+		ucma_mutex_unlock(&classes[i].lock);
 }
 
 static void undrain_class(struct mslab_class *c);
@@ -258,16 +259,16 @@ void *ucma_mslab_alloc(size_t size, uint32_t index, const struct ucma_migrate_ta
 	if (UCMA_UNLIKELY(!atomic_load_explicit(&classes_ready, memory_order_relaxed)))
 		atomic_store_explicit(&classes_ready, true, memory_order_release);
 	c = &classes[cls];
-	pthread_mutex_lock(&c->lock);
+	ucma_mutex_lock(&c->lock);
 	for (s = c->partial; s; s = s->next) {
 		if (slab_usable(a, s, no_cma, avoid_start, avoid_end)) {
 			void *p = slot_take(a, c, s, index);
 
-			pthread_mutex_unlock(&c->lock);
+			ucma_mutex_unlock(&c->lock);
 			return p;
 		}
 	}
-	pthread_mutex_unlock(&c->lock);
+	ucma_mutex_unlock(&c->lock);
 
 	fresh = slab_new(a, cls, no_cma, t, gfp);
 	if (!fresh)
@@ -277,14 +278,14 @@ void *ucma_mslab_alloc(size_t size, uint32_t index, const struct ucma_migrate_ta
 		errno = ENOMEM;
 		return NULL;
 	}
-	pthread_mutex_lock(&c->lock);
+	ucma_mutex_lock(&c->lock);
 	list_add(&c->partial, fresh);
 	fresh->on_partial = 1;
 	c->nr_empty++;
 	{
 		void *p = slot_take(a, c, fresh, index);
 
-		pthread_mutex_unlock(&c->lock);
+		ucma_mutex_unlock(&c->lock);
 		return p;
 	}
 }
@@ -299,7 +300,7 @@ void ucma_mslab_free(void *addr)
 	uint32_t slot = (uint32_t)(off / s->obj_size);
 	bool destroy = false;
 
-	pthread_mutex_lock(&c->lock);
+	ucma_mutex_lock(&c->lock);
 	if (off % s->obj_size || slot >= s->nr_objs ||
 	    !(s->bitmap[slot / 64u] & (1ull << (slot % 64u))))
 		ucma_fatal("internal error: movable slot %p is not allocated", addr);
@@ -325,7 +326,7 @@ void ucma_mslab_free(void *addr)
 			c->nr_empty++;
 		}
 	}
-	pthread_mutex_unlock(&c->lock);
+	ucma_mutex_unlock(&c->lock);
 	if (destroy)
 		slab_destroy(a, s);
 }
@@ -337,10 +338,10 @@ uint32_t ucma_mslab_slot_handle(struct ucma_mslab *s, void *addr)
 	size_t off = (size_t)((char *)addr - (char *)ucma_pfn_to_addr(a, s->pfn));
 	uint32_t slot = (uint32_t)(off / s->obj_size), index = 0;
 
-	pthread_mutex_lock(&c->lock);
+	ucma_mutex_lock(&c->lock);
 	if (!s->dead && slot < s->nr_objs && (s->bitmap[slot / 64u] & (1ull << (slot % 64u))))
 		index = s->handles[slot];
-	pthread_mutex_unlock(&c->lock);
+	ucma_mutex_unlock(&c->lock);
 	return index;
 }
 
@@ -366,7 +367,7 @@ int ucma_mslab_live_slots(struct ucma_mslab *s, struct ucma_mslab_slot **out)
 	*out = v;
 	if (!v)
 		return -1;
-	pthread_mutex_lock(&c->lock);
+	ucma_mutex_lock(&c->lock);
 	for (uint32_t i = 0; i < s->nr_objs && !s->dead; i++) {
 		if (s->bitmap[i / 64u] & (1ull << (i % 64u))) {
 			v[n].index = s->handles[i];
@@ -393,7 +394,7 @@ int ucma_mslab_live_slots(struct ucma_mslab *s, struct ucma_mslab_slot **out)
 		c->nr_empty--;
 		destroy = true;
 	}
-	pthread_mutex_unlock(&c->lock);
+	ucma_mutex_unlock(&c->lock);
 	if (destroy)
 		slab_destroy(a, s);
 	return n;
@@ -530,9 +531,9 @@ unsigned ucma_mslab_consolidate(int prio)
 		struct mslab_class *c = &classes[ci];
 		unsigned nsrc;
 
-		pthread_mutex_lock(&c->lock);
+		ucma_mutex_lock(&c->lock);
 		nsrc = plan_class(c, arr, src, max_src);
-		pthread_mutex_unlock(&c->lock);
+		ucma_mutex_unlock(&c->lock);
 		for (unsigned i = 0; i < nsrc; i++) {
 			unsigned pinned = 0;
 
@@ -547,9 +548,9 @@ unsigned ucma_mslab_consolidate(int prio)
 		 * slabs, still draining, are destroyed as their last slot goes. */
 		ucma_defer_drain();
 		for (size_t ci = 0; ci < NR_CLASSES; ci++) {
-			pthread_mutex_lock(&classes[ci].lock);
+			ucma_mutex_lock(&classes[ci].lock);
 			undrain_class(&classes[ci]);
-			pthread_mutex_unlock(&classes[ci].lock);
+			ucma_mutex_unlock(&classes[ci].lock);
 		}
 	}
 out:

@@ -255,7 +255,7 @@ static void drain_some(struct ucma_zone *z, struct ucma_pcp *pcp, unsigned hot, 
 	struct ucma_page *pages = z->arena->pages;
 	uint32_t head = pcp->head[hot][hot_mt];
 
-	pthread_mutex_lock(&z->lock);
+	ucma_mutex_lock(&z->lock);
 	for (int k = UCMA_PCP_MAX_PAGES - 1; k >= 0 && pcp->count > target; k--)
 		for (int mt = 0; mt < UCMA_PCP_NR_MT && pcp->count > target; mt++)
 			while (pcp->nr[k][mt] && pcp->count > target &&
@@ -263,7 +263,7 @@ static void drain_some(struct ucma_zone *z, struct ucma_pcp *pcp, unsigned hot, 
 				release_one(z, pcp, (unsigned)k, mt);
 	while (pcp->count > target && pcp->nr[hot][hot_mt] > 1)
 		release_after(z, pcp, hot, hot_mt, &pages[head].link.next);
-	pthread_mutex_unlock(&z->lock);
+	ucma_mutex_unlock(&z->lock);
 }
 
 /*
@@ -288,14 +288,14 @@ static void release_idle(struct ucma_zone *z, struct ucma_pcp *pcp, unsigned hot
 			    ++pcp->idle[k][mt] < PCP_IDLE_REFILLS)
 				continue;
 			if (!locked) {
-				pthread_mutex_lock(&z->lock);
+				ucma_mutex_lock(&z->lock);
 				locked = true;
 			}
 			while (pcp->nr[k][mt])
 				release_one(z, pcp, k, mt);
 		}
 	if (locked)
-		pthread_mutex_unlock(&z->lock);
+		ucma_mutex_unlock(&z->lock);
 }
 
 uint32_t ucma_pcp_alloc(struct ucma_zone *z, uint32_t npages, int mt, unsigned gfp,
@@ -395,9 +395,9 @@ void ucma_pcp_drain_zone(struct ucma_zone *z)
 
 		ucma_lock(&pcp->lock);
 		if (pcp->count || pcp->nr_pb) {
-			pthread_mutex_lock(&z->lock);
+			ucma_mutex_lock(&z->lock);
 			drain_pcp_locked(z, pcp);
-			pthread_mutex_unlock(&z->lock);
+			ucma_mutex_unlock(&z->lock);
 		}
 		ucma_unlock(&pcp->lock);
 	}
@@ -424,11 +424,11 @@ void ucma_pcp_drain_dirty(struct ucma_zone *z)
 
 		ucma_lock(&pcp->lock);
 		if (pcp->count) {
-			pthread_mutex_lock(&z->lock);
+			ucma_mutex_lock(&z->lock);
 			for (unsigned k = 0; k < UCMA_PCP_PB_CLASS; k++)
 				for (int mt = 0; mt < UCMA_PCP_NR_MT; mt++)
 					release_dirty_locked(z, pcp, k, mt);
-			pthread_mutex_unlock(&z->lock);
+			ucma_mutex_unlock(&z->lock);
 		}
 		ucma_unlock(&pcp->lock);
 	}

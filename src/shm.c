@@ -45,6 +45,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "lock.h"
 #include "shm.h"
 
 #include <errno.h>
@@ -213,7 +214,7 @@ static void compute_map(struct ucma_arena *a, uint8_t *map,
 			uint32_t stop = end - b > MAP_LOCK_BATCH ? b + MAP_LOCK_BATCH : end;
 			uint64_t packed = 0;
 
-			pthread_mutex_lock(&z->lock);
+			ucma_mutex_lock(&z->lock);
 			for (; b < stop; b++) {
 				const struct ucma_pageblock *pb = &blocks[b];
 
@@ -222,7 +223,7 @@ static void compute_map(struct ucma_arena *a, uint8_t *map,
 				packed += 1ull << (16 * pb->mt);
 				map[b] = pb_byte(pb_state(pb, zi), pb->nr_free);
 			}
-			pthread_mutex_unlock(&z->lock);
+			ucma_mutex_unlock(&z->lock);
 			for (int mt = 0; mt < UCMA_MT_NR; mt++)
 				count[mt] += (packed >> (16 * mt)) & 0xffffu;
 		}
@@ -241,8 +242,8 @@ static void compute_map(struct ucma_arena *a, uint8_t *map,
 		for (uint32_t b = first; b < end;) {
 			uint32_t stop = end - b > MAP_LOCK_BATCH ? b + MAP_LOCK_BATCH : end;
 
-			pthread_mutex_lock(&ar->lock);
-			pthread_mutex_lock(&cz->lock);
+			ucma_mutex_lock(&ar->lock);
+			ucma_mutex_lock(&cz->lock);
 			for (; b < stop; b++) {
 				const struct ucma_pageblock *pb = &a->blocks[b];
 				uint32_t off = (b << UCMA_PAGEBLOCK_ORDER) - ar->base_pfn;
@@ -253,8 +254,8 @@ static void compute_map(struct ucma_arena *a, uint8_t *map,
 				if (!pb_isolated(pb) && bits_any(ar->bitmap, off, n))
 					map[b] = pb_byte(UCMA_SHM_PB_CONTIG, pb->nr_free);
 			}
-			pthread_mutex_unlock(&cz->lock);
-			pthread_mutex_unlock(&ar->lock);
+			ucma_mutex_unlock(&cz->lock);
+			ucma_mutex_unlock(&ar->lock);
 		}
 	}
 }

@@ -44,6 +44,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "lock.h"
 
 #include "fork.h"
 #include "shm.h"
@@ -167,18 +168,18 @@ static void *server_main(void *arg)
 
 	(void)arg;
 	pthread_setname_np(pthread_self(), "ucma_stats");
-	pthread_mutex_lock(&server.lock);
+	ucma_mutex_lock(&server.lock);
 	while (!server.stop) {
 		uint64_t m;
 		bool pending;
 
-		pthread_mutex_unlock(&server.lock);
+		ucma_mutex_unlock(&server.lock);
 		pending = request_pending(&m);
 		if (pending) {
 			answer(m);
 			last_request = ucma_os_now_ns();
 		}
-		pthread_mutex_lock(&server.lock);
+		ucma_mutex_lock(&server.lock);
 		if (!pending && ucma_os_now_ns() - last_request > lease_ns()) {
 			/*
 			 * The lease is over.  Look once more under the lock: a
@@ -198,18 +199,18 @@ static void *server_main(void *arg)
 		pthread_detach(pthread_self());
 		atomic_store(&server.state, SERVER_IDLE);
 	}
-	pthread_mutex_unlock(&server.lock);
+	ucma_mutex_unlock(&server.lock);
 	return NULL;
 }
 
 void ucma_shm_server_fork_prepare(void)
 {
-	pthread_mutex_lock(&server.lock);
+	ucma_mutex_lock(&server.lock);
 }
 
 void ucma_shm_server_fork_parent(void)
 {
-	pthread_mutex_unlock(&server.lock);
+	ucma_mutex_unlock(&server.lock);
 }
 
 /* The thread is not in the child: forget it (it cannot be joined here). */
@@ -219,7 +220,7 @@ void ucma_shm_server_fork_child(void)
 	server.stop = false;
 	pthread_cond_init(&server.wake, NULL);
 	atomic_store(&last_check_ns, 0);
-	pthread_mutex_unlock(&server.lock);
+	ucma_mutex_unlock(&server.lock);
 }
 
 static void server_start(void)
@@ -227,7 +228,7 @@ static void server_start(void)
 	sigset_t all, old;
 	int rc, st;
 
-	pthread_mutex_lock(&server.lock);
+	ucma_mutex_lock(&server.lock);
 	st = atomic_load(&server.state);
 	if (st == SERVER_RUNNING || st == SERVER_STOPPING || st == SERVER_FAILED ||
 	    ucma_shm_segment_exiting())
@@ -247,7 +248,7 @@ static void server_start(void)
 			 strerror(rc > 0 ? rc : errno));
 	}
 out:
-	pthread_mutex_unlock(&server.lock);
+	ucma_mutex_unlock(&server.lock);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -313,19 +314,19 @@ void ucma_shm_unpublish(void)
 {
 	int st;
 
-	pthread_mutex_lock(&server.lock);
+	ucma_mutex_lock(&server.lock);
 	st = atomic_load(&server.state);
 	if (st == SERVER_RUNNING) {
 		atomic_store(&server.state, SERVER_STOPPING);
 		server.stop = true;
 		pthread_cond_broadcast(&server.wake);
-		pthread_mutex_unlock(&server.lock);
+		ucma_mutex_unlock(&server.lock);
 		pthread_join(server.thread, NULL);
-		pthread_mutex_lock(&server.lock);
+		ucma_mutex_lock(&server.lock);
 	}
 	atomic_store(&server.state, SERVER_IDLE);
 	server.stop = false;
-	pthread_mutex_unlock(&server.lock);
+	ucma_mutex_unlock(&server.lock);
 	ucma_shm_segment_remove(true);
 	atomic_store(&handled_request_ns, 0);
 	atomic_store(&last_check_ns, 0);

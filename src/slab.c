@@ -365,7 +365,7 @@ static void *ovf_span_alloc(uint32_t npages, struct ucma_slab *s)
 	uintptr_t addr;
 	uint32_t first;
 
-	pthread_mutex_lock(&ovf_lock);
+	ucma_mutex_lock(&ovf_lock);
 	addr = ovf_span_free[npages];
 	if (addr) {
 		r = ovf_region_of((void *)addr);
@@ -375,7 +375,7 @@ static void *ovf_span_alloc(uint32_t npages, struct ucma_slab *s)
 		if (!ovf_chunk || ovf_chunk->bump + npages > OVF_CHUNK_PAGES) {
 			r = ovf_chunk_new();
 			if (!r) {
-				pthread_mutex_unlock(&ovf_lock);
+				ucma_mutex_unlock(&ovf_lock);
 				errno = ENOMEM;
 				return NULL;
 			}
@@ -388,7 +388,7 @@ static void *ovf_span_alloc(uint32_t npages, struct ucma_slab *s)
 	}
 	for (uint32_t i = 0; i < npages; i++)
 		__atomic_store_n(&r->owner[first + i], (uintptr_t)s, __ATOMIC_RELEASE);
-	pthread_mutex_unlock(&ovf_lock);
+	ucma_mutex_unlock(&ovf_lock);
 	return (void *)addr;
 }
 
@@ -399,13 +399,13 @@ static void ovf_span_free_pages(void *addr, uint32_t npages)
 
 	/* The span is still ours: give its memory back before listing it. */
 	ucma_os.madvise(addr, (size_t)npages << UCMA_PAGE_SHIFT, MADV_DONTNEED);
-	pthread_mutex_lock(&ovf_lock);
+	ucma_mutex_lock(&ovf_lock);
 	for (uint32_t i = 1; i < npages; i++)
 		__atomic_store_n(&r->owner[first + i], OVF_FREE_TAG, __ATOMIC_RELAXED);
 	__atomic_store_n(&r->owner[first], ovf_span_free[npages] | OVF_FREE_TAG,
 			 __ATOMIC_RELAXED);
 	ovf_span_free[npages] = (uintptr_t)addr;
-	pthread_mutex_unlock(&ovf_lock);
+	ucma_mutex_unlock(&ovf_lock);
 }
 
 int ucma_overflow_find(const void *p, struct ucma_ovf_ref *ref)
@@ -458,16 +458,16 @@ void *ucma_overflow_large_alloc(size_t size, size_t align, size_t *usable)
 	r->len = len;
 	r->kind = OVF_REGION_LARGE;
 	r->user = (uintptr_t)m;
-	pthread_mutex_lock(&ovf_lock);
+	ucma_mutex_lock(&ovf_lock);
 	if (ovf_register(r->base, r->len, r) != 0) {
 		ovf_register(r->base, r->len, NULL);
-		pthread_mutex_unlock(&ovf_lock);
+		ucma_mutex_unlock(&ovf_lock);
 		ucma_os.munmap(m, len);
 		ucma_meta_free(r, sizeof(*r));
 		errno = ENOMEM;
 		return NULL;
 	}
-	pthread_mutex_unlock(&ovf_lock);
+	ucma_mutex_unlock(&ovf_lock);
 	__atomic_fetch_add(&ovf_bytes, len, __ATOMIC_RELAXED);
 	ucma_count(UCMA_STAT_OVERFLOW_ALLOC, 1);
 	*usable = len;
@@ -479,9 +479,9 @@ void ucma_overflow_large_free(const struct ucma_ovf_ref *ref)
 	struct ovf_region *r = ref->region;
 	size_t len = r->len;
 
-	pthread_mutex_lock(&ovf_lock);
+	ucma_mutex_lock(&ovf_lock);
 	ovf_register(r->base, len, NULL);
-	pthread_mutex_unlock(&ovf_lock);
+	ucma_mutex_unlock(&ovf_lock);
 	ucma_os.munmap((void *)r->base, len);
 	ucma_meta_free(r, sizeof(*r));
 	__atomic_fetch_sub(&ovf_bytes, len, __ATOMIC_RELAXED);
@@ -1093,12 +1093,12 @@ void ucma_slab_atfork_prepare(void)
 		for (unsigned c = 0; c < UCMA_NR_CLASSES; c++)
 			ucma_lock(&bins[set][c].lock);
 	ucma_lock(&pool_lock);
-	pthread_mutex_lock(&ovf_lock);
+	ucma_mutex_lock(&ovf_lock);
 }
 
 void ucma_slab_atfork_parent(void)
 {
-	pthread_mutex_unlock(&ovf_lock);
+	ucma_mutex_unlock(&ovf_lock);
 	ucma_unlock(&pool_lock);
 	for (unsigned set = nbinsets; set-- > 0;)
 		for (unsigned c = UCMA_NR_CLASSES; c-- > 0;)

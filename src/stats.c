@@ -28,6 +28,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "lock.h"
 #include "pcp.h"
 #include "frames.h"
 #include "lend.h"
@@ -368,7 +369,7 @@ static void snap_areas(struct stats_snap *s)
 		struct ucma_cma_area *ar = &s->a->areas[i];
 		uint64_t *v = s->area[i];
 
-		pthread_mutex_lock(&ar->lock);
+		ucma_mutex_lock(&ar->lock);
 		v[AREA_SIZE] = ar->npages;
 		v[AREA_USED] = ar->nr_allocated_pages;
 		v[AREA_MAXCHUNK] = ar->bitmap ? ucma_bitmap_max_zero_run(ar->bitmap, ar->npages) : 0;
@@ -387,7 +388,7 @@ static void snap_areas(struct stats_snap *s)
 			v[AREA_FRAMES_LENT] = fs.nr_lent;
 			v[AREA_SORT_NS] = fs.sort_ns;
 		}
-		pthread_mutex_unlock(&ar->lock);
+		ucma_mutex_unlock(&ar->lock);
 	}
 }
 

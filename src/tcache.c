@@ -84,6 +84,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "lock.h"
 #include "tcache.h"
 
 #include <errno.h>
@@ -219,11 +220,11 @@ struct ucma_tcache *ucma_tcache_create(void)
 	 * may allocate) are served without one. */
 	ucma_tcache_started = true;
 	ucma_tcache_tls = &ucma_tcache_dummy;
-	pthread_mutex_lock(&reg_lock);
+	ucma_mutex_lock(&reg_lock);
 	tc = reg_free;
 	if (tc)
 		reg_free = tc->next;
-	pthread_mutex_unlock(&reg_lock);
+	ucma_mutex_unlock(&reg_lock);
 	if (tc)
 		tcache_reset(tc);
 	else
@@ -231,12 +232,12 @@ struct ucma_tcache *ucma_tcache_create(void)
 	if (!tc)
 		return &ucma_tcache_dummy;
 	tc->binset = ucma_slab_binset_next();
-	pthread_mutex_lock(&reg_lock);
+	ucma_mutex_lock(&reg_lock);
 	tc->next = reg_list;
 	if (reg_list)
 		reg_list->prev = tc;
 	reg_list = tc;
-	pthread_mutex_unlock(&reg_lock);
+	ucma_mutex_unlock(&reg_lock);
 	if (tc_key_ok)
 		pthread_setspecific(tc_key, tc);
 	ucma_tcache_tls = tc;
@@ -674,7 +675,7 @@ bool ucma_tcache_any_holds(unsigned cls, const void *p)
 {
 	bool found = false;
 
-	pthread_mutex_lock(&reg_lock);
+	ucma_mutex_lock(&reg_lock);
 	for (struct ucma_tcache *tc = reg_list; tc && !found; tc = tc->next) {
 		struct ucma_tbin *b = &tc->bins[cls];
 		unsigned n = __atomic_load_n(&b->n, __ATOMIC_ACQUIRE);
@@ -682,7 +683,7 @@ bool ucma_tcache_any_holds(unsigned cls, const void *p)
 		for (unsigned i = 0; i < n && !found; i++)
 			found = __atomic_load_n(&b->stack[i], __ATOMIC_RELAXED) == p;
 	}
-	pthread_mutex_unlock(&reg_lock);
+	ucma_mutex_unlock(&reg_lock);
 	return found;
 }
 
@@ -835,9 +836,9 @@ static void tcache_destroy(void *arg)
 
 	ucma_tcache_tls = &ucma_tcache_dummy;
 	tcache_release_all(tc);
-	pthread_mutex_lock(&reg_lock);
+	ucma_mutex_lock(&reg_lock);
 	tcache_retire_locked(tc);
-	pthread_mutex_unlock(&reg_lock);
+	ucma_mutex_unlock(&reg_lock);
 }
 
 /* The caller owns @tc: give back every wholly free slab, the current
@@ -920,7 +921,7 @@ void ucma_tcache_counters(struct ucma_malloc_counters *out)
 	 * over every cache means something, and it is kept at 0 or above. */
 	int64_t live[UCMA_NR_CLASSES];
 
-	pthread_mutex_lock(&reg_lock);
+	ucma_mutex_lock(&reg_lock);
 	for (unsigned c = 0; c < UCMA_NR_CLASSES; c++) {
 		uint64_t m = ld(&totals.nmalloc[c]), f = ld(&totals.nfree[c]);
 
@@ -946,7 +947,7 @@ void ucma_tcache_counters(struct ucma_malloc_counters *out)
 		out->tcache_bytes += (uint64_t)__atomic_load_n(&tc->large_kept_pages,
 							       __ATOMIC_RELAXED) << UCMA_PAGE_SHIFT;
 	}
-	pthread_mutex_unlock(&reg_lock);
+	ucma_mutex_unlock(&reg_lock);
 	for (unsigned c = 0; c < UCMA_NR_CLASSES; c++)
 		if (live[c] > 0)
 			out->allocated_bytes += (uint64_t)live[c] * ucma_classes[c].size;
@@ -959,12 +960,12 @@ void ucma_tcache_counters(struct ucma_malloc_counters *out)
 
 void ucma_tcache_atfork_prepare(void)
 {
-	pthread_mutex_lock(&reg_lock);
+	ucma_mutex_lock(&reg_lock);
 }
 
 void ucma_tcache_atfork_parent(void)
 {
-	pthread_mutex_unlock(&reg_lock);
+	ucma_mutex_unlock(&reg_lock);
 }
 
 /*
@@ -1015,5 +1016,5 @@ void ucma_tcache_atfork_child(void)
 		if (tc != self)
 			tcache_retire_locked(tc);
 	}
-	pthread_mutex_unlock(&reg_lock);
+	ucma_mutex_unlock(&reg_lock);
 }

@@ -1,5 +1,6 @@
 /*
- * util.c - messages.
+ * util.c - messages, and the per-thread count of the library's locks
+ * held (lock.h).
  *
  * Messages go to fd 2 with write(2) from a stack buffer: this code may run
  * inside malloc under LD_PRELOAD, where stdio could allocate or deadlock.
@@ -7,12 +8,15 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "lock.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+__thread unsigned ucma_locks_held __attribute__((tls_model("initial-exec")));
 
 static void ucma_vlog(const char *fmt, va_list ap)
 {

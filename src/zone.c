@@ -65,6 +65,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "lock.h"
 #include "extent.h"
 #include "lend.h"
 #include "pcp.h"
@@ -421,7 +422,7 @@ static uint32_t alloc_zone_once(struct ucma_zone *z, uint32_t npages, unsigned g
 			goto done;
 		listed = false;
 	}
-	pthread_mutex_lock(&z->lock);
+	ucma_mutex_lock(&z->lock);
 	if (npages > UCMA_PAGEBLOCK_PAGES) {
 		pfn = alloc_pageblocks(z, npages, gfp, &dirty, lend_pb);
 		if (pfn != UCMA_PFN_NONE) {
@@ -448,7 +449,7 @@ static uint32_t alloc_zone_once(struct ucma_zone *z, uint32_t npages, unsigned g
 		wake = crossed_low_wmark(z, npages);
 		grow = thp_due(z);
 	}
-	pthread_mutex_unlock(&z->lock);
+	ucma_mutex_unlock(&z->lock);
 done:
 	if (UCMA_UNLIKELY(wake))
 		ucma_compactd_wakeup();
@@ -506,7 +507,7 @@ unsigned ucma_zone_pcp_refill(struct ucma_zone *z, uint32_t npages, unsigned gfp
 	uint32_t size = 1u << order;
 	unsigned got = 0;
 
-	pthread_mutex_lock(&z->lock);
+	ucma_mutex_lock(&z->lock);
 	while (got < n) {
 		bool d = true;
 		uint32_t pfn = rmqueue(z, order, gfp, &d);
@@ -539,7 +540,7 @@ unsigned ucma_zone_pcp_refill(struct ucma_zone *z, uint32_t npages, unsigned gfp
 		if (thp_due(z))
 			*grow = true;
 	}
-	pthread_mutex_unlock(&z->lock);
+	ucma_mutex_unlock(&z->lock);
 	return got;
 }
 
@@ -653,7 +654,7 @@ static uint32_t zone_alloc_in(struct ucma_zone *z, uint32_t npages, unsigned gfp
 	uint32_t pfn = UCMA_PFN_NONE, extra = 0, fresh = 0;
 	int mt = gfp_mt(z, gfp);
 
-	pthread_mutex_lock(&z->lock);
+	ucma_mutex_lock(&z->lock);
 	if (order > 0) {
 		pfn = ucma_extent_find(z, npages, mt, lo, hi);
 		extent = pfn != UCMA_PFN_NONE;
@@ -711,7 +712,7 @@ static uint32_t zone_alloc_in(struct ucma_zone *z, uint32_t npages, unsigned gfp
 			}
 		}
 	}
-	pthread_mutex_unlock(&z->lock);
+	ucma_mutex_unlock(&z->lock);
 	if (pfn == UCMA_PFN_NONE)
 		return pfn;
 	if (UCMA_UNLIKELY(wake))
@@ -846,9 +847,9 @@ void ucma_pages_free(struct ucma_arena *a, uint32_t pfn)
 			return;
 		}
 	}
-	pthread_mutex_lock(&z->lock);
+	ucma_mutex_lock(&z->lock);
 	ucma_pages_free_locked(z, pfn);
-	pthread_mutex_unlock(&z->lock);
+	ucma_mutex_unlock(&z->lock);
 	ucma_count(UCMA_STAT_PAGE_FREE, 1);
 	maybe_purge(z);
 }
@@ -858,13 +859,13 @@ void ucma_pages_free_unused(struct ucma_arena *a, uint32_t pfn)
 	struct ucma_zone *z = ucma_pfn_zone(a, pfn);
 	uint32_t npages;
 
-	pthread_mutex_lock(&z->lock);
+	ucma_mutex_lock(&z->lock);
 	if (a->pages[pfn].kind != UCMA_PK_RUN)
 		ucma_fatal("internal error: freeing page %u which is no run head", pfn);
 	npages = a->pages[pfn].aux;
 	pages_poison(a, pfn, npages);
 	ucma_zone_pcp_release_locked(z, pfn, npages, false);
-	pthread_mutex_unlock(&z->lock);
+	ucma_mutex_unlock(&z->lock);
 	ucma_count(UCMA_STAT_PAGE_FREE, 1);
 }
 
@@ -877,7 +878,7 @@ void ucma_pages_trim(struct ucma_arena *a, uint32_t head, uint32_t keep, uint32_
 					      ((kend - 1) >> UCMA_PAGEBLOCK_ORDER);
 	bool movable;
 
-	pthread_mutex_lock(&z->lock);
+	ucma_mutex_lock(&z->lock);
 	end = head + h->aux;
 	if (h->kind != UCMA_PK_RUN || nkeep == 0 || keep < head || kend > end ||
 	    !(one_pageblock || !(keep & (UCMA_PAGEBLOCK_PAGES - 1))))
@@ -900,7 +901,7 @@ void ucma_pages_trim(struct ucma_arena *a, uint32_t head, uint32_t keep, uint32_
 		pages_poison(a, kend, end - kend);
 		ucma_buddy_free_range(z, kend, end - kend);
 	}
-	pthread_mutex_unlock(&z->lock);
+	ucma_mutex_unlock(&z->lock);
 }
 
 /*
@@ -943,13 +944,13 @@ bool ucma_pages_grow(struct ucma_arena *a, uint32_t pfn, uint32_t npages, bool r
 	bool wake, grow;
 	int mt;
 
-	pthread_mutex_lock(&z->lock);
+	ucma_mutex_lock(&z->lock);
 	if (h->kind != UCMA_PK_RUN)
 		ucma_fatal("internal error: growing page %u which is no run head", pfn);
 	end = pfn + h->aux;
 	if (new_end <= end || !grow_allowed(z, pfn, end, new_end) ||
 	    (resident_only && !ucma_buddy_range_resident(z, end, new_end))) {
-		pthread_mutex_unlock(&z->lock);
+		ucma_mutex_unlock(&z->lock);
 		return false;
 	}
 	/* Whole pageblocks join the run's type, as alloc_pageblocks() does
@@ -978,7 +979,7 @@ bool ucma_pages_grow(struct ucma_arena *a, uint32_t pfn, uint32_t npages, bool r
 	 * pages (alloc_zone_once()), or a heap grown by realloc alone would
 	 * never get them. */
 	grow = thp_due(z);
-	pthread_mutex_unlock(&z->lock);
+	ucma_mutex_unlock(&z->lock);
 	pages_unpoison(a, end, new_end - end);
 	if (UCMA_UNLIKELY(wake))
 		ucma_compactd_wakeup();
@@ -1040,11 +1041,11 @@ int ucma_isolate_range(struct ucma_arena *a, uint32_t start, uint32_t end)
 	/* Every list lock first: no list takes or hands out a page of the
 	 * range between the isolation and the drain (pcp.c). */
 	ucma_pcp_lock_all(z);
-	pthread_mutex_lock(&z->lock);
+	ucma_mutex_lock(&z->lock);
 	for (uint32_t b = start >> UCMA_PAGEBLOCK_ORDER; b < end >> UCMA_PAGEBLOCK_ORDER; b++)
 		isolate_pageblock_locked(z, b);
 	ucma_pcp_drain_range_locked(z, start, end);
-	pthread_mutex_unlock(&z->lock);
+	ucma_mutex_unlock(&z->lock);
 	ucma_pcp_unlock_all(z);
 	return 0;
 }
@@ -1053,10 +1054,10 @@ void ucma_undo_isolate_range(struct ucma_arena *a, uint32_t start, uint32_t end)
 {
 	struct ucma_zone *z = ucma_pfn_zone(a, start);
 
-	pthread_mutex_lock(&z->lock);
+	ucma_mutex_lock(&z->lock);
 	for (uint32_t b = start >> UCMA_PAGEBLOCK_ORDER; b < end >> UCMA_PAGEBLOCK_ORDER; b++)
 		ucma_undo_isolate_locked(z, b);
-	pthread_mutex_unlock(&z->lock);
+	ucma_mutex_unlock(&z->lock);
 }
 
 /* Returns true if every page of [start, end) is free (any free list). */
@@ -1065,9 +1066,9 @@ bool ucma_range_free(struct ucma_arena *a, uint32_t start, uint32_t end)
 	struct ucma_zone *z = ucma_pfn_zone(a, start);
 	bool is_free;
 
-	pthread_mutex_lock(&z->lock);
+	ucma_mutex_lock(&z->lock);
 	is_free = ucma_buddy_range_free(z, start, end);
-	pthread_mutex_unlock(&z->lock);
+	ucma_mutex_unlock(&z->lock);
 	return is_free;
 }
 
@@ -1085,14 +1086,14 @@ int ucma_claim_free_range(struct ucma_arena *a, uint32_t start, uint32_t end, in
 		errno = EINVAL;
 		return -1;
 	}
-	pthread_mutex_lock(&z->lock);
+	ucma_mutex_lock(&z->lock);
 	if (!ucma_buddy_take_range(z, start, end)) {
-		pthread_mutex_unlock(&z->lock);
+		ucma_mutex_unlock(&z->lock);
 		errno = EBUSY;
 		return -1;
 	}
 	set_run(a, start, end - start, false);
-	pthread_mutex_unlock(&z->lock);
+	ucma_mutex_unlock(&z->lock);
 	pages_unpoison(a, start, end - start);
 	ucma_run_set_owner(a, start, owner_type, owner);
 	return 0;
@@ -1116,7 +1117,7 @@ uint32_t ucma_zone_take_free_pageblock(struct ucma_zone *z,
 	uint32_t best = UCMA_PFN_NONE, d;
 
 	for (int pass = 0;; pass++) {
-		pthread_mutex_lock(&z->lock);
+		ucma_mutex_lock(&z->lock);
 		for (uint32_t pfn = z->free_area[UCMA_MAX_ORDER].head[UCMA_MT_CMA];
 		     pfn != UCMA_PFN_NONE; pfn = a->pages[pfn].link.next)
 			if ((best == UCMA_PFN_NONE || pfn > best) && usable(a, pfn))
@@ -1126,7 +1127,7 @@ uint32_t ucma_zone_take_free_pageblock(struct ucma_zone *z,
 			best = d;
 		if (best != UCMA_PFN_NONE || pass > 0 || !z->pcp || !ucma_pcp_pages(z))
 			break;
-		pthread_mutex_unlock(&z->lock);
+		ucma_mutex_unlock(&z->lock);
 		ucma_pcp_drain_zone(z);
 	}
 	if (best != UCMA_PFN_NONE) {
@@ -1137,7 +1138,7 @@ uint32_t ucma_zone_take_free_pageblock(struct ucma_zone *z,
 		set_run(a, best, UCMA_PAGEBLOCK_PAGES, false);
 		ucma_run_set_owner(a, best, owner_type, owner);
 	}
-	pthread_mutex_unlock(&z->lock);
+	ucma_mutex_unlock(&z->lock);
 	if (best != UCMA_PFN_NONE)
 		pages_unpoison(a, best, UCMA_PAGEBLOCK_PAGES);
 	return best;
@@ -1151,14 +1152,14 @@ uint32_t ucma_zone_take_free_pageblock(struct ucma_zone *z,
 void ucma_zone_free_counts(struct ucma_zone *z, uint64_t counts[UCMA_NR_ORDERS])
 {
 	ucma_pcp_lock_all(z);
-	pthread_mutex_lock(&z->lock);
+	ucma_mutex_lock(&z->lock);
 	for (unsigned o = 0; o < UCMA_NR_ORDERS; o++) {
 		counts[o] = 0;
 		for (int mt = 0; mt < UCMA_MT_NR; mt++)
 			counts[o] += z->free_area[o].nr_free[mt];
 	}
 	ucma_pcp_counts_locked(z, counts);
-	pthread_mutex_unlock(&z->lock);
+	ucma_mutex_unlock(&z->lock);
 	ucma_pcp_unlock_all(z);
 }
 
@@ -1168,11 +1169,11 @@ void ucma_zone_pageblock_counts(struct ucma_arena *a, int zone, uint64_t counts[
 
 	for (int mt = 0; mt < UCMA_MT_NR; mt++)
 		counts[mt] = 0;
-	pthread_mutex_lock(&z->lock);
+	ucma_mutex_lock(&z->lock);
 	for (uint32_t b = z->start_pfn >> UCMA_PAGEBLOCK_ORDER; b < z->end_pfn >> UCMA_PAGEBLOCK_ORDER;
 	     b++)
 		counts[a->blocks[b].mt]++;
-	pthread_mutex_unlock(&z->lock);
+	ucma_mutex_unlock(&z->lock);
 }
 
 #define CHECK(cond, ...)                                      \
@@ -1197,7 +1198,7 @@ int ucma_zone_check(struct ucma_zone *z, char *why, size_t whylen)
 	uint32_t deferred[UCMA_MT_NR] = { 0 }, run_end = 0;
 
 	ucma_pcp_lock_all(z);
-	pthread_mutex_lock(&z->lock);
+	ucma_mutex_lock(&z->lock);
 	for (unsigned o = 0; o < UCMA_NR_ORDERS; o++) {
 		for (int mt = 0; mt < UCMA_MT_NR; mt++) {
 			uint64_t n = 0;
@@ -1304,11 +1305,11 @@ int ucma_zone_check(struct ucma_zone *z, char *why, size_t whylen)
 		      mt, deferred[mt], z->nr_deferred[mt]);
 	if (ucma_pcp_check_locked(z, why, whylen) != 0)
 		goto bad;
-	pthread_mutex_unlock(&z->lock);
+	ucma_mutex_unlock(&z->lock);
 	ucma_pcp_unlock_all(z);
 	return 0;
 bad:
-	pthread_mutex_unlock(&z->lock);
+	ucma_mutex_unlock(&z->lock);
 	ucma_pcp_unlock_all(z);
 	return -1;
 }
@@ -1339,7 +1340,7 @@ void ucma_zone_purge(struct ucma_zone *z, bool all)
 		return;
 	if (all && z->pcp)
 		ucma_pcp_drain_zone(z);
-	pthread_mutex_lock(&z->lock);
+	ucma_mutex_lock(&z->lock);
 	epoch = z->purge_epoch++;
 	/*
 	 * On transparent huge pages, the periodic purge gives back whole
@@ -1377,7 +1378,7 @@ void ucma_zone_purge(struct ucma_zone *z, bool all)
 			}
 		}
 	}
-	pthread_mutex_unlock(&z->lock);
+	ucma_mutex_unlock(&z->lock);
 	if (purged)
 		ucma_count(UCMA_STAT_PURGED_PAGES, purged);
 }

@@ -36,6 +36,13 @@ tests_integration_preload_futex_CFLAGS = $(AM_CFLAGS) -fno-builtin
 tests_integration_preload_futex_LDADD = libucma.la -ldl
 tests_integration_preload_futex_LDFLAGS = -no-install
 
+check_PROGRAMS += tests/integration/preload_sighandler
+tests_integration_preload_sighandler_SOURCES = tests/integration/preload_sighandler.c
+tests_integration_preload_sighandler_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests
+tests_integration_preload_sighandler_CFLAGS = $(AM_CFLAGS) -fno-builtin
+tests_integration_preload_sighandler_LDADD = libucma.la
+tests_integration_preload_sighandler_LDFLAGS = -no-install
+
 check_PROGRAMS += tests/integration/fork_threads tests/integration/cxx_workload
 tests_integration_fork_threads_SOURCES = tests/integration/fork_threads.c
 tests_integration_fork_threads_CFLAGS = $(AM_CFLAGS) -fno-builtin
@@ -47,6 +54,7 @@ TESTS += \
 	tests/integration/preload_longterm.sh \
 	tests/integration/preload_lendguard.sh \
 	tests/integration/preload_futex.sh \
+	tests/integration/preload_sighandler.sh \
 	tests/integration/preload_contig.sh \
 	tests/integration/preload_python.sh \
 	tests/integration/preload_tools.sh \
@@ -62,6 +70,7 @@ EXTRA_DIST += \
 	tests/integration/preload_longterm.sh \
 	tests/integration/preload_lendguard.sh \
 	tests/integration/preload_futex.sh \
+	tests/integration/preload_sighandler.sh \
 	tests/integration/preload_contig.sh \
 	tests/integration/preload_python.sh \
 	tests/integration/preload_tools.sh \

@@ -45,6 +45,7 @@
 #include "internal.h"
 #include "frames.h"
 #include "lend.h"
+#include "lock.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -1623,9 +1624,73 @@ static void case_writers_thp(void)
 
 /* ------------------------------------------------------------------------ */
 
+/*
+ * A signal handler that interrupted the allocator: this thread's count of
+ * the library's locks is up (lock.h), as it is while the allocator holds
+ * a zone or per-CPU list lock.  Taking back must fail with EAGAIN rather
+ * than wait for a lock the interrupted code holds, the data staying
+ * where it is; with the count down again it works.  (The real thing,
+ * timer signals against a malloc loop, is tests/integration/
+ * preload_sighandler.)
+ */
+static void case_inside_allocator(void)
+{
+	char *blk, *plain;
+	int rc, err;
+
+	if (!start()) {
+		ok(0, "ucma_init: %s", strerror(errno));
+		return;
+	}
+	blk = block_new(2 * MiB, 31);
+	plain = malloc(64 * 1024);
+	ok(blk && on_frame(blk), "a block on a lent frame");
+	ucma_locks_held_inc();
+	errno = 0;
+	rc = ucma_unlend(blk, 2 * MiB);
+	err = errno;
+	ok(rc == -1 && err == EAGAIN && on_frame(blk) && block_good(blk, 2 * MiB, 31),
+	   "inside the allocator: ucma_unlend() fails with EAGAIN, the block stays lent and "
+	   "intact (rc %d, %s)", rc, strerror(err));
+	ok(ucma_unlend(plain, 64 * 1024) == 0,
+	   "inside the allocator: ucma_unlend() of memory not lent succeeds");
+	errno = 0;
+	rc = ucma_unlend_all();
+	err = errno;
+	ok(rc == -1 && err == EAGAIN && on_frame(blk), "inside the allocator: ucma_unlend_all() fails "
+	   "with EAGAIN (rc %d, %s)", rc, strerror(err));
+	errno = 0;
+	rc = ucma_lend_raw_fork_prepare();
+	err = errno;
+	ok(rc == -1 && err == EAGAIN && on_frame(blk),
+	   "inside the allocator: a raw fork is refused with EAGAIN (rc %d, %s)", rc, strerror(err));
+	ucma_locks_held_dec();
+	ok(ucma_unlend(blk, 2 * MiB) == 0 && !on_frame(blk) && block_good(blk, 2 * MiB, 31),
+	   "outside: ucma_unlend() takes the block back, intact");
+	ok(ucma_locks_held == 0, "the count of locks held is back at zero");
+	free(plain);
+	ucma_free(blk);
+}
+
+/* Each case in a process of its own; no lock of the library may stay
+ * counted on its thread afterwards (lock.h): every later take-back there
+ * would fail. */
+static void (*run_fn)(void);
+static const char *run_what;
+
+static void run_counted(void)
+{
+	run_fn();
+	if (ucma_locks_held != 0)
+		ok(0, "%s: %u locks of the library still counted as held", run_what,
+		   ucma_locks_held);
+}
+
 static void run(const char *what, void (*fn)(void))
 {
-	tap_in_child(what, fn, NULL);
+	run_fn = fn;
+	run_what = what;
+	tap_in_child(what, run_counted, NULL);
 }
 
 static void hugetlb_cases(void)
@@ -1682,6 +1747,7 @@ int main(void)
 	run("writers", case_writers);
 	run("kernel writes", case_kernel_writes);
 	run("signal handler", case_signal);
+	run("inside the allocator", case_inside_allocator);
 	run("own stack", case_own_stack);
 	run("fork single-threaded", case_fork_single);
 	run("fork with threads", case_fork_threads);
