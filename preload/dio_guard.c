@@ -37,8 +37,10 @@
  * others through dlsym(RTLD_NEXT) on first use, which the library never
  * makes.  The library's own calls (ucma_os_in_call()) pass unchecked.
  *
- * Not seen (ucma_unlend(3)): io_uring reads and writes with buffers that
- * are not registered, on O_DIRECT files; vmsplice(); zero-copy sends
+ * io_uring reads and writes on O_DIRECT files are iouring_guard.c's (it
+ * asks ucma_preload_fd_direct() here).
+ *
+ * Not seen (ucma_unlend(3)): vmsplice(); zero-copy sends
  * (MSG_ZEROCOPY); a driver's ioctl(); calls made with the system call
  * instruction.
  *
@@ -107,7 +109,7 @@ static inline bool maybe_lent(uintptr_t buf, size_t len)
 #define DIO_DIRECT	2
 static _Atomic uint8_t dio_kind[DIO_FDS];
 
-static bool fd_direct(int fd)
+bool ucma_preload_fd_direct(int fd)
 {
 	long fl;
 
@@ -138,7 +140,7 @@ void ucma_preload_dio_forget(unsigned first, unsigned last)
  * EAGAIN when a pageblock stays lent. */
 static bool unlend_buffer(int fd, uintptr_t buf, size_t len)
 {
-	return !maybe_lent(buf, len) || !fd_direct(fd) || ucma_preload_unlend((const void *)buf, len);
+	return !maybe_lent(buf, len) || !ucma_preload_fd_direct(fd) || ucma_preload_unlend((const void *)buf, len);
 }
 
 /* The same for @n iovecs at @uiov (the program's memory, read as the

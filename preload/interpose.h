@@ -1,7 +1,7 @@
 /*
  * interpose.h - what the preloaded interposers share (preload/longterm.c
- * defines most of these; futex_guard.c, lend_guard.c and dio_guard.c the
- * calls that longterm.c's syscall() hands to them).
+ * defines most of these; futex_guard.c, lend_guard.c, dio_guard.c and
+ * iouring_guard.c the calls that longterm.c's syscall() hands to them).
  *
  * SPDX-License-Identifier: MIT
  */
@@ -83,5 +83,16 @@ UCMA_PRELOAD_HIDDEN bool ucma_preload_dio_syscall(long nr, const long a[6], long
 /* Descriptors @first to @last were closed or replaced: what dio_guard.c
  * knew of their status flags no longer holds. */
 UCMA_PRELOAD_HIDDEN void ucma_preload_dio_forget(unsigned first, unsigned last);
+
+/* Is I/O on @fd direct (O_DIRECT in its status flags)?  dio_guard.c's
+ * cached answer; false for a bad descriptor. */
+UCMA_PRELOAD_HIDDEN bool ucma_preload_fd_direct(int fd);
+
+/*
+ * syscall(SYS_io_uring_enter) with arguments @a: the buffers of the
+ * direct reads and writes it submits leave the lent frames first
+ * (iouring_guard.c).  The kernel's result, -EBUSY when one stays lent.
+ */
+UCMA_PRELOAD_HIDDEN long ucma_preload_iouring_enter(const long a[6]);
 
 #endif /* UCMA_PRELOAD_INTERPOSE_H */

@@ -32,7 +32,10 @@
  *                             would drop the fork advice given to it;
  *   io_uring_setup            with IORING_SETUP_NO_MMAP, the program's
  *                             memory for the rings and the SQEs, which the
- *                             kernel pins for the ring's life;
+ *                             kernel pins for the ring's life; with
+ *                             IORING_SETUP_SQPOLL, everything, as for
+ *                             mlockall (a kernel thread takes the entries,
+ *                             unseen by iouring_guard.c);
  *   io_uring_register         IORING_REGISTER_BUFFERS, _BUFFERS2 and
  *                             _BUFFERS_UPDATE: each iovec; _PBUF_RING: the
  *                             ring, unless the kernel allocates it;
@@ -267,6 +270,24 @@ static enum unlend_result unlend_rings(uint32_t entries, const struct io_uring_p
 	return UNLEND_DONE;
 }
 
+/*
+ * io_uring_setup() of a ring polled by a kernel thread (IORING_SETUP_SQPOLL):
+ * the program makes the ring's tail itself and the thread takes the
+ * entries without any call that iouring_guard.c could read them in, so
+ * their buffers are out of reach as long as the ring lives.  Like
+ * mlockall(): everything is taken back and nothing lent again.
+ */
+static enum unlend_result unlend_sqpoll(const struct io_uring_params *uparams)
+{
+	struct ring_params p;
+
+	if (!uparams || !ucma_preload_read_user(&p, uparams, sizeof(p)))
+		return UNLEND_BAD;
+	if (!(p.flags & IORING_SETUP_SQPOLL))
+		return UNLEND_DONE;
+	return ucma_unlend_all() == 0 ? UNLEND_DONE : UNLEND_FAILED;
+}
+
 /* A struct io_uring_region_desc at @uregion: its memory, if the program's. */
 static enum unlend_result unlend_region(uint64_t uregion)
 {
@@ -400,7 +421,7 @@ static long io_uring_register_raw(long fd, unsigned opcode, const void *arg, uns
 /* The raw io_uring_setup(2): rings in the program's memory first. */
 static long io_uring_setup_raw(unsigned entries, struct io_uring_params *p)
 {
-	if (unlend_rings(entries, p, false) == UNLEND_FAILED)
+	if (unlend_rings(entries, p, false) == UNLEND_FAILED || unlend_sqpoll(p) == UNLEND_FAILED)
 		return -EBUSY;
 	return ucma_raw_syscall6(SYS_io_uring_setup, entries, (long)p, 0, 0, 0, 0);
 }
@@ -517,6 +538,9 @@ LONGTERM_EXPORT long syscall(long nr, ...)
 							 (unsigned)a[3]));
 	case SYS_io_uring_setup:
 		return ucma_preload_libc_result(io_uring_setup_raw((unsigned)a[0], (struct io_uring_params *)a[1]));
+	case SYS_io_uring_enter:
+		/* The entries it submits (iouring_guard.c). */
+		return ucma_preload_libc_result(ucma_preload_iouring_enter(a));
 #ifdef SYS_fork
 	case SYS_fork:
 		return ucma_preload_libc_result(raw_fork(nr, a, 0, 0));
@@ -748,7 +772,7 @@ LONGTERM_EXPORT int io_uring_setup(unsigned entries, struct io_uring_params *p)
 {
 	/* liburing's io_uring_setup() returns -1 and errno, as the system
 	 * call's wrapper of the C library does. */
-	if (unlend_rings(entries, p, false) == UNLEND_FAILED) {
+	if (unlend_rings(entries, p, false) == UNLEND_FAILED || unlend_sqpoll(p) == UNLEND_FAILED) {
 		errno = EBUSY;
 		return -1;
 	}

@@ -1,0 +1,731 @@
+/*
+ * iouring_guard.c - io_uring reads and writes on malloc memory kept off
+ * the CMA frames lent to the heap.
+ *
+ * An io_uring READ, WRITE, READV or WRITEV on a file opened with O_DIRECT
+ * is direct I/O like pread() on it (dio_guard.c): the kernel pins the
+ * buffer's pages when it issues the request and the device transfers to
+ * or from the frame behind them until it completes.  A take-back (lend.c)
+ * meanwhile copies the heap's pageblock away from that frame and gives
+ * the frame to ucma_alloc(): the read lands in someone's contiguous
+ * buffer and the heap keeps what was there before (measured by
+ * tests/integration/preload_longterm: an eighth to a half of a 16 MiB
+ * read in 1 MiB entries went missing, every run).  Unlike pread(), the
+ * buffer is not an argument of any call: it is in a submission queue
+ * entry (SQE) that the program wrote into the ring's memory, and the
+ * kernel reads the entries when the program enters it.  So the entries
+ * about to be submitted are read first, and the buffers of the
+ * read/write ones are taken back (ucma_unlend()), as for a long-term pin
+ * (longterm.c): a pageblock holding live blocks is never lent again, so
+ * the next request into the same buffer costs only the look.
+ *
+ * Which entries: READ, WRITE, READV and WRITEV (each iovec's buffer; the
+ * kernel copies the iovec array itself when it takes the entry, so that
+ * may stay lent) whose file is O_DIRECT, by dio_guard.c's cached answer
+ * for a plain descriptor, or whose file is a registered one
+ * (IOSQE_FIXED_FILE: which file that is cannot be asked, so it counts as
+ * direct).  Buffered I/O copies through the program's addresses, which
+ * the write-protection of a take-back holds, so it keeps the buffer lent.
+ * READ_FIXED and WRITE_FIXED use registered buffers, taken back at
+ * registration (longterm.c).  A read that lets the kernel pick the buffer
+ * from a provided group (IOSQE_BUFFER_SELECT, READ_MULTISHOT) on such a
+ * file names no buffer here: every borrowed pageblock is taken back
+ * instead.  CLOSE of a plain descriptor makes dio_guard.c forget what it
+ * knew of that number (the close is not seen otherwise).
+ *
+ * Where the entries are read:
+ *   liburing              io_uring_submit() and the other functions of
+ *                         liburing that submit (below), by name: liburing
+ *                         2.3 enters the ring with its own system call
+ *                         instruction.  Their struct io_uring says where
+ *                         the ring is (its layout is liburing's ABI, the
+ *                         same in every liburing.so.2): the entries
+ *                         flushed to the kernel's tail and not yet taken
+ *                         (through the SQ array, as the kernel reads
+ *                         them), and those liburing is about to flush.
+ *   io_uring_enter(2)     syscall(SYS_io_uring_enter), and liburing's
+ *                         io_uring_enter() and io_uring_enter2() wrappers,
+ *                         with to_submit > 0: only the ring's descriptor
+ *                         is given.  The kernel lists the entries pending
+ *                         between the SQ head and tail in the ring's
+ *                         /proc/self/fdinfo (index, opcode, fd, flags,
+ *                         address), and the ring's SQE array is the
+ *                         mapping of the ring's inode at IORING_OFF_SQES
+ *                         in /proc/self/maps (each ring has an inode of
+ *                         its own), which gives the lengths; the entry
+ *                         read there must agree with the listing.  The
+ *                         array's address is kept per descriptor.  A ring
+ *                         registered by index (IORING_ENTER_REGISTERED_
+ *                         RING), a listing that cannot be read, or an
+ *                         entry that cannot be found: every borrowed
+ *                         pageblock is taken back.
+ * A ring polled by a kernel thread (IORING_SETUP_SQPOLL) takes entries
+ * without any call: set up through io_uring_setup(2) (syscall() or
+ * liburing's io_uring_setup()), where the program makes the ring's tail
+ * itself, it is a long-term user like mlockall() (longterm.c: everything
+ * is taken back and nothing lent again); set up by liburing's
+ * io_uring_queue_init*(), its entries reach the kernel's tail only in
+ * liburing's submit functions, which are read as above.
+ *
+ * When a pageblock stays lent the submission is refused with EBUSY
+ * (liburing's functions return -EBUSY), as longterm.c refuses io_uring
+ * registration: the entries stay in the ring, nothing was submitted.
+ *
+ * Not seen: IORING_OP_URING_CMD (NVMe passthrough names its buffer in
+ * the command), zero-copy sends (SEND_ZC, SENDMSG_ZC), buffers of a
+ * provided-buffer ring used by a buffered read that later turns direct,
+ * entries written after the submission by a program that makes an
+ * SQPOLL ring's tail itself from liburing's structure, liburing linked
+ * statically, and io_uring_enter(2) made with the system call
+ * instruction.  IORING_SETUP_SQE_MIXED rings may have the second half of
+ * a 128-byte entry read as an entry: at worst an unrelated range is taken
+ * back.
+ *
+ * Cost: while nothing is lent, one load.  Otherwise, for liburing, a look
+ * at each entry's opcode, and for a read or write at the borrowed state of
+ * each 2 MiB of its buffer; for io_uring_enter(2), reading the fdinfo
+ * file.
+ *
+ * Locking: none; ucma_unlend() takes what it needs.  The per-descriptor
+ * addresses are checked against the kernel's listing before use, so a
+ * stale or torn one only costs a look at /proc/self/maps.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "config.h"
+
+#include <stdbool.h>
+
+#include "interpose.h"
+
+#if defined(__x86_64__) || defined(__aarch64__)
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#ifdef HAVE_LIBURING
+#include <liburing.h>
+#endif
+
+#include "ucma.h"
+#include "internal.h"
+#include "lend.h"
+#include "raw_syscall.h"
+
+#define IOURING_EXPORT __attribute__((visibility("default")))
+
+/* The kernel's ABI (linux/io_uring.h), spelled out so that the build does
+ * not depend on how new the installed headers are. */
+#define OP_READV		1
+#define OP_WRITEV		2
+#define OP_CLOSE		19
+#define OP_READ			22
+#define OP_WRITE		23
+#define OP_READ_MULTISHOT	49	/* Linux 6.7 */
+#define SQE_FIXED_FILE		(1u << 0)
+#define SQE_BUFFER_SELECT	(1u << 5)
+#define SETUP_SQE128		(1u << 10)
+#define SETUP_NO_SQARRAY	(1u << 16)	/* Linux 6.6 */
+#define ENTER_REGISTERED_RING	(1u << 4)
+#define OFF_SQES		0x10000000ul
+
+/* The leading 48 bytes of struct io_uring_sqe. */
+struct sqe {
+	uint8_t opcode, flags;
+	uint16_t ioprio;
+	int32_t fd;
+	uint64_t off, addr;
+	uint32_t len, rw_flags;
+	uint64_t user_data;
+	uint16_t buf_index, personality;
+	uint32_t file_index;
+};
+
+/* The leading fields of liburing's struct io_uring (liburing.h). */
+struct uring_sq {
+	unsigned *khead, *ktail, *kring_mask, *kring_entries, *kflags, *kdropped, *array;
+	void *sqes;
+	unsigned sqe_head, sqe_tail;
+	size_t ring_sz;
+	void *ring_ptr;
+	unsigned ring_mask, ring_entries, pad[2];
+};
+
+struct uring_cq {
+	unsigned *khead, *ktail, *kring_mask, *kring_entries, *kflags, *koverflow;
+	void *cqes;
+	size_t ring_sz;
+	void *ring_ptr;
+	unsigned ring_mask, ring_entries, pad[2];
+};
+
+struct uring {
+	struct uring_sq sq;
+	struct uring_cq cq;
+	unsigned flags;
+	int ring_fd;
+};
+
+#ifdef HAVE_LIBURING
+_Static_assert(offsetof(struct io_uring, sq.array) == offsetof(struct uring, sq.array) &&
+		       offsetof(struct io_uring, sq.sqes) == offsetof(struct uring, sq.sqes) &&
+		       offsetof(struct io_uring, sq.sqe_tail) == offsetof(struct uring, sq.sqe_tail) &&
+		       offsetof(struct io_uring, flags) == offsetof(struct uring, flags) &&
+		       offsetof(struct io_uring, ring_fd) == offsetof(struct uring, ring_fd),
+	       "liburing's struct io_uring is not as read here");
+_Static_assert(offsetof(struct io_uring_sqe, addr) == offsetof(struct sqe, addr) &&
+		       offsetof(struct io_uring_sqe, len) == offsetof(struct sqe, len) &&
+		       offsetof(struct io_uring_sqe, user_data) == offsetof(struct sqe, user_data) &&
+		       offsetof(struct io_uring_sqe, file_index) == offsetof(struct sqe, file_index) &&
+		       IORING_OP_READ == OP_READ && IORING_OP_WRITEV == OP_WRITEV &&
+		       IORING_OP_CLOSE == OP_CLOSE && IOSQE_BUFFER_SELECT == SQE_BUFFER_SELECT,
+	       "struct io_uring_sqe is not as read here");
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* One entry                                                                 */
+/* ------------------------------------------------------------------------ */
+
+/* One scan of a submission: has everything been taken back already? */
+struct scan {
+	bool all;
+};
+
+/* Every borrowed pageblock back (the entry's buffer is not known). */
+static bool unlend_everything(struct scan *sc)
+{
+	if (sc->all)
+		return true;
+	sc->all = true;
+	return ucma_preload_unlend(NULL, SIZE_MAX);
+}
+
+/* Is the file of @s one whose I/O pins the buffer? */
+static bool sqe_direct(const struct sqe *s)
+{
+	return (s->flags & SQE_FIXED_FILE) || ucma_preload_fd_direct(s->fd);
+}
+
+static bool unlend_buffer(const struct sqe *s, uint64_t addr, uint64_t len, struct scan *sc)
+{
+	if (!addr || !len || sc->all)
+		return true;
+	if (len > SIZE_MAX - addr)
+		len = SIZE_MAX - addr;
+	if (!ucma_lend_range_borrowed((const void *)(uintptr_t)addr, (size_t)len) || !sqe_direct(s))
+		return true;
+	return ucma_preload_unlend((const void *)(uintptr_t)addr, (size_t)len);
+}
+
+/*
+ * Take back what the kernel will pin for the entry @s: false with errno
+ * when a pageblock stays lent.  An iovec array that cannot be read is the
+ * kernel's to refuse (EFAULT in the completion).
+ */
+static bool sqe_unlend(const struct sqe *s, struct scan *sc)
+{
+	switch (s->opcode) {
+	case OP_CLOSE:
+		if (!s->file_index && s->fd >= 0)
+			ucma_preload_dio_forget((unsigned)s->fd, (unsigned)s->fd);
+		return true;
+	case OP_READ:
+	case OP_WRITE:
+	case OP_READV:
+	case OP_WRITEV:
+	case OP_READ_MULTISHOT:
+		break;
+	default:
+		return true;
+	}
+	if (sc->all)
+		return true;
+	if ((s->flags & SQE_BUFFER_SELECT) || s->opcode == OP_READ_MULTISHOT)
+		return !sqe_direct(s) || unlend_everything(sc);
+	if (s->opcode == OP_READ || s->opcode == OP_WRITE)
+		return unlend_buffer(s, s->addr, s->len, sc);
+	for (uint32_t i = 0; i < s->len;) {
+		struct iovec v[16];
+		uint32_t n = s->len - i < 16 ? s->len - i : 16;
+
+		if (!ucma_preload_read_user(v, (const struct iovec *)(uintptr_t)s->addr + i,
+					    n * sizeof(v[0])))
+			return true;
+		for (uint32_t k = 0; k < n; k++)
+			if (!unlend_buffer(s, (uintptr_t)v[k].iov_base, v[k].iov_len, sc))
+				return false;
+		i += n;
+	}
+	return true;
+}
+
+/* Is anything lent that a submission could reach? */
+static inline bool guard_wanted(void)
+{
+	return UCMA_UNLIKELY(ucma_lend_any_borrowed()) && !ucma_os_in_call();
+}
+
+/* ------------------------------------------------------------------------ */
+/* liburing's rings                                                          */
+/* ------------------------------------------------------------------------ */
+
+static const struct sqe *uring_sqe(const struct uring *r, unsigned idx)
+{
+	unsigned shift = (r->flags & SETUP_SQE128) ? 7 : 6;
+
+	return (const struct sqe *)(const void *)((const char *)r->sq.sqes +
+						  ((size_t)idx << shift));
+}
+
+/*
+ * The entries of liburing's ring @ring that the next entry into the
+ * kernel may submit: false with errno when a buffer stays lent.
+ */
+static bool uring_unlend(const void *ring)
+{
+	const struct uring *r = ring;
+	struct scan sc = { false };
+	unsigned mask, entries, head, ktail, n = 0;
+
+	if (!guard_wanted() || !r)
+		return true;
+	mask = *r->sq.kring_mask;
+	entries = *r->sq.kring_entries;
+	head = __atomic_load_n(r->sq.khead, __ATOMIC_ACQUIRE);
+	ktail = *r->sq.ktail;
+	/* Flushed to the kernel's tail, not taken yet: through the SQ array,
+	 * as the kernel reads them. */
+	for (unsigned p = head; p != ktail && n < entries; p++, n++) {
+		unsigned idx = (r->sq.array && !(r->flags & SETUP_NO_SQARRAY)) ?
+				       __atomic_load_n(&r->sq.array[p & mask], __ATOMIC_RELAXED) :
+				       p & mask;
+
+		if (idx <= mask && !sqe_unlend(uring_sqe(r, idx), &sc))
+			return false;
+	}
+	/* Prepared, to be flushed by the call: where liburing put them. */
+	for (unsigned p = r->sq.sqe_head; p != r->sq.sqe_tail && n < entries; p++, n++)
+		if (!sqe_unlend(uring_sqe(r, p & mask), &sc))
+			return false;
+	return true;
+}
+
+/* ------------------------------------------------------------------------ */
+/* io_uring_enter(2) on a descriptor                                          */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Where each ring descriptor's SQE array is mapped, as last found in
+ * /proc/self/maps (by the ring's inode).  Direct-mapped by descriptor.
+ */
+#define RING_CACHE 64
+
+static struct ring_cache {
+	_Atomic int fd;
+	_Atomic uint64_t ino;
+	_Atomic uintptr_t sqes;
+	_Atomic size_t len;
+} ring_cache[RING_CACHE];
+
+/* The mapping of inode @ino at IORING_OFF_SQES in /proc/self/maps. */
+static bool find_sqes(uint64_t ino, uintptr_t *at, size_t *len)
+{
+	char buf[4096];
+	size_t have = 0;
+	bool found = false;
+	long fd = ucma_raw_syscall6(SYS_openat, AT_FDCWD, (long)"/proc/self/maps",
+				    O_RDONLY | O_CLOEXEC, 0, 0, 0);
+
+	if (fd < 0)
+		return false;
+	for (;;) {
+		long n = ucma_raw_syscall6(SYS_read, fd, (long)(buf + have),
+					   (long)(sizeof(buf) - 1 - have), 0, 0, 0);
+		char *line = buf, *nl;
+
+		if (n <= 0)
+			break;
+		have += (size_t)n;
+		buf[have] = '\0';
+		while (!found && (nl = strchr(line, '\n'))) {
+			unsigned long lo, hi, off, i;
+
+			*nl = '\0';
+			if (sscanf(line, "%lx-%lx %*s %lx %*s %lu", &lo, &hi, &off, &i) == 4 &&
+			    i == ino && off == OFF_SQES) {
+				*at = lo;
+				*len = hi - lo;
+				found = true;
+			}
+			line = nl + 1;
+		}
+		if (found)
+			break;
+		have = (size_t)(buf + have - line);
+		memmove(buf, line, have);
+		if (have == sizeof(buf) - 1)
+			have = 0;	/* a line this long is no mapping of a ring */
+	}
+	ucma_raw_syscall6(SYS_close, fd, 0, 0, 0, 0, 0);
+	return found;
+}
+
+/* One pending entry as the fdinfo listing shows it. */
+struct listed {
+	unsigned idx;
+	int fd;
+	unsigned flags;
+	uint64_t addr, user_data;
+	char op[24];
+};
+
+/*
+ * "%5u: opcode:%s, fd:%d, flags:%x, off:%llu, addr:0x%llx, rw_flags:0x%x,
+ * buf_index:%d user_data:%llu" (io_uring/fdinfo.c, Linux 5.18 and later).
+ */
+static bool parse_listed(const char *line, struct listed *e)
+{
+	const char *p;
+	char *end;
+	size_t k = 0;
+
+	e->idx = (unsigned)strtoul(line, &end, 10);
+	if (end == line || *end != ':' || !(p = strstr(end, "opcode:")))
+		return false;
+	for (p += 7; *p && *p != ',' && k < sizeof(e->op) - 1; p++)
+		e->op[k++] = *p;
+	e->op[k] = '\0';
+	if (!(p = strstr(p, "fd:")))
+		return false;
+	e->fd = (int)strtol(p + 3, NULL, 10);
+	if (!(p = strstr(p, "flags:")))
+		return false;
+	e->flags = (unsigned)strtoul(p + 6, NULL, 16);
+	if (!(p = strstr(p, "addr:")))
+		return false;
+	e->addr = strtoull(p + 5, NULL, 16);
+	if (!(p = strstr(p, "user_data:")))
+		return false;
+	e->user_data = strtoull(p + 10, NULL, 10);
+	return true;
+}
+
+/* Could the listed opcode @op pin a buffer (or close a descriptor)? */
+static bool listed_matters(const char *op)
+{
+	static const char *const ops[] = { "READ", "WRITE", "READV", "WRITEV", "READ_MULTISHOT",
+					   "CLOSE" };
+
+	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
+		if (strcmp(op, ops[i]) == 0)
+			return true;
+	return false;
+}
+
+/* The entry at index @e->idx of ring @fd (inode @ino), read from its SQE
+ * array into @s, and checked against the listing.  False: not found. */
+static bool fetch_sqe(int fd, uint64_t ino, const struct listed *e, struct sqe *s)
+{
+	struct ring_cache *c = &ring_cache[(unsigned)fd % RING_CACHE];
+
+	for (int attempt = 0; attempt < 2; attempt++) {
+		uintptr_t at = atomic_load_explicit(&c->sqes, memory_order_relaxed);
+		size_t len = atomic_load_explicit(&c->len, memory_order_relaxed);
+
+		if (attempt || atomic_load_explicit(&c->fd, memory_order_relaxed) != fd ||
+		    atomic_load_explicit(&c->ino, memory_order_relaxed) != ino || !at) {
+			if (!find_sqes(ino, &at, &len))
+				return false;
+			atomic_store_explicit(&c->sqes, at, memory_order_relaxed);
+			atomic_store_explicit(&c->len, len, memory_order_relaxed);
+			atomic_store_explicit(&c->ino, ino, memory_order_relaxed);
+			atomic_store_explicit(&c->fd, fd, memory_order_relaxed);
+		}
+		/* 64-byte entries, or 128-byte ones (IORING_SETUP_SQE128). */
+		for (unsigned shift = 6; shift <= 7; shift++) {
+			size_t off = (size_t)e->idx << shift;
+
+			if (off + sizeof(*s) <= len &&
+			    ucma_preload_read_user(s, (const void *)(at + off), sizeof(*s)) &&
+			    s->fd == e->fd && s->flags == e->flags && s->addr == e->addr &&
+			    s->user_data == e->user_data)
+				return true;
+		}
+	}
+	return false;
+}
+
+/* What one line of the listing asks. */
+static bool listed_unlend(int fd, uint64_t ino, const char *line, struct scan *sc)
+{
+	struct listed e;
+	struct sqe s;
+
+	if (!parse_listed(line, &e))
+		return unlend_everything(sc);
+	if (!listed_matters(e.op))
+		return true;
+	if (fetch_sqe(fd, ino, &e, &s))
+		return sqe_unlend(&s, sc);
+	if (strcmp(e.op, "CLOSE") == 0) {
+		if (e.fd >= 0)
+			ucma_preload_dio_forget((unsigned)e.fd, (unsigned)e.fd);
+		return true;
+	}
+	/* A read or write whose length is not known. */
+	s = (struct sqe){ .flags = (uint8_t)e.flags, .fd = e.fd };
+	return !sqe_direct(&s) || unlend_everything(sc);
+}
+
+/*
+ * The entries pending in ring @fd, from /proc/self/fdinfo: false with
+ * errno when a buffer stays lent.
+ */
+static bool ring_fd_unlend(int fd)
+{
+	char path[48], buf[4096];
+	size_t have = 0;
+	uint64_t ino = 0;
+	unsigned listed = 0, pending = 0;
+	bool in_list = false, ended = false;
+	struct scan sc = { false };
+	long f;
+
+	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
+	f = ucma_raw_syscall6(SYS_openat, AT_FDCWD, (long)path, O_RDONLY | O_CLOEXEC, 0, 0, 0);
+	if (f < 0)
+		return f == -EBADF || f == -ENOENT || unlend_everything(&sc);
+	while (!ended) {
+		long n = ucma_raw_syscall6(SYS_read, f, (long)(buf + have),
+					   (long)(sizeof(buf) - 1 - have), 0, 0, 0);
+		char *line = buf, *nl;
+
+		if (n <= 0)
+			break;
+		have += (size_t)n;
+		buf[have] = '\0';
+		while (!ended && (nl = strchr(line, '\n'))) {
+			*nl = '\0';
+			/* "%5u: ...": indexes of five digits and more start the line. */
+			if (in_list && (line[0] == ' ' || (line[0] >= '0' && line[0] <= '9'))) {
+				listed++;
+				if (!listed_unlend(fd, ino, line, &sc)) {
+					ucma_raw_syscall6(SYS_close, f, 0, 0, 0, 0, 0);
+					return false;
+				}
+			} else if (in_list) {
+				ended = true;
+			} else if (strncmp(line, "ino:", 4) == 0) {
+				ino = strtoull(line + 4, NULL, 10);
+			} else if (strncmp(line, "SQEs:", 5) == 0) {
+				pending = (unsigned)strtoul(line + 5, NULL, 10);
+				in_list = true;
+			}
+			line = nl + 1;
+		}
+		have = (size_t)(buf + have - line);
+		memmove(buf, line, have);
+		if (have == sizeof(buf) - 1)
+			have = 0;
+	}
+	ucma_raw_syscall6(SYS_close, f, 0, 0, 0, 0, 0);
+	/* Not an io_uring descriptor, or entries the listing did not show
+	 * (a kernel without the listing, IORING_SETUP_NO_SQARRAY). */
+	if (!in_list && !ino)
+		return true;
+	if (!in_list || listed < pending)
+		return unlend_everything(&sc);
+	return true;
+}
+
+/* io_uring_enter(@fd, @to_submit, ..., @flags): false with errno when a
+ * buffer of what it submits stays lent. */
+static bool enter_unlend(long fd, unsigned to_submit, unsigned flags)
+{
+	struct scan sc = { false };
+
+	if (!to_submit || !guard_wanted())
+		return true;
+	if (flags & ENTER_REGISTERED_RING)
+		return unlend_everything(&sc);
+	return ring_fd_unlend((int)fd);
+}
+
+long ucma_preload_iouring_enter(const long a[6])
+{
+	if (!enter_unlend(a[0], (unsigned)a[1], (unsigned)a[3]))
+		return -EBUSY;
+	return ucma_raw_syscall6(SYS_io_uring_enter, a[0], a[1], a[2], a[3], a[4], a[5]);
+}
+
+/* ------------------------------------------------------------------------ */
+/* liburing's functions                                                      */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * Each reads the entries it may submit, then calls liburing's own
+ * function; -EBUSY when a buffer stays lent (liburing returns -errno).
+ */
+#define NEXT_CALL(type, name, ...)                                         \
+	do {                                                               \
+		static void *cache;                                        \
+		type fn = (type)ucma_preload_next(&cache, name);           \
+		return fn ? fn(__VA_ARGS__) : -ENOSYS;                     \
+	} while (0)
+
+#define RING_GUARD(ring)                        \
+	do {                                    \
+		if (!uring_unlend(ring))        \
+			return -EBUSY;          \
+	} while (0)
+
+struct io_uring;
+struct io_uring_cqe;
+struct __kernel_timespec;
+
+typedef int (*submit_fn)(struct io_uring *);
+typedef int (*submit_wait_fn)(struct io_uring *, unsigned);
+typedef int (*submit_timeout_fn)(struct io_uring *, struct io_uring_cqe **, unsigned,
+				 struct __kernel_timespec *, sigset_t *);
+typedef int (*submit_min_timeout_fn)(struct io_uring *, struct io_uring_cqe **, unsigned,
+				     struct __kernel_timespec *, unsigned, sigset_t *);
+typedef int (*submit_reg_fn)(struct io_uring *, struct io_uring_cqe **, unsigned, int);
+typedef int (*get_cqe_fn)(struct io_uring *, struct io_uring_cqe **, unsigned, unsigned,
+			  sigset_t *);
+typedef int (*wait_timeout_fn)(struct io_uring *, struct io_uring_cqe **,
+			       struct __kernel_timespec *);
+typedef int (*enter_fn)(unsigned, unsigned, unsigned, unsigned, sigset_t *);
+typedef int (*enter2_fn)(unsigned, unsigned, unsigned, unsigned, sigset_t *, size_t);
+
+/* liburing.h's declarations (see longterm.c for why it is not relied on). */
+int io_uring_submit(struct io_uring *ring);
+int io_uring_submit_and_wait(struct io_uring *ring, unsigned wait_nr);
+int io_uring_submit_and_get_events(struct io_uring *ring);
+int io_uring_submit_and_wait_timeout(struct io_uring *ring, struct io_uring_cqe **cqe_ptr,
+				     unsigned wait_nr, struct __kernel_timespec *ts,
+				     sigset_t *sigmask);
+int io_uring_submit_and_wait_min_timeout(struct io_uring *ring,
+					 struct io_uring_cqe **cqe_ptr, unsigned wait_nr,
+					 struct __kernel_timespec *ts, unsigned min_wait,
+					 sigset_t *sigmask);
+int io_uring_submit_and_wait_reg(struct io_uring *ring, struct io_uring_cqe **cqe_ptr,
+				 unsigned wait_nr, int reg_index);
+int __io_uring_get_cqe(struct io_uring *ring, struct io_uring_cqe **cqe_ptr, unsigned submit,
+		       unsigned wait_nr, sigset_t *sigmask);
+int io_uring_wait_cqes(struct io_uring *ring, struct io_uring_cqe **cqe_ptr, unsigned wait_nr,
+		       struct __kernel_timespec *ts, sigset_t *sigmask);
+int io_uring_wait_cqe_timeout(struct io_uring *ring, struct io_uring_cqe **cqe_ptr,
+			      struct __kernel_timespec *ts);
+int io_uring_enter(unsigned fd, unsigned to_submit, unsigned min_complete, unsigned flags,
+		   sigset_t *sig);
+int io_uring_enter2(unsigned fd, unsigned to_submit, unsigned min_complete, unsigned flags,
+		    sigset_t *sig, size_t sz);
+
+IOURING_EXPORT int io_uring_submit(struct io_uring *ring)
+{
+	RING_GUARD(ring);
+	NEXT_CALL(submit_fn, "io_uring_submit", ring);
+}
+
+IOURING_EXPORT int io_uring_submit_and_wait(struct io_uring *ring, unsigned wait_nr)
+{
+	RING_GUARD(ring);
+	NEXT_CALL(submit_wait_fn, "io_uring_submit_and_wait", ring, wait_nr);
+}
+
+IOURING_EXPORT int io_uring_submit_and_get_events(struct io_uring *ring)
+{
+	RING_GUARD(ring);
+	NEXT_CALL(submit_fn, "io_uring_submit_and_get_events", ring);
+}
+
+IOURING_EXPORT int io_uring_submit_and_wait_timeout(struct io_uring *ring,
+						    struct io_uring_cqe **cqe_ptr,
+						    unsigned wait_nr,
+						    struct __kernel_timespec *ts,
+						    sigset_t *sigmask)
+{
+	RING_GUARD(ring);
+	NEXT_CALL(submit_timeout_fn, "io_uring_submit_and_wait_timeout", ring, cqe_ptr, wait_nr,
+		  ts, sigmask);
+}
+
+/* liburing 2.8. */
+IOURING_EXPORT int io_uring_submit_and_wait_min_timeout(struct io_uring *ring,
+							struct io_uring_cqe **cqe_ptr,
+							unsigned wait_nr,
+							struct __kernel_timespec *ts,
+							unsigned min_wait, sigset_t *sigmask)
+{
+	RING_GUARD(ring);
+	NEXT_CALL(submit_min_timeout_fn, "io_uring_submit_and_wait_min_timeout", ring, cqe_ptr,
+		  wait_nr, ts, min_wait, sigmask);
+}
+
+IOURING_EXPORT int io_uring_submit_and_wait_reg(struct io_uring *ring,
+						struct io_uring_cqe **cqe_ptr, unsigned wait_nr,
+						int reg_index)
+{
+	RING_GUARD(ring);
+	NEXT_CALL(submit_reg_fn, "io_uring_submit_and_wait_reg", ring, cqe_ptr, wait_nr,
+		  reg_index);
+}
+
+/* What liburing's inline io_uring_wait_cqe() and its kin call: it submits
+ * @submit entries already flushed to the kernel's tail. */
+IOURING_EXPORT int __io_uring_get_cqe(struct io_uring *ring, struct io_uring_cqe **cqe_ptr,
+				      unsigned submit, unsigned wait_nr, sigset_t *sigmask)
+{
+	if (submit)
+		RING_GUARD(ring);
+	NEXT_CALL(get_cqe_fn, "__io_uring_get_cqe", ring, cqe_ptr, submit, wait_nr, sigmask);
+}
+
+/* With a timeout and a kernel without IORING_FEAT_EXT_ARG, these queue a
+ * timeout entry and submit everything prepared with it. */
+IOURING_EXPORT int io_uring_wait_cqes(struct io_uring *ring, struct io_uring_cqe **cqe_ptr,
+				      unsigned wait_nr, struct __kernel_timespec *ts,
+				      sigset_t *sigmask)
+{
+	if (ts)
+		RING_GUARD(ring);
+	NEXT_CALL(submit_timeout_fn, "io_uring_wait_cqes", ring, cqe_ptr, wait_nr, ts, sigmask);
+}
+
+IOURING_EXPORT int io_uring_wait_cqe_timeout(struct io_uring *ring,
+					     struct io_uring_cqe **cqe_ptr,
+					     struct __kernel_timespec *ts)
+{
+	if (ts)
+		RING_GUARD(ring);
+	NEXT_CALL(wait_timeout_fn, "io_uring_wait_cqe_timeout", ring, cqe_ptr, ts);
+}
+
+/* liburing 2.3's wrappers of the system call: only a descriptor. */
+IOURING_EXPORT int io_uring_enter(unsigned fd, unsigned to_submit, unsigned min_complete,
+				  unsigned flags, sigset_t *sig)
+{
+	if (!enter_unlend(fd, to_submit, flags))
+		return -EBUSY;
+	NEXT_CALL(enter_fn, "io_uring_enter", fd, to_submit, min_complete, flags, sig);
+}
+
+IOURING_EXPORT int io_uring_enter2(unsigned fd, unsigned to_submit, unsigned min_complete,
+				   unsigned flags, sigset_t *sig, size_t sz)
+{
+	if (!enter_unlend(fd, to_submit, flags))
+		return -EBUSY;
+	NEXT_CALL(enter2_fn, "io_uring_enter2", fd, to_submit, min_complete, flags, sig, sz);
+}
+
+#endif /* __x86_64__ || __aarch64__ */
