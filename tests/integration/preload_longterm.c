@@ -16,7 +16,9 @@
  * (IORING_SETUP_NO_MMAP) are put in a lent block: after ucma_alloc() of
  * the whole area, NOPs must still complete through them.  Children made
  * without the fork handlers (syscall(SYS_clone), clone(), SYS_clone3)
- * must find the lent memory they read.  A TAP program;
+ * must find the lent memory they read.  io_uring reads on an O_DIRECT
+ * file, submitted through syscall() and through liburing, must find their
+ * buffers taken back before the device writes them.  A TAP program;
  * preload_longterm.sh runs it.
  *
  * SPDX-License-Identifier: MIT
@@ -92,6 +94,15 @@ static char *lent_block(uint64_t seed)
 		return NULL;
 	}
 	return b;
+}
+
+/* Is any page of [@b, @b + @len) off the CMA frames? */
+static bool any_off_frame(const char *b, size_t len)
+{
+	for (size_t off = 0; off < len; off += PAGE)
+		if (!tu_on_frame(b + off))
+			return true;
+	return false;
 }
 
 /* After handing @b to @what: off the frames, data intact. */
@@ -611,6 +622,265 @@ out:
 }
 
 /*
+ * io_uring reads into malloc memory on an O_DIRECT file (preload/
+ * iouring_guard.c): the buffer is named only in the submission queue
+ * entries, the kernel pins its pages when it issues the reads and the
+ * device writes the frame behind them until they complete.  A buffer of
+ * 16 MiB on lent frames, holding an old pattern, is read from a file of
+ * another, in 1 MiB pieces submitted at once; right after the submission
+ * the whole CMA area is taken with ucma_alloc().  The buffer must be off
+ * the frames as soon as the submission returns (the deterministic part)
+ * and hold the file's pattern once the reads complete: had it stayed
+ * lent, the take-back would have copied it away while the device was
+ * still writing, and the pieces written after the copy would be missing
+ * (before the guard, 512 to 2048 of the 4096 pages were, every run).
+ * A read from a buffered file copies through the buffer's address and
+ * leaves the buffer lent.
+ */
+#define URING_BUF (16 * MiB)
+#define URING_PIECES 16
+
+/* A fresh block of @len bytes holding pattern @seed, wholly on CMA frames,
+ * or NULL (diagnosed). */
+static char *lent_buffer(size_t len, uint64_t seed)
+{
+	char *b = malloc(len);
+
+	if (b)
+		tu_fill(b, len, seed);
+	if (b && any_off_frame(b, len)) {
+		diag("a fresh %zu-byte block at %p is not wholly on CMA frames", len, (void *)b);
+		keep(b);
+		return NULL;
+	}
+	return b;
+}
+
+/* Does @b hold the file's pattern @seed?  When not, say how many of its
+ * 4 KiB pages differ (the evidence of a take-back under the device). */
+static bool file_data_good(const char *b, size_t len, uint64_t seed)
+{
+	char *want;
+	size_t bad = 0;
+
+	if (tu_check(b, len, seed))
+		return true;
+	want = malloc(len);
+	if (want) {
+		tu_fill(want, len, seed);
+		for (size_t off = 0; off < len; off += PAGE)
+			bad += memcmp(b + off, want + off, PAGE) != 0;
+		free(want);
+	}
+	diag("%zu of %zu pages of the buffer do not hold the file's data", bad, len / PAGE);
+	return false;
+}
+
+/* A ring of the kernel's, mapped by hand: submissions go through
+ * syscall(SYS_io_uring_enter) with only its descriptor. */
+struct raw_ring {
+	int fd;
+	char *sq, *cq;
+	size_t sq_len, cq_len;
+	struct io_uring_sqe *sqes;
+	size_t sqes_len;
+	struct io_uring_params p;
+};
+
+static bool raw_ring_init(struct raw_ring *r, unsigned entries)
+{
+	memset(r, 0, sizeof(*r));
+	r->fd = (int)syscall(SYS_io_uring_setup, entries, &r->p);
+	if (r->fd < 0)
+		return false;
+	r->sq_len = r->p.sq_off.array + r->p.sq_entries * sizeof(unsigned);
+	r->cq_len = r->p.cq_off.cqes + r->p.cq_entries * sizeof(struct io_uring_cqe);
+	r->sqes_len = r->p.sq_entries * sizeof(struct io_uring_sqe);
+	r->sq = mmap(NULL, r->sq_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, r->fd,
+		     IORING_OFF_SQ_RING);
+	r->cq = mmap(NULL, r->cq_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, r->fd,
+		     IORING_OFF_CQ_RING);
+	r->sqes = mmap(NULL, r->sqes_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE,
+		       r->fd, IORING_OFF_SQES);
+	if (r->sq == MAP_FAILED || r->cq == MAP_FAILED || r->sqes == MAP_FAILED) {
+		close(r->fd);
+		r->fd = -1;
+		return false;
+	}
+	return true;
+}
+
+static void raw_ring_exit(struct raw_ring *r)
+{
+	munmap(r->sq, r->sq_len);
+	munmap(r->cq, r->cq_len);
+	munmap(r->sqes, r->sqes_len);
+	close(r->fd);
+}
+
+static unsigned *raw_word(char *base, uint32_t off)
+{
+	return (unsigned *)(void *)(base + off);
+}
+
+/* Queue a read or write entry (no submission yet). */
+static void raw_queue(struct raw_ring *r, uint8_t op, int fd, const void *addr, uint32_t len,
+		      uint64_t off, uint64_t ud)
+{
+	unsigned tail = *raw_word(r->sq, r->p.sq_off.tail);
+	unsigned idx = tail & *raw_word(r->sq, r->p.sq_off.ring_mask);
+
+	memset(&r->sqes[idx], 0, sizeof(r->sqes[idx]));
+	r->sqes[idx].opcode = op;
+	r->sqes[idx].fd = fd;
+	r->sqes[idx].addr = (uintptr_t)addr;
+	r->sqes[idx].len = len;
+	r->sqes[idx].off = off;
+	r->sqes[idx].user_data = ud;
+	raw_word(r->sq, r->p.sq_off.array)[idx] = idx;
+	__atomic_store_n(raw_word(r->sq, r->p.sq_off.tail), tail + 1, __ATOMIC_RELEASE);
+}
+
+/* Reap @n completions: how many had result @res. */
+static int raw_reap(struct raw_ring *r, int n, int res)
+{
+	int good = 0;
+
+	for (int i = 0; i < n; i++) {
+		unsigned head = *raw_word(r->cq, r->p.cq_off.head);
+		struct io_uring_cqe *cqes = (void *)(r->cq + r->p.cq_off.cqes);
+
+		while (__atomic_load_n(raw_word(r->cq, r->p.cq_off.tail), __ATOMIC_ACQUIRE) == head)
+			if (syscall(SYS_io_uring_enter, r->fd, 0, 1, IORING_ENTER_GETEVENTS, NULL,
+				    0) < 0 && errno != EINTR)
+				return good;
+		if (cqes[head & *raw_word(r->cq, r->p.cq_off.ring_mask)].res == res)
+			good++;
+		else
+			diag("completion %d: res %d", i,
+			     cqes[head & *raw_word(r->cq, r->p.cq_off.ring_mask)].res);
+		__atomic_store_n(raw_word(r->cq, r->p.cq_off.head), head + 1, __ATOMIC_RELEASE);
+	}
+	return good;
+}
+
+/* Submit everything queued in @r; the count, or -1 and errno. */
+static long raw_submit(struct raw_ring *r, unsigned n)
+{
+	return syscall(SYS_io_uring_enter, r->fd, n, 0, 0, NULL, 0);
+}
+
+static void uring_direct_raw(int fd, int bfd)
+{
+	struct raw_ring r;
+	char *b, *c;
+	void *area;
+	long rc;
+	int good;
+
+	if (!raw_ring_init(&r, 32)) {
+		skip(3, "io_uring_setup and mmap of its rings: %s", strerror(errno));
+		return;
+	}
+	/* A buffered file: the read copies through the buffer's address, which
+	 * a take-back holds; the buffer may stay lent. */
+	c = lent_block(52);
+	if (c)
+		raw_queue(&r, IORING_OP_READ, bfd, c, MiB, 0, 99);
+	rc = c ? raw_submit(&r, 1) : -1;
+	good = rc == 1 ? raw_reap(&r, 1, (int)MiB) : 0;
+	ok(rc == 1 && good == 1 && tu_on_frame(c) && tu_check(c, MiB, 31),
+	   "syscall(SYS_io_uring_enter) of a READ into a lent block from a buffered file leaves "
+	   "it lent (rc %ld)", rc);
+
+	b = lent_buffer(URING_BUF, 51);
+	for (int i = 0; b && i < URING_PIECES; i++)
+		raw_queue(&r, IORING_OP_READ, fd, b + (size_t)i * MiB, MiB, (uint64_t)i * MiB,
+			  (uint64_t)i);
+	rc = b ? raw_submit(&r, URING_PIECES) : -1;
+	ok(rc == URING_PIECES && !any_on_frame(b, URING_BUF),
+	   "syscall(SYS_io_uring_enter) of O_DIRECT reads into a lent buffer: no page of it is "
+	   "on a CMA frame once the call returns (rc %ld)", rc);
+	area = rc > 0 ? whole_area() : NULL;
+	good = rc > 0 ? raw_reap(&r, (int)rc, (int)MiB) : 0;
+	ok(area && good == URING_PIECES && file_data_good(b, URING_BUF, 50),
+	   "after ucma_alloc of the whole area right behind the submission, every piece of "
+	   "the file's data is in the buffer (%d of %d reads complete)", good, URING_PIECES);
+	ucma_release(area);
+	raw_ring_exit(&r);
+	release_blocks((char *[]){ b, c }, 2);
+}
+
+#ifdef HAVE_LIBURING
+static void uring_direct_liburing(int fd)
+{
+	struct io_uring ring;
+	struct io_uring_cqe *cqe;
+	struct iovec iov[URING_PIECES];
+	char *b;
+	void *area;
+	int rc, good = 0;
+
+	if (io_uring_queue_init(32, &ring, 0) != 0) {
+		skip(2, "io_uring_queue_init failed");
+		return;
+	}
+	b = lent_buffer(URING_BUF, 53);
+	/* Half as READ entries, half as one READV of eight iovecs. */
+	for (int i = 0; b && i < URING_PIECES / 2; i++)
+		io_uring_prep_read(io_uring_get_sqe(&ring), fd, b + (size_t)i * MiB, MiB,
+				   (uint64_t)i * MiB);
+	for (int i = URING_PIECES / 2; b && i < URING_PIECES; i++) {
+		iov[i].iov_base = b + (size_t)i * MiB;
+		iov[i].iov_len = MiB;
+	}
+	if (b)
+		io_uring_prep_readv(io_uring_get_sqe(&ring), fd, &iov[URING_PIECES / 2],
+				    URING_PIECES / 2, (uint64_t)URING_PIECES / 2 * MiB);
+	rc = b ? io_uring_submit(&ring) : -1;
+	ok(rc == URING_PIECES / 2 + 1 && !any_on_frame(b, URING_BUF),
+	   "liburing's io_uring_submit() of O_DIRECT READ and READV entries into a lent "
+	   "buffer: no page of it is on a CMA frame once it returns (rc %d)", rc);
+	area = rc > 0 ? whole_area() : NULL;
+	for (int i = 0; i < rc; i++) {
+		if (io_uring_wait_cqe(&ring, &cqe) != 0)
+			break;
+		if (cqe->res == (int)MiB || cqe->res == (int)(URING_PIECES / 2 * MiB))
+			good++;
+		else
+			diag("completion %d: res %d", i, cqe->res);
+		io_uring_cqe_seen(&ring, cqe);
+	}
+	ok(area && good == URING_PIECES / 2 + 1 && file_data_good(b, URING_BUF, 50),
+	   "after ucma_alloc of the whole area right behind the submission, every piece of "
+	   "the file's data is in the buffer (%d reads complete)", good);
+	ucma_release(area);
+	io_uring_queue_exit(&ring);
+	release_blocks(&b, 1);
+}
+#endif
+
+static void case_io_uring_direct(void)
+{
+	int fd = direct_file(URING_BUF, 50), bfd = pattern_file(MiB, 31);
+
+	if (fd < 0 || bfd < 0) {
+		skip(5, "no file system here takes O_DIRECT");
+	} else {
+		uring_direct_raw(fd, bfd);
+#ifdef HAVE_LIBURING
+		uring_direct_liburing(fd);
+#else
+		skip(2, "liburing is not installed");
+#endif
+	}
+	if (fd >= 0)
+		close(fd);
+	if (bfd >= 0)
+		close(bfd);
+}
+
+/*
  * Forks that skip the fork handlers: a child made by syscall(SYS_fork),
  * syscall(SYS_clone) or clone() without CLONE_VM finds no borrowed
  * pageblock mapped (they are MADV_DONTFORK), so the heap is taken back
@@ -729,6 +999,7 @@ int main(void)
 #endif
 	case_madvise();
 	case_direct_io();
+	case_io_uring_direct();
 	case_raw_fork();
 	case_mlockall();
 	free_kept();
