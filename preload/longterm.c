@@ -102,6 +102,7 @@
 #include <unistd.h>
 
 #include "ucma.h"
+#include "fork.h"
 #include "lend.h"
 #include "raw_syscall.h"
 #include "interpose.h"
@@ -450,6 +451,8 @@ static long raw_fork(long nr, const long a[6], uint64_t flags, uint64_t stack)
 {
 	long ret;
 
+	if ((flags & (CLONE_VM | CLONE_VFORK)) == CLONE_VM)
+		ucma_fork_note_raw_thread();	/* a thread the C library does not count */
 	if ((flags & CLONE_VM) || stack)
 		return ucma_raw_syscall6(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
 	if (ucma_lend_raw_fork_prepare() != 0)
@@ -608,6 +611,8 @@ static int clone_made(int (*fn)(void *), void *stack, int flags, void *arg, void
 	}
 	/* With CLONE_VM nothing is copied; without @fn or @stack the C
 	 * library refuses the call (EINVAL) before any clone is made. */
+	if ((flags & (CLONE_VM | CLONE_VFORK)) == CLONE_VM)
+		ucma_fork_note_raw_thread();
 	if ((flags & CLONE_VM) || !fn || !stack)
 		return real(fn, stack, flags, arg, ptid, tls, ctid);
 	if (ucma_lend_raw_fork_prepare() != 0)

@@ -15,6 +15,15 @@
  * the malloc family's start-up) before it takes one; cheap afterwards.
  */
 UCMA_INTERNAL void ucma_fork_init(void);
+/* Has this process never had a second thread?  Then nobody but a signal
+ * handler of the one thread runs library code beside it. */
+UCMA_INTERNAL bool ucma_fork_lone(void);
+/* The program made a thread with the clone system call itself. */
+UCMA_INTERNAL void ucma_fork_note_raw_thread(void);
+/* In a fork handler: does this fork take the library's locks?  Not in a
+ * process with one thread (fork.c), where the handlers that always run
+ * skip theirs. */
+UCMA_INTERNAL bool ucma_fork_takes_locks(void);
 
 /*
  * Handlers of each lock owner, listed in fork.c in the order their

@@ -995,13 +995,18 @@ void ucma_frames_fork_prepare(void)
 	const struct ucma_zone *z;
 	int fds[2];
 
-	fork_ctx = (struct frames_fork){ false, -1, -1 };
+	/* Stores only where needed: after the fork, a page the child still
+	 * shares is copied by the first store (the previous fork's reset
+	 * leaves it as it should be). */
+	if (fork_ctx.copy || fork_ctx.wait_rd >= 0 || fork_ctx.wait_wr >= 0)
+		fork_ctx = (struct frames_fork){ false, -1, -1 };
 	if (!a)
 		return;
 	for (int k = 0; k < a->nr_areas; k++) {
 		struct ucma_frames *f = a->areas[k].frames;
 
-		ucma_mutex_lock(&f->lock);
+		if (ucma_fork_takes_locks())
+			ucma_mutex_lock(&f->lock);
 		/* This fork lets the child inherit the mapping, which its
 		 * handler replaces at once: no hole in the child's address
 		 * space that something else could take before the handler
@@ -1043,7 +1048,8 @@ void ucma_frames_fork_parent(void)
 
 		if (f->fd >= 0)
 			ucma_os.madvise((void *)f->base, f->size, MADV_DONTFORK);
-		ucma_mutex_unlock(&f->lock);
+		if (ucma_fork_takes_locks())
+			ucma_mutex_unlock(&f->lock);
 	}
 }
 
@@ -1266,12 +1272,10 @@ void ucma_frames_fork_child(void)
 		for (int k = 0; k < a->nr_areas; k++) {
 			struct ucma_frames *f = a->areas[k].frames;
 
-			if (f->announced) {
-				ucma_mem_event_post(UCMA_MEM_EVENT_UNMAP, (void *)f->base, f->size);
-				ucma_mem_event_post(UCMA_MEM_EVENT_MAP, (void *)f->base, f->size);
-			}
+			if (f->announced)
+				ucma_mem_event_post_replaced((void *)f->base, f->size);
 		}
-		for (int k = a->nr_areas - 1; k >= 0; k--)
+		for (int k = a->nr_areas - 1; k >= 0 && ucma_fork_takes_locks(); k--)
 			ucma_mutex_unlock(&a->areas[k].frames->lock);
 	}
 	if (fork_ctx.wait_wr >= 0) {
@@ -1281,6 +1285,7 @@ void ucma_frames_fork_child(void)
 			;
 		close(fork_ctx.wait_wr);
 	}
-	fork_ctx = (struct frames_fork){ false, -1, -1 };
+	if (fork_ctx.copy || fork_ctx.wait_rd >= 0 || fork_ctx.wait_wr >= 0)
+		fork_ctx = (struct frames_fork){ false, -1, -1 };
 }
 

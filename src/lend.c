@@ -173,9 +173,6 @@
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
-#if __has_include(<sys/single_threaded.h>)
-#include <sys/single_threaded.h>
-#endif
 
 /* Newer than some kernel headers (Linux 6.4). */
 #ifndef UFFD_FEATURE_WP_UNPOPULATED
@@ -382,7 +379,8 @@ static bool uffd_ensure(void)
 /* Close it (teardown; the inherited copy in the child of a fork). */
 static void uffd_drop(void)
 {
-	int fd = atomic_exchange(&lend.uffd, -1);
+	/* (Looked at first: in the child of a fork a store copies the page.) */
+	int fd = atomic_load(&lend.uffd) < 0 ? -1 : atomic_exchange(&lend.uffd, -1);
 
 	if (fd >= 0)
 		ucma_os_close(fd);
@@ -1426,16 +1424,6 @@ int ucma_lend_move_fd(int fd)
 /* Fork                                                                      */
 /* ------------------------------------------------------------------------ */
 
-/* Has this process never had a second thread?  Then nobody but a signal
- * handler could write the heap while a fork's child copies it. */
-static bool single_threaded(void)
-{
-#if __has_include(<sys/single_threaded.h>)
-	return __libc_single_threaded;
-#else
-	return false;
-#endif
-}
 
 /*
  * Stage "lend", before the zone locks: no commit or take-back is in
@@ -1457,8 +1445,10 @@ void ucma_lend_fork_prepare(void)
 	sigset_t all, saved;
 	int err;
 
-	ucma_mutex_lock(&lend.lock);
-	if (!a || !lend.of || atomic_load(&ucma_lend_nr_borrowed) == 0 || single_threaded())
+	/* With other threads: no commit or take-back across the fork. */
+	if (ucma_fork_takes_locks())
+		ucma_mutex_lock(&lend.lock);
+	if (!a || !lend.of || atomic_load(&ucma_lend_nr_borrowed) == 0 || ucma_fork_lone())
 		return;
 	/* As in take_back(): a handler writing a piece being moved would
 	 * wait for this thread. */
@@ -1470,7 +1460,8 @@ void ucma_lend_fork_prepare(void)
 
 void ucma_lend_fork_parent(void)
 {
-	ucma_mutex_unlock(&lend.lock);
+	if (ucma_fork_takes_locks())
+		ucma_mutex_unlock(&lend.lock);
 	/* What the take-backs posted (MAP of the frames given back). */
 }
 
@@ -1490,7 +1481,8 @@ void ucma_lend_fork_child(void)
 	uffd_drop();
 	if (lend.of && atomic_load(&lend.on) && !uffd_ensure())
 		lend_off("the child of a fork cannot open a userfaultfd", errno);
-	ucma_mutex_unlock(&lend.lock);
+	if (ucma_fork_takes_locks())
+		ucma_mutex_unlock(&lend.lock);
 }
 
 /*
@@ -1593,8 +1585,10 @@ void ucma_lend_frames_fork_prepare(void)
 	sigset_t all;
 	int fds[2];
 
-	lend_fork.any = lend_fork.copy = false;
-	lend_fork.wait_rd = lend_fork.wait_wr = -1;
+	if (lend_fork.any || lend_fork.copy || lend_fork.wait_rd >= 0) {
+		lend_fork.any = lend_fork.copy = false;
+		lend_fork.wait_rd = lend_fork.wait_wr = -1;
+	}
 	for_each_borrowed(fork_inherit);
 	if (!lend_fork.copy)
 		return;
@@ -1623,8 +1617,12 @@ void ucma_lend_frames_fork_parent(void)
 	}
 	if (lend_fork.copy)
 		pthread_sigmask(SIG_SETMASK, &lend_fork.saved, NULL);
-	lend_fork.any = lend_fork.copy = false;
-	lend_fork.wait_rd = lend_fork.wait_wr = -1;
+	/* Written only when set: a store after the fork copies the page
+	 * while the child still shares it. */
+	if (lend_fork.any || lend_fork.copy || lend_fork.wait_rd >= 0) {
+		lend_fork.any = lend_fork.copy = false;
+		lend_fork.wait_rd = lend_fork.wait_wr = -1;
+	}
 }
 
 /*
@@ -1675,7 +1673,8 @@ void ucma_lend_frames_fork_child(void)
 	char done = 1;
 
 	for_each_borrowed(fork_copy);
-	atomic_store(&ucma_lend_nr_borrowed, 0);
+	if (atomic_load(&ucma_lend_nr_borrowed))	/* (a store copies the page) */
+		atomic_store(&ucma_lend_nr_borrowed, 0);
 	if (lend_fork.wait_rd >= 0)
 		close(lend_fork.wait_rd);
 	if (lend_fork.wait_wr >= 0) {
@@ -1685,6 +1684,8 @@ void ucma_lend_frames_fork_child(void)
 	}
 	if (lend_fork.copy)
 		pthread_sigmask(SIG_SETMASK, &lend_fork.saved, NULL);
-	lend_fork.any = lend_fork.copy = false;
-	lend_fork.wait_rd = lend_fork.wait_wr = -1;
+	if (lend_fork.any || lend_fork.copy || lend_fork.wait_rd >= 0) {
+		lend_fork.any = lend_fork.copy = false;
+		lend_fork.wait_rd = lend_fork.wait_wr = -1;
+	}
 }

@@ -228,6 +228,14 @@ void ucma_mem_event_post(enum ucma_mem_event ev, void *addr, size_t len)
 	ucma_mutex_unlock(&me.lock);
 }
 
+void ucma_mem_event_post_replaced(void *addr, size_t len)
+{
+	if (!__atomic_load_n(&me.nr_cbs, __ATOMIC_RELAXED))
+		return;
+	ucma_mem_event_post(UCMA_MEM_EVENT_UNMAP, addr, len);
+	ucma_mem_event_post(UCMA_MEM_EVENT_MAP, addr, len);
+}
+
 static void count(int ev, uint64_t n)
 {
 	ucma_count(ev == UCMA_MEM_EVENT_MAP ? UCMA_STAT_MEM_EVENT_MAP : UCMA_STAT_MEM_EVENT_UNMAP, n);

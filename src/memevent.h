@@ -26,6 +26,16 @@
 UCMA_INTERNAL void ucma_mem_event_post(enum ucma_mem_event ev, void *addr, size_t len);
 
 /*
+ * [@addr, @addr + @len), in the set, was replaced by new memory at the
+ * same place (the child of a fork): UNMAP then MAP for the callbacks.
+ * The set stays as it was, so with none registered nothing is written
+ * (a fork's child would copy the event lock's page for nothing).  The
+ * count is read without the lock: a registration racing with the call
+ * is replayed the range as mapped, which it is.
+ */
+UCMA_INTERNAL void ucma_mem_event_post_replaced(void *addr, size_t len);
+
+/*
  * Call the callbacks for every queued event, in order, one event at a
  * time.  The caller holds no ucma lock.  Returns at once when nothing is
  * queued, and when called from inside a callback (the outer delivery goes

@@ -205,22 +205,31 @@ static void *server_main(void *arg)
 
 void ucma_shm_server_fork_prepare(void)
 {
-	ucma_mutex_lock(&server.lock);
+	if (ucma_fork_takes_locks())
+		ucma_mutex_lock(&server.lock);
 }
 
 void ucma_shm_server_fork_parent(void)
 {
-	ucma_mutex_unlock(&server.lock);
+	if (ucma_fork_takes_locks())
+		ucma_mutex_unlock(&server.lock);
 }
 
 /* The thread is not in the child: forget it (it cannot be joined here). */
 void ucma_shm_server_fork_child(void)
 {
-	atomic_store(&server.state, SERVER_IDLE);
-	server.stop = false;
-	pthread_cond_init(&server.wake, NULL);
-	atomic_store(&last_check_ns, 0);
-	ucma_mutex_unlock(&server.lock);
+	/* Stores only where something changes: each copies the page. */
+	if (atomic_load(&server.state) != SERVER_IDLE)
+		atomic_store(&server.state, SERVER_IDLE);
+	if (server.stop)
+		server.stop = false;
+	if (atomic_load(&last_check_ns))
+		atomic_store(&last_check_ns, 0);
+	/* Only a thread, which a process with one never had, waits on it. */
+	if (ucma_fork_takes_locks()) {
+		pthread_cond_init(&server.wake, NULL);
+		ucma_mutex_unlock(&server.lock);
+	}
 }
 
 static void server_start(void)

@@ -88,3 +88,18 @@ EXTRA_DIST += tests/bench/futex_guard.sh
 bench: bench-futex-guard
 bench-futex-guard: tests/bench/futex_guard_cost$(EXEEXT) libucma-preload.la
 	top_builddir=$(top_builddir) $(SHELL) $(top_srcdir)/tests/bench/futex_guard.sh
+
+## What a fork costs under each allocator, in a process that never had a
+## thread and in one that has.  fork_cost links nothing of ucma.
+## `make bench-fork`.
+check_PROGRAMS += tests/bench/fork_cost
+tests_bench_fork_cost_SOURCES = tests/bench/fork_cost.c
+tests_bench_fork_cost_CPPFLAGS =
+tests_bench_fork_cost_LDADD = -lpthread
+tests_bench_fork_cost_LDFLAGS = -no-install
+EXTRA_DIST += tests/bench/fork_cost.sh
+
+.PHONY: bench-fork
+bench: bench-fork
+bench-fork: tests/bench/fork_cost$(EXEEXT) libucma-preload.la
+	top_builddir=$(top_builddir) $(SHELL) $(top_srcdir)/tests/bench/fork_cost.sh
