@@ -128,12 +128,19 @@ bool ucma_preload_fd_direct(int fd)
 	return fl & O_DIRECT;
 }
 
-void ucma_preload_dio_forget(unsigned first, unsigned last)
+static void dio_kind_forget(unsigned first, unsigned last)
 {
 	if (last >= DIO_FDS)
 		last = DIO_FDS - 1;
 	for (unsigned fd = first; fd <= last; fd++)
 		atomic_store_explicit(&dio_kind[fd], 0, memory_order_relaxed);
+}
+
+/* Closed or replaced: a ring there is gone too (iouring_guard.c). */
+void ucma_preload_dio_forget(unsigned first, unsigned last)
+{
+	dio_kind_forget(first, last);
+	ucma_preload_iouring_forget(first, last);
 }
 
 /* @buf for direct I/O on @fd: off the lent frames.  False with errno
@@ -201,7 +208,7 @@ static bool unlend_iocbs(long nr, struct iocb *const *uiocbpp)
 static void fcntl_done(int fd, int cmd, long ret)
 {
 	if (cmd == F_SETFL)
-		ucma_preload_dio_forget((unsigned)fd, (unsigned)fd);
+		dio_kind_forget((unsigned)fd, (unsigned)fd);	/* the same file */
 	else if ((cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC) && ret >= 0)
 		ucma_preload_dio_forget((unsigned)ret, (unsigned)ret);
 }

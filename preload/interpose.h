@@ -81,7 +81,8 @@ UCMA_PRELOAD_HIDDEN bool ucma_preload_guard_syscall(long nr, const long a[6], lo
 UCMA_PRELOAD_HIDDEN bool ucma_preload_dio_syscall(long nr, const long a[6], long *ret);
 
 /* Descriptors @first to @last were closed or replaced: what dio_guard.c
- * knew of their status flags no longer holds. */
+ * knew of their status flags no longer holds, nor what iouring_guard.c
+ * kept of a ring there. */
 UCMA_PRELOAD_HIDDEN void ucma_preload_dio_forget(unsigned first, unsigned last);
 
 /* Is I/O on @fd direct (O_DIRECT in its status flags)?  dio_guard.c's
@@ -94,5 +95,18 @@ UCMA_PRELOAD_HIDDEN bool ucma_preload_fd_direct(int fd);
  * (iouring_guard.c).  The kernel's result, -EBUSY when one stays lent.
  */
 UCMA_PRELOAD_HIDDEN long ucma_preload_iouring_enter(const long a[6]);
+
+/*
+ * io_uring_setup(2) returned ring descriptor @fd with the parameters at
+ * @uparams (as the kernel filled them in): iouring_guard.c keeps where
+ * the ring's SQ head, tail, array and entries are, so that
+ * io_uring_enter(2) on @fd reads them without the fdinfo listing.
+ */
+UCMA_PRELOAD_HIDDEN void ucma_preload_iouring_setup(long fd, const void *uparams);
+
+/* Descriptors @first to @last were closed or replaced, or their rings
+ * resized (0 to UINT_MAX: any ring): what iouring_guard.c kept of the
+ * rings there no longer holds (ucma_preload_dio_forget() says it too). */
+UCMA_PRELOAD_HIDDEN void ucma_preload_iouring_forget(unsigned first, unsigned last);
 
 #endif /* UCMA_PRELOAD_INTERPOSE_H */

@@ -46,19 +46,50 @@
  *   io_uring_enter(2)     syscall(SYS_io_uring_enter), and liburing's
  *                         io_uring_enter() and io_uring_enter2() wrappers,
  *                         with to_submit > 0: only the ring's descriptor
- *                         is given.  The kernel lists the entries pending
- *                         between the SQ head and tail in the ring's
- *                         /proc/self/fdinfo (index, opcode, fd, flags,
- *                         address), and the ring's SQE array is the
- *                         mapping of the ring's inode at IORING_OFF_SQES
- *                         in /proc/self/maps (each ring has an inode of
- *                         its own), which gives the lengths; the entry
- *                         read there must agree with the listing.  The
- *                         array's address is kept per descriptor.  A ring
- *                         registered by index (IORING_ENTER_REGISTERED_
- *                         RING), a listing that cannot be read, or an
- *                         entry that cannot be found: every borrowed
- *                         pageblock is taken back.
+ *                         is given.
+ *     a ring seen set up  through io_uring_setup(2) (syscall() or
+ *                         liburing's io_uring_setup(), longterm.c): what
+ *                         the set-up returned is kept per descriptor
+ *                         (where the SQ head, tail and array are in the
+ *                         rings, how many entries, of 64 or 128 bytes),
+ *                         and the rings and the SQE array are mapped here
+ *                         once more, read-only: the program may unmap its
+ *                         own mappings whenever it likes, these stay until
+ *                         the descriptor is closed or replaced, or its
+ *                         rings resized, as seen by close(), dup2() and
+ *                         their kin (lend_guard.c, dio_guard.c), a CLOSE
+ *                         entry read here and io_uring_register(2)
+ *                         (longterm.c); a submission reading them then
+ *                         unmaps them when it is done.  With
+ *                         IORING_SETUP_NO_MMAP the rings are the
+ *                         program's memory at the addresses it gave,
+ *                         read through ucma_preload_read_user() (a bad
+ *                         address is an error, not a fault).  The entries
+ *                         read are those the kernel will take: from the
+ *                         SQ head (which the kernel writes back after each
+ *                         submission), at most to_submit and sq_entries
+ *                         of them up to the tail, through the SQ array
+ *                         unless IORING_SETUP_NO_SQARRAY.
+ *     any other ring      (set up by liburing's io_uring_queue_init*() or
+ *                         the system call instruction, inherited over
+ *                         exec, received over a socket, resized, or
+ *                         evicted from the table by another number's),
+ *                         and a ring seen whose SQ holds nothing though
+ *                         to_submit says otherwise (most likely not the
+ *                         ring of that number any more): the kernel lists
+ *                         the entries pending between the SQ head and
+ *                         tail in the ring's /proc/self/fdinfo (index,
+ *                         opcode, fd, flags, address), and the ring's SQE
+ *                         array is the mapping of the ring's inode at
+ *                         IORING_OFF_SQES in /proc/self/maps (each ring
+ *                         has an inode of its own), which gives the
+ *                         lengths; the entry read there must agree with
+ *                         the listing.  The array's address is kept per
+ *                         descriptor.
+ *                         A ring registered by index (IORING_ENTER_
+ *                         REGISTERED_RING), a listing that cannot be
+ *                         read, or an entry that cannot be found: every
+ *                         borrowed pageblock is taken back.
  * A ring polled by a kernel thread (IORING_SETUP_SQPOLL) takes entries
  * without any call: set up through io_uring_setup(2) (syscall() or
  * liburing's io_uring_setup()), where the program makes the ring's tail
@@ -76,18 +107,31 @@
  * provided-buffer ring used by a buffered read that later turns direct,
  * entries written after the submission by a program that makes an
  * SQPOLL ring's tail itself from liburing's structure, liburing linked
- * statically, and io_uring_enter(2) made with the system call
- * instruction.  IORING_SETUP_SQE_MIXED rings may have the second half of
+ * statically, io_uring_enter(2) made with the system call instruction,
+ * and the entries of a ring seen set up whose descriptor was closed
+ * unseen (the system call instruction) while the old ring still held
+ * entries, when the number then names a ring not seen set up: the old
+ * ring's entries are read (dio_guard.c's answers have the same gap).  IORING_SETUP_SQE_MIXED rings may have the second half of
  * a 128-byte entry read as an entry: at worst an unrelated range is taken
  * back.
  *
- * Cost: while nothing is lent, one load.  Otherwise, for liburing, a look
- * at each entry's opcode, and for a read or write at the borrowed state of
- * each 2 MiB of its buffer; for io_uring_enter(2), reading the fdinfo
- * file.
+ * Cost: while nothing is lent, one load.  Otherwise, for liburing and for
+ * io_uring_enter(2) on a ring seen set up, a look at each entry's opcode,
+ * and for a read or write at the borrowed state of each 2 MiB of its
+ * buffer: measured, a few tens of ns per submission of a NOP or buffered
+ * READ, against 11 us for the fdinfo listing (tests/bench/RESULTS.md,
+ * "iouring_guard"), which any other ring pays on each submission (and a
+ * read of /proc/self/maps once per descriptor).  A ring seen set up costs
+ * two mappings more (of the kernel's pages: no memory), and while one is
+ * kept, close() and its kin look at the slots of the numbers they close.
+ * The counters lend_iouring_enter_ring and lend_iouring_enter_fdinfo
+ * (ucma_stat(3)) say which way submissions went.
  *
- * Locking: none; ucma_unlend() takes what it needs.  The per-descriptor
- * addresses are checked against the kernel's listing before use, so a
+ * Locking: none; ucma_unlend() takes what it needs.  Each ring kept is a
+ * slot whose state word (live, readers, generation) changes by
+ * compare-and-swap, so that a close in one thread and a submission in
+ * another agree on who unmaps.  The per-descriptor addresses of the
+ * fdinfo path are checked against the kernel's listing before use, so a
  * stale or torn one only costs a look at /proc/self/maps.
  *
  * SPDX-License-Identifier: MIT
@@ -103,12 +147,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <limits.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -548,16 +594,305 @@ static bool ring_fd_unlend(int fd)
 	return true;
 }
 
+/* ------------------------------------------------------------------------ */
+/* io_uring_enter(2) on a ring seen at its set-up                             */
+/* ------------------------------------------------------------------------ */
+
+/* struct io_uring_params as Linux 6.5 fills it in (older headers call each
+ * ring's user_addr "resv2"). */
+struct setup_params {
+	uint32_t sq_entries, cq_entries, flags, sq_thread_cpu, sq_thread_idle, features, wq_fd;
+	uint32_t resv[3];
+	struct {
+		uint32_t head, tail, ring_mask, ring_entries, flags, dropped, array, resv1;
+		uint64_t user_addr;
+	} sq_off;
+	struct {
+		uint32_t head, tail, ring_mask, ring_entries, overflow, cqes, flags, resv1;
+		uint64_t user_addr;
+	} cq_off;
+};
+_Static_assert(sizeof(struct setup_params) == 120, "struct io_uring_params is 120 bytes");
+
+/*
+ * What the kernel reads of a ring when it takes entries, as its set-up
+ * returned it: the SQ head and tail (offsets in the rings), the SQ array
+ * (unless IORING_SETUP_NO_SQARRAY) and the SQEs.  @own: @rings and @sqes
+ * are mappings of the ring made here (read with plain loads, unmapped
+ * when the ring is forgotten); otherwise they are the program's memory
+ * (IORING_SETUP_NO_MMAP), read with ucma_preload_read_user().
+ */
+struct ring_map {
+	int fd;
+	bool own;
+	uint32_t flags, entries, head, tail, array;
+	uintptr_t rings, sqes;
+	size_t rings_len, sqes_len;
+};
+
+/*
+ * One slot per descriptor number modulo RINGS.  @state: RING_LIVE while
+ * @m may be used, RING_CLAIM while a set-up writes it, the count of
+ * readers in the low 32 bits, and a generation that each set-up bumps
+ * (so that a forget that read @m of one ring cannot retire the next).
+ * A ring forgotten while read is unmapped by its last reader: a close in
+ * one thread never pulls the mapping from under a submission in another.
+ */
+#define RINGS		256
+#define RING_LIVE	(1ull << 63)
+#define RING_CLAIM	(1ull << 62)
+#define RING_GEN	(1ull << 32)
+#define RING_GEN_MASK	(RING_CLAIM - RING_GEN)
+#define RING_USERS	(RING_GEN - 1)
+
+static struct ring_slot {
+	_Atomic uint64_t state;
+	struct ring_map m;
+} rings[RINGS];
+
+/* Slots live: close() of any descriptor looks at the table only then. */
+static _Atomic unsigned rings_live;
+
+#define SETUP_SQPOLL		(1u << 1)
+#define SETUP_NO_MMAP		(1u << 14)	/* Linux 6.5 */
+#define SETUP_REGISTERED_FD_ONLY (1u << 15)	/* Linux 6.3 */
+#define OFF_SQ_RING		0ul
+
+static void ring_unmap(const struct ring_map *m)
+{
+	if (!m->own)
+		return;
+	ucma_raw_syscall6(SYS_munmap, (long)m->rings, (long)m->rings_len, 0, 0, 0, 0);
+	ucma_raw_syscall6(SYS_munmap, (long)m->sqes, (long)m->sqes_len, 0, 0, 0, 0);
+}
+
+static void ring_put(struct ring_slot *s, const struct ring_map *m);
+
+/* The ring of descriptor @fd, held in *@m until ring_put(); NULL when none
+ * is known (or its slot is busy). */
+static struct ring_slot *ring_get(int fd, struct ring_map *m)
+{
+	struct ring_slot *s = &rings[(unsigned)fd % RINGS];
+	uint64_t v = atomic_load_explicit(&s->state, memory_order_acquire);
+
+	do {
+		if ((v & (RING_LIVE | RING_CLAIM)) != RING_LIVE || (v & RING_USERS) == RING_USERS)
+			return NULL;
+	} while (!atomic_compare_exchange_weak_explicit(&s->state, &v, v + 1, memory_order_acquire,
+							memory_order_acquire));
+	*m = s->m;
+	if (m->fd == fd)
+		return s;
+	ring_put(s, m);
+	return NULL;
+}
+
+static void ring_put(struct ring_slot *s, const struct ring_map *m)
+{
+	uint64_t old = atomic_fetch_sub_explicit(&s->state, 1, memory_order_acq_rel);
+
+	/* The last reader of a ring forgotten meanwhile. */
+	if ((old & ~RING_GEN_MASK) == 1)
+		ring_unmap(m);
+}
+
+/* Retire the ring in slot @s if it is @fd's (any ring for -1). */
+static void ring_kill(struct ring_slot *s, long fd)
+{
+	uint64_t v = atomic_load_explicit(&s->state, memory_order_acquire);
+	struct ring_map m;
+
+	do {
+		if (!(v & RING_LIVE))
+			return;
+		m = s->m;	/* unchanged while live */
+		if (fd >= 0 && m.fd != fd)
+			return;
+	} while (!atomic_compare_exchange_weak_explicit(&s->state, &v, v & ~RING_LIVE,
+							memory_order_acq_rel, memory_order_acquire));
+	atomic_fetch_sub_explicit(&rings_live, 1, memory_order_relaxed);
+	if (!(v & RING_USERS))
+		ring_unmap(&m);
+}
+
+void ucma_preload_iouring_forget(unsigned first, unsigned last)
+{
+	if (!atomic_load_explicit(&rings_live, memory_order_relaxed))
+		return;
+	if (last - first < RINGS) {
+		for (unsigned fd = first;; fd++) {
+			if (fd <= INT_MAX)
+				ring_kill(&rings[fd % RINGS], fd);
+			if (fd == last)
+				break;
+		}
+		return;
+	}
+	for (unsigned i = 0; i < RINGS; i++) {
+		struct ring_slot *s = &rings[i];
+		uint64_t v = atomic_load_explicit(&s->state, memory_order_acquire);
+		int fd = s->m.fd;
+
+		if ((v & RING_LIVE) && (unsigned)fd >= first && (unsigned)fd <= last)
+			ring_kill(s, fd);
+	}
+}
+
+/* Keep @m as ring @fd's; unmapped again when its slot is busy. */
+static void ring_install(int fd, const struct ring_map *m)
+{
+	struct ring_slot *s = &rings[(unsigned)fd % RINGS];
+	uint64_t v;
+
+	ring_kill(s, -1);	/* another number's ring, or this one's, closed unseen */
+	v = atomic_load_explicit(&s->state, memory_order_acquire);
+	if ((v & ~RING_GEN_MASK) ||
+	    !atomic_compare_exchange_strong_explicit(&s->state, &v, (v & RING_GEN_MASK) | RING_CLAIM,
+						     memory_order_acquire, memory_order_relaxed)) {
+		ring_unmap(m);	/* readers still drain the old ring */
+		return;
+	}
+	s->m = *m;
+	s->m.fd = fd;
+	atomic_fetch_add_explicit(&rings_live, 1, memory_order_relaxed);
+	atomic_store_explicit(&s->state, (((v & RING_GEN_MASK) + RING_GEN) & RING_GEN_MASK) | RING_LIVE,
+			      memory_order_release);
+}
+
+void ucma_preload_iouring_setup(long fd, const void *uparams)
+{
+	struct setup_params p;
+	struct ring_map m = { .fd = (int)fd };
+	unsigned shift;
+	long at;
+
+	if (fd < 0 || fd > INT_MAX)
+		return;
+	ucma_preload_iouring_forget((unsigned)fd, (unsigned)fd);
+	if (!uparams || !ucma_preload_read_user(&p, uparams, sizeof(p)))
+		return;
+	/* A polled ring stops lending for good (longterm.c); a ring without a
+	 * descriptor is entered by index, which takes everything back. */
+	if ((p.flags & (SETUP_SQPOLL | SETUP_REGISTERED_FD_ONLY)) || !p.sq_entries ||
+	    (p.sq_entries & (p.sq_entries - 1)) || p.sq_entries > 32768)
+		return;
+	shift = (p.flags & SETUP_SQE128) ? 7 : 6;
+	m.flags = p.flags;
+	m.entries = p.sq_entries;
+	m.head = p.sq_off.head;
+	m.tail = p.sq_off.tail;
+	m.array = p.sq_off.array;
+	m.rings_len = (size_t)(m.head > m.tail ? m.head : m.tail) + 4;
+	if (!(p.flags & SETUP_NO_SQARRAY) && (size_t)m.array + 4 * (size_t)m.entries > m.rings_len)
+		m.rings_len = (size_t)m.array + 4 * (size_t)m.entries;
+	m.sqes_len = (size_t)m.entries << shift;
+	if (p.flags & SETUP_NO_MMAP) {
+		/* The rings at cq_off.user_addr, the SQEs at sq_off.user_addr
+		 * (io_uring/io_uring.c, io_allocate_scq_urings()). */
+		m.rings = (uintptr_t)p.cq_off.user_addr;
+		m.sqes = (uintptr_t)p.sq_off.user_addr;
+		if (!m.rings || !m.sqes)
+			return;
+		ring_install((int)fd, &m);
+		return;
+	}
+	/* Mappings of our own, read-only: the program may unmap its own at any
+	 * time, these go only when the descriptor does. */
+	at = ucma_raw_syscall6(SYS_mmap, 0, (long)m.rings_len, PROT_READ, MAP_SHARED, fd,
+			       (long)OFF_SQ_RING);
+	if (at < 0 && at > -4096)
+		return;
+	m.rings = (uintptr_t)at;
+	at = ucma_raw_syscall6(SYS_mmap, 0, (long)m.sqes_len, PROT_READ, MAP_SHARED, fd,
+			       (long)OFF_SQES);
+	if (at < 0 && at > -4096) {
+		ucma_raw_syscall6(SYS_munmap, (long)m.rings, (long)m.rings_len, 0, 0, 0, 0);
+		return;
+	}
+	m.sqes = (uintptr_t)at;
+	m.own = true;
+	ring_install((int)fd, &m);
+}
+
+/* @len bytes at @at of ring @m's memory. */
+static inline bool ring_read(const struct ring_map *m, void *dst, uintptr_t at, size_t len)
+{
+	if (!m->own)
+		return ucma_preload_read_user(dst, (const void *)at, len);
+	memcpy(dst, (const void *)at, len);
+	return true;
+}
+
+/*
+ * The entries io_uring_enter(@to_submit) of ring @m will take, as the
+ * kernel takes them (io_submit_sqes(): from its cached SQ head, which it
+ * writes to the ring's head at the end of each submission, up to the
+ * tail, at most to_submit and sq_entries of them, through the SQ array
+ * unless NO_SQARRAY, an index past the array dropped; 128-byte entries
+ * at twice the index).  1: done; 0: a buffer stays lent (errno); -1: not
+ * known here.
+ */
+static int ring_scan(const struct ring_map *m, unsigned to_submit, struct scan *sc)
+{
+	unsigned shift = (m->flags & SETUP_SQE128) ? 7 : 6, mask = m->entries - 1;
+	uint32_t head, tail, n;
+
+	if (!ring_read(m, &head, m->rings + m->head, sizeof(head)) ||
+	    !ring_read(m, &tail, m->rings + m->tail, sizeof(tail)))
+		return -1;
+	n = tail - head;
+	/* Nothing pending with something to submit: likely not the ring of
+	 * this number any more (closed unseen, the number reused), so the
+	 * kernel's listing decides. */
+	if (!n)
+		return -1;
+	if (n > m->entries)
+		n = m->entries;
+	if (n > to_submit)
+		n = to_submit;
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t idx = (head + i) & mask;
+		struct sqe s;
+
+		if (!(m->flags & SETUP_NO_SQARRAY)) {
+			if (!ring_read(m, &idx, m->rings + m->array + (uintptr_t)idx * 4, sizeof(idx)))
+				return -1;
+			if (idx >= m->entries)
+				continue;
+		}
+		if (!ring_read(m, &s, m->sqes + ((uintptr_t)idx << shift), sizeof(s)))
+			return -1;
+		if (!sqe_unlend(&s, sc))
+			return 0;
+	}
+	return 1;
+}
+
 /* io_uring_enter(@fd, @to_submit, ..., @flags): false with errno when a
  * buffer of what it submits stays lent. */
 static bool enter_unlend(long fd, unsigned to_submit, unsigned flags)
 {
 	struct scan sc = { false };
+	struct ring_slot *s;
+	struct ring_map m;
 
 	if (!to_submit || !guard_wanted())
 		return true;
 	if (flags & ENTER_REGISTERED_RING)
 		return unlend_everything(&sc);
+	if (fd < 0 || fd > INT_MAX)
+		return true;	/* the kernel's EBADF */
+	s = ring_get((int)fd, &m);
+	if (s) {
+		int rc = ring_scan(&m, to_submit, &sc);
+
+		ring_put(s, &m);
+		if (rc >= 0) {
+			ucma_count(UCMA_STAT_LEND_IOURING_ENTER_RING, 1);
+			return rc;
+		}
+	}
+	ucma_count(UCMA_STAT_LEND_IOURING_ENTER_FDINFO, 1);
 	return ring_fd_unlend((int)fd);
 }
 

@@ -90,6 +90,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <limits.h>
 #include <linux/io_uring.h>
 #include <sched.h>
 #include <stdarg.h>
@@ -411,20 +412,42 @@ static long mlock_all(int flags)
 	return ucma_preload_libc_result(ucma_raw_syscall6(SYS_mlockall, flags, 0, 0, 0, 0, 0));
 }
 
+/*
+ * io_uring_register(@fd, @opcode) of IORING_REGISTER_RESIZE_RINGS moves
+ * the ring's entries to new memory: where iouring_guard.c reads them for
+ * io_uring_enter(2) no longer holds (any ring's, when @fd is an index).
+ */
+static void ring_moves(long fd, unsigned opcode)
+{
+	if ((opcode & ~IORING_REGISTER_USE_REGISTERED_RING) != IOU_REGISTER_RESIZE_RINGS)
+		return;
+	if ((opcode & IORING_REGISTER_USE_REGISTERED_RING) || fd < 0 || fd > INT_MAX)
+		ucma_preload_iouring_forget(0, UINT_MAX);
+	else
+		ucma_preload_iouring_forget((unsigned)fd, (unsigned)fd);
+}
+
 /* The raw io_uring_register(2): the kernel's result, -errno on failure. */
 static long io_uring_register_raw(long fd, unsigned opcode, const void *arg, unsigned nr_args)
 {
 	if (unlend_io_uring(opcode, arg, nr_args) == UNLEND_FAILED)
 		return -EBUSY;
+	ring_moves(fd, opcode);
 	return ucma_raw_syscall6(SYS_io_uring_register, fd, opcode, (long)arg, nr_args, 0, 0);
 }
 
-/* The raw io_uring_setup(2): rings in the program's memory first. */
+/* The raw io_uring_setup(2): rings in the program's memory first; the
+ * ring's layout is kept for io_uring_enter(2) (iouring_guard.c). */
 static long io_uring_setup_raw(unsigned entries, struct io_uring_params *p)
 {
+	long fd;
+
 	if (unlend_rings(entries, p, false) == UNLEND_FAILED || unlend_sqpoll(p) == UNLEND_FAILED)
 		return -EBUSY;
-	return ucma_raw_syscall6(SYS_io_uring_setup, entries, (long)p, 0, 0, 0, 0);
+	fd = ucma_raw_syscall6(SYS_io_uring_setup, entries, (long)p, 0, 0, 0, 0);
+	if (fd >= 0)
+		ucma_preload_iouring_setup(fd, p);
+	return fd;
 }
 
 /* struct clone_args as Linux 5.3 reads it: flags first, the stack at 40. */
@@ -770,6 +793,7 @@ LONGTERM_EXPORT int io_uring_register(unsigned fd, unsigned opcode, const void *
 {
 	if (unlend_io_uring(opcode, arg, nr_args) == UNLEND_FAILED)
 		return -EBUSY;
+	ring_moves(fd, opcode);
 	LIBURING_CALL(register_fn, "io_uring_register", fd, opcode, arg, nr_args);
 }
 
@@ -784,10 +808,14 @@ LONGTERM_EXPORT int io_uring_setup(unsigned entries, struct io_uring_params *p)
 	{
 		static void *cache;
 		setup_fn fn = (setup_fn)ucma_preload_next(&cache, "io_uring_setup");
+		int fd;
 
-		if (fn)
-			return fn(entries, p);
-		return (int)ucma_preload_libc_result(io_uring_setup_raw(entries, p));
+		if (!fn)
+			return (int)ucma_preload_libc_result(io_uring_setup_raw(entries, p));
+		fd = fn(entries, p);
+		if (fd >= 0)
+			ucma_preload_iouring_setup(fd, p);
+		return fd;
 	}
 }
 
@@ -805,6 +833,8 @@ LONGTERM_EXPORT int io_uring_resize_rings(struct io_uring *ring, struct io_uring
 {
 	if (unlend_io_uring(IOU_REGISTER_RESIZE_RINGS, p, 1) == UNLEND_FAILED)
 		return -EBUSY;
+	/* Which descriptor is in liburing's structure: every ring's layout. */
+	ucma_preload_iouring_forget(0, UINT_MAX);
 	LIBURING_CALL(resize_rings_fn, "io_uring_resize_rings", ring, p);
 }
 
