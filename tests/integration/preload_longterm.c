@@ -18,7 +18,10 @@
  * without the fork handlers (syscall(SYS_clone), clone(), SYS_clone3)
  * must find the lent memory they read.  io_uring reads on an O_DIRECT
  * file, submitted through syscall() and through liburing, must find their
- * buffers taken back before the device writes them.  A TAP program;
+ * buffers taken back before the device writes them; those submitted
+ * through syscall() on rings set up through it must be read from the
+ * ring itself (128-byte entries without an SQ array too), and on a ring
+ * number closed and reused, from the ring it names now.  A TAP program;
  * preload_longterm.sh runs it.
  *
  * SPDX-License-Identifier: MIT
@@ -684,18 +687,29 @@ struct raw_ring {
 	size_t sq_len, cq_len;
 	struct io_uring_sqe *sqes;
 	size_t sqes_len;
+	unsigned shift;		/* 6, or 7 for IORING_SETUP_SQE128 */
+	bool no_array;		/* IORING_SETUP_NO_SQARRAY */
 	struct io_uring_params p;
 };
 
-static bool raw_ring_init(struct raw_ring *r, unsigned entries)
+#ifndef IORING_SETUP_NO_SQARRAY
+#define IORING_SETUP_NO_SQARRAY (1U << 16)
+#endif
+
+/* A ring set up with @flags; false with errno. */
+static bool raw_ring_setup(struct raw_ring *r, unsigned entries, unsigned flags)
 {
 	memset(r, 0, sizeof(*r));
+	r->p.flags = flags;
 	r->fd = (int)syscall(SYS_io_uring_setup, entries, &r->p);
 	if (r->fd < 0)
 		return false;
-	r->sq_len = r->p.sq_off.array + r->p.sq_entries * sizeof(unsigned);
+	r->shift = (flags & IORING_SETUP_SQE128) ? 7 : 6;
+	r->no_array = flags & IORING_SETUP_NO_SQARRAY;
+	r->sq_len = r->no_array ? r->p.sq_off.tail + sizeof(unsigned) :
+				  r->p.sq_off.array + r->p.sq_entries * sizeof(unsigned);
 	r->cq_len = r->p.cq_off.cqes + r->p.cq_entries * sizeof(struct io_uring_cqe);
-	r->sqes_len = r->p.sq_entries * sizeof(struct io_uring_sqe);
+	r->sqes_len = (size_t)r->p.sq_entries << r->shift;
 	r->sq = mmap(NULL, r->sq_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, r->fd,
 		     IORING_OFF_SQ_RING);
 	r->cq = mmap(NULL, r->cq_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, r->fd,
@@ -708,6 +722,11 @@ static bool raw_ring_init(struct raw_ring *r, unsigned entries)
 		return false;
 	}
 	return true;
+}
+
+static bool raw_ring_init(struct raw_ring *r, unsigned entries)
+{
+	return raw_ring_setup(r, entries, 0);
 }
 
 static void raw_ring_exit(struct raw_ring *r)
@@ -729,15 +748,17 @@ static void raw_queue(struct raw_ring *r, uint8_t op, int fd, const void *addr, 
 {
 	unsigned tail = *raw_word(r->sq, r->p.sq_off.tail);
 	unsigned idx = tail & *raw_word(r->sq, r->p.sq_off.ring_mask);
+	struct io_uring_sqe *sqe = (void *)((char *)r->sqes + ((size_t)idx << r->shift));
 
-	memset(&r->sqes[idx], 0, sizeof(r->sqes[idx]));
-	r->sqes[idx].opcode = op;
-	r->sqes[idx].fd = fd;
-	r->sqes[idx].addr = (uintptr_t)addr;
-	r->sqes[idx].len = len;
-	r->sqes[idx].off = off;
-	r->sqes[idx].user_data = ud;
-	raw_word(r->sq, r->p.sq_off.array)[idx] = idx;
+	memset(sqe, 0, (size_t)1 << r->shift);
+	sqe->opcode = op;
+	sqe->fd = fd;
+	sqe->addr = (uintptr_t)addr;
+	sqe->len = len;
+	sqe->off = off;
+	sqe->user_data = ud;
+	if (!r->no_array)
+		raw_word(r->sq, r->p.sq_off.array)[idx] = idx;
 	__atomic_store_n(raw_word(r->sq, r->p.sq_off.tail), tail + 1, __ATOMIC_RELEASE);
 }
 
@@ -777,9 +798,11 @@ static void uring_direct_raw(int fd, int bfd)
 	void *area;
 	long rc;
 	int good;
+	uint64_t by_ring = stat_of("lend_iouring_enter_ring");
+	uint64_t by_fdinfo = stat_of("lend_iouring_enter_fdinfo");
 
 	if (!raw_ring_init(&r, 32)) {
-		skip(3, "io_uring_setup and mmap of its rings: %s", strerror(errno));
+		skip(4, "io_uring_setup and mmap of its rings: %s", strerror(errno));
 		return;
 	}
 	/* A buffered file: the read copies through the buffer's address, which
@@ -801,6 +824,12 @@ static void uring_direct_raw(int fd, int bfd)
 	ok(rc == URING_PIECES && !any_on_frame(b, URING_BUF),
 	   "syscall(SYS_io_uring_enter) of O_DIRECT reads into a lent buffer: no page of it is "
 	   "on a CMA frame once the call returns (rc %ld)", rc);
+	ok(stat_of("lend_iouring_enter_ring") - by_ring == 2 &&
+		   stat_of("lend_iouring_enter_fdinfo") == by_fdinfo,
+	   "both submissions read the ring set up through syscall(SYS_io_uring_setup) itself, "
+	   "not its fdinfo listing (%llu, %llu)",
+	   (unsigned long long)(stat_of("lend_iouring_enter_ring") - by_ring),
+	   (unsigned long long)(stat_of("lend_iouring_enter_fdinfo") - by_fdinfo));
 	area = rc > 0 ? whole_area() : NULL;
 	good = rc > 0 ? raw_reap(&r, (int)rc, (int)MiB) : 0;
 	ok(area && good == URING_PIECES && file_data_good(b, URING_BUF, 50),
@@ -809,6 +838,123 @@ static void uring_direct_raw(int fd, int bfd)
 	ucma_release(area);
 	raw_ring_exit(&r);
 	release_blocks((char *[]){ b, c }, 2);
+}
+
+/*
+ * A ring of another layout: 128-byte entries taken in ring order, without
+ * an SQ array (IORING_SETUP_SQE128 | IORING_SETUP_NO_SQARRAY, Linux 6.6).
+ * The fdinfo listing shows no entries of such a ring, so only reading the
+ * ring itself can tell a buffered READ, which leaves its block lent, from
+ * the O_DIRECT reads submitted with it, whose buffer must leave the frames.
+ */
+static void uring_direct_layout(int fd, int bfd)
+{
+	const unsigned flags = IORING_SETUP_SQE128 | IORING_SETUP_NO_SQARRAY;
+	uint64_t by_ring = stat_of("lend_iouring_enter_ring");
+	uint64_t by_fdinfo = stat_of("lend_iouring_enter_fdinfo");
+	struct raw_ring r;
+	char *b, *c;
+	void *area;
+	long rc;
+	int good;
+
+	if (!raw_ring_setup(&r, 32, flags)) {
+		skip(2, "io_uring_setup with IORING_SETUP_SQE128 | IORING_SETUP_NO_SQARRAY: %s "
+			"(Linux 6.6 has them)", strerror(errno));
+		return;
+	}
+	c = lent_block(61);
+	b = lent_buffer(URING_BUF, 62);
+	if (b && c) {
+		raw_queue(&r, IORING_OP_READ, bfd, c, MiB, 0, 99);
+		for (int i = 0; i < URING_PIECES; i++)
+			raw_queue(&r, IORING_OP_READ, fd, b + (size_t)i * MiB, MiB,
+				  (uint64_t)i * MiB, (uint64_t)i);
+	}
+	rc = b && c ? raw_submit(&r, URING_PIECES + 1) : -1;
+	ok(rc == URING_PIECES + 1 && !any_on_frame(b, URING_BUF) && tu_on_frame(c) &&
+		   stat_of("lend_iouring_enter_ring") - by_ring == 1 &&
+		   stat_of("lend_iouring_enter_fdinfo") == by_fdinfo,
+	   "128-byte entries without an SQ array, read from the ring: the O_DIRECT reads' "
+	   "buffer is off the frames, the buffered READ's block still on one (rc %ld)", rc);
+	area = rc > 0 ? whole_area() : NULL;
+	good = rc > 0 ? raw_reap(&r, (int)rc, (int)MiB) : 0;
+	ok(area && good == URING_PIECES + 1 && file_data_good(b, URING_BUF, 50),
+	   "after ucma_alloc of the whole area, every piece of the file's data is in the "
+	   "buffer (%d of %d reads complete)", good, URING_PIECES + 1);
+	ucma_release(area);
+	raw_ring_exit(&r);
+	release_blocks((char *[]){ b, c }, 2);
+}
+
+/*
+ * Ring descriptors closed and their numbers given again.  A ring with an
+ * entry left in it is closed, and dup() of another ring takes its number:
+ * the submission on that number must be read from the kernel's listing of
+ * the ring it names now, not from what was kept of the closed one (whose
+ * NOP would let the buffer stay lent).  Then a ring of another layout set
+ * up on a number that a ring had: read from the ring itself again.
+ */
+static void uring_reused_number(int fd)
+{
+	uint64_t by_ring, by_fdinfo;
+	struct raw_ring a, r, n;
+	char *b = NULL, *c = NULL;
+	void *area;
+	int num, d = -1, good;
+	long rc;
+
+	if (!raw_ring_setup(&a, 4, IORING_SETUP_SQE128) || !raw_ring_setup(&r, 32, 0)) {
+		skip(4, "io_uring_setup with IORING_SETUP_SQE128: %s", strerror(errno));
+		if (a.fd >= 0)
+			raw_ring_exit(&a);
+		return;
+	}
+	num = a.fd;
+	raw_queue(&a, IORING_OP_NOP, -1, NULL, 0, 0, 7);
+	raw_ring_exit(&a);
+	d = dup(r.fd);
+	c = lent_block(63);
+	if (c)
+		raw_queue(&r, IORING_OP_READ, fd, c, MiB, 0, 1);
+	by_fdinfo = stat_of("lend_iouring_enter_fdinfo");
+	rc = c && d >= 0 ? syscall(SYS_io_uring_enter, d, 1, 0, 0, NULL, 0) : -1;
+	ok(d == num && rc == 1 && !any_on_frame(c, MiB) &&
+		   stat_of("lend_iouring_enter_fdinfo") - by_fdinfo == 1,
+	   "a ring closed, its number %d taken by dup() of another ring (%d): the O_DIRECT "
+	   "read submitted there is read from the listing of the ring it names now, its "
+	   "block off the frames (rc %ld)", num, d, rc);
+	good = rc == 1 ? raw_reap(&r, 1, (int)MiB) : 0;
+	ok(good == 1 && tu_check(c, MiB, 50), "the read completes into the block, data intact");
+	if (d >= 0)
+		close(d);
+	raw_ring_exit(&r);
+	release_blocks(&c, 1);
+
+	if (!raw_ring_setup(&n, 16, IORING_SETUP_SQE128)) {
+		skip(2, "io_uring_setup: %s", strerror(errno));
+		return;
+	}
+	b = lent_buffer(URING_BUF, 64);
+	for (int i = 0; b && i < URING_PIECES; i++)
+		raw_queue(&n, IORING_OP_READ, fd, b + (size_t)i * MiB, MiB, (uint64_t)i * MiB,
+			  (uint64_t)i);
+	by_ring = stat_of("lend_iouring_enter_ring");
+	by_fdinfo = stat_of("lend_iouring_enter_fdinfo");
+	rc = b ? raw_submit(&n, URING_PIECES) : -1;
+	ok(n.fd == num && rc == URING_PIECES && !any_on_frame(b, URING_BUF) &&
+		   stat_of("lend_iouring_enter_ring") - by_ring == 1 &&
+		   stat_of("lend_iouring_enter_fdinfo") == by_fdinfo,
+	   "a ring of 128-byte entries set up on number %d that rings had: read from the ring "
+	   "itself, the O_DIRECT reads' buffer off the frames (rc %ld)", n.fd, rc);
+	area = rc > 0 ? whole_area() : NULL;
+	good = rc > 0 ? raw_reap(&n, (int)rc, (int)MiB) : 0;
+	ok(area && good == URING_PIECES && file_data_good(b, URING_BUF, 50),
+	   "after ucma_alloc of the whole area, every piece of the file's data is in the "
+	   "buffer (%d of %d reads complete)", good, URING_PIECES);
+	ucma_release(area);
+	raw_ring_exit(&n);
+	release_blocks(&b, 1);
 }
 
 #ifdef HAVE_LIBURING
@@ -865,9 +1011,11 @@ static void case_io_uring_direct(void)
 	int fd = direct_file(URING_BUF, 50), bfd = pattern_file(MiB, 31);
 
 	if (fd < 0 || bfd < 0) {
-		skip(5, "no file system here takes O_DIRECT");
+		skip(14, "no file system here takes O_DIRECT");
 	} else {
 		uring_direct_raw(fd, bfd);
+		uring_direct_layout(fd, bfd);
+		uring_reused_number(fd);
 #ifdef HAVE_LIBURING
 		uring_direct_liburing(fd);
 #else
