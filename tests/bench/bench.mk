@@ -103,3 +103,19 @@ EXTRA_DIST += tests/bench/fork_cost.sh
 bench: bench-fork
 bench-fork: tests/bench/fork_cost$(EXEEXT) libucma-preload.la
 	top_builddir=$(top_builddir) $(SHELL) $(top_srcdir)/tests/bench/fork_cost.sh
+
+## The cost of the io_uring guard on syscall(SYS_io_uring_enter): a ring
+## the library saw set up, one it did not (the fdinfo listing), and no
+## guard, in one run.  iouring_guard_cost links nothing of ucma.
+## `make bench-iouring-guard`.
+check_PROGRAMS += tests/bench/iouring_guard_cost
+tests_bench_iouring_guard_cost_SOURCES = tests/bench/iouring_guard_cost.c
+tests_bench_iouring_guard_cost_CPPFLAGS =
+tests_bench_iouring_guard_cost_LDADD = -ldl
+tests_bench_iouring_guard_cost_LDFLAGS = -no-install
+EXTRA_DIST += tests/bench/iouring_guard.sh
+
+.PHONY: bench-iouring-guard
+bench: bench-iouring-guard
+bench-iouring-guard: tests/bench/iouring_guard_cost$(EXEEXT) libucma-preload.la
+	top_builddir=$(top_builddir) $(SHELL) $(top_srcdir)/tests/bench/iouring_guard.sh
