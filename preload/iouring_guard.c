@@ -118,10 +118,11 @@
  * Cost: while nothing is lent, one load.  Otherwise, for liburing and for
  * io_uring_enter(2) on a ring seen set up, a look at each entry's opcode,
  * and for a read or write at the borrowed state of each 2 MiB of its
- * buffer: measured, a few tens of ns per submission of a NOP or buffered
- * READ, against 11 us for the fdinfo listing (tests/bench/RESULTS.md,
- * "iouring_guard"), which any other ring pays on each submission (and a
- * read of /proc/self/maps once per descriptor).  A ring seen set up costs
+ * buffer: measured, 20-190 ns per submission of a NOP or a buffered READ
+ * (1.02-1.13 times the bare system call), against 7.6-11 us (7-9 times)
+ * for the fdinfo listing (tests/bench/RESULTS.md, "iouring_guard"), which
+ * any other ring pays on each submission (and a read of /proc/self/maps
+ * once per descriptor).  A ring seen set up costs
  * two mappings more (of the kernel's pages: no memory), and while one is
  * kept, close() and its kin look at the slots of the numbers they close.
  * The counters lend_iouring_enter_ring and lend_iouring_enter_fdinfo
