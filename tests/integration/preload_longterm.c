@@ -329,6 +329,7 @@ static void case_user_rings(const char *how, int (*setup)(unsigned, struct io_ur
 	char *b = lent_block(seed);
 	void *area = NULL;
 	bool before, after;
+	uint64_t by_ring, by_fdinfo, lent;
 
 	if (!b) {
 		ok(0, "%s: no lent block", how);
@@ -341,14 +342,23 @@ static void case_user_rings(const char *how, int (*setup)(unsigned, struct io_ur
 	SQ_USER_ADDR(&r.p) = (uintptr_t)r.sqes;
 	r.fd = setup(8, &r.p);
 	if (r.fd < 0) {
-		skip(2, "%s with IORING_SETUP_NO_MMAP: %s", how, strerror(errno));
+		skip(3, "%s with IORING_SETUP_NO_MMAP: %s", how, strerror(errno));
 		keep(b);
 		return;
 	}
 	ok(!any_on_frame(r.rings, 2 * RING_SQES_AT),
 	   "%s with IORING_SETUP_NO_MMAP and the rings in a lent block: the rings and SQEs "
 	   "are taken back first", how);
+	by_ring = stat_of("lend_iouring_enter_ring");
+	by_fdinfo = stat_of("lend_iouring_enter_fdinfo");
+	lent = stat_of("lend_heap_pageblocks");
 	before = ring_nop(&r, 1);
+	/* With something lent, the guard reads the NOP in the program's rings
+	 * at the addresses the set-up was given. */
+	ok(stat_of("lend_iouring_enter_ring") - by_ring == (lent ? 1 : 0) &&
+		   stat_of("lend_iouring_enter_fdinfo") == by_fdinfo,
+	   "%s with IORING_SETUP_NO_MMAP: a submission is read from the program's rings, not "
+	   "the fdinfo listing (%llu pageblocks lent)", how, (unsigned long long)lent);
 	area = whole_area();
 	after = area && ring_nop(&r, 2) && ring_nop(&r, 3);
 	ok(before && after,
@@ -1143,7 +1153,7 @@ int main(void)
 	case_liburing();
 	case_user_rings("liburing's io_uring_setup()", io_uring_setup, 12);
 #else
-	skip(5, "liburing is not installed");
+	skip(6, "liburing is not installed");
 #endif
 	case_madvise();
 	case_direct_io();
