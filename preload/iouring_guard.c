@@ -111,9 +111,9 @@
  * and the entries of a ring seen set up whose descriptor was closed
  * unseen (the system call instruction) while the old ring still held
  * entries, when the number then names a ring not seen set up: the old
- * ring's entries are read (dio_guard.c's answers have the same gap).  IORING_SETUP_SQE_MIXED rings may have the second half of
- * a 128-byte entry read as an entry: at worst an unrelated range is taken
- * back.
+ * ring's entries are read (dio_guard.c's answers have the same gap).
+ * IORING_SETUP_SQE_MIXED rings may have the second half of a 128-byte
+ * entry read as an entry: at worst an unrelated range is taken back.
  *
  * Cost: while nothing is lent, one load.  Otherwise, for liburing and for
  * io_uring_enter(2) on a ring seen set up, a look at each entry's opcode,
@@ -657,6 +657,10 @@ static _Atomic unsigned rings_live;
 #define SETUP_SQPOLL		(1u << 1)
 #define SETUP_NO_MMAP		(1u << 14)	/* Linux 6.5 */
 #define SETUP_REGISTERED_FD_ONLY (1u << 15)	/* Linux 6.3 */
+#define SETUP_SQE_MIXED		(1u << 19)	/* Linux 6.18 */
+/* The set-up flags up to SQE_MIXED, whose layouts are read here: a ring
+ * with a flag of a later kernel is left to the fdinfo listing. */
+#define SETUP_KNOWN		((SETUP_SQE_MIXED << 1) - 1)
 #define OFF_SQ_RING		0ul
 
 static void ring_unmap(const struct ring_map *m)
@@ -774,7 +778,7 @@ void ucma_preload_iouring_setup(long fd, const void *uparams)
 		return;
 	/* A polled ring stops lending for good (longterm.c); a ring without a
 	 * descriptor is entered by index, which takes everything back. */
-	if ((p.flags & (SETUP_SQPOLL | SETUP_REGISTERED_FD_ONLY)) || !p.sq_entries ||
+	if ((p.flags & (SETUP_SQPOLL | SETUP_REGISTERED_FD_ONLY | ~SETUP_KNOWN)) || !p.sq_entries ||
 	    (p.sq_entries & (p.sq_entries - 1)) || p.sq_entries > 32768)
 		return;
 	shift = (p.flags & SETUP_SQE128) ? 7 : 6;
@@ -830,8 +834,9 @@ static inline bool ring_read(const struct ring_map *m, void *dst, uintptr_t at, 
  * writes to the ring's head at the end of each submission, up to the
  * tail, at most to_submit and sq_entries of them, through the SQ array
  * unless NO_SQARRAY, an index past the array dropped; 128-byte entries
- * at twice the index).  1: done; 0: a buffer stays lent (errno); -1: not
- * known here.
+ * at twice the index).  With IORING_SETUP_SQE_MIXED a 128-byte entry
+ * takes two slots but counts once in to_submit, so every pending slot is
+ * read.  1: done; 0: a buffer stays lent (errno); -1: not known here.
  */
 static int ring_scan(const struct ring_map *m, unsigned to_submit, struct scan *sc)
 {
@@ -849,7 +854,7 @@ static int ring_scan(const struct ring_map *m, unsigned to_submit, struct scan *
 		return -1;
 	if (n > m->entries)
 		n = m->entries;
-	if (n > to_submit)
+	if (n > to_submit && !(m->flags & SETUP_SQE_MIXED))
 		n = to_submit;
 	for (uint32_t i = 0; i < n; i++) {
 		uint32_t idx = (head + i) & mask;
