@@ -241,17 +241,51 @@ static void count(int ev, uint64_t n)
 	ucma_count(ev == UCMA_MEM_EVENT_MAP ? UCMA_STAT_MEM_EVENT_MAP : UCMA_STAT_MEM_EVENT_UNMAP, n);
 }
 
+/*
+ * The callbacks are the program's code, which may take memory back
+ * (ucma_alloc(), a preloaded mlock()): inside them this thread counts no
+ * lock of the library (lock.h), though it holds deliver_lock, which only
+ * serialises the callbacks.  in_callback is set first, so a signal
+ * handler that finds the count at zero there does not deliver.
+ */
+static void callbacks_begin(void)
+{
+	in_callback = true;
+	ucma_locks_held_dec();
+}
+
+static void callbacks_end(void)
+{
+	ucma_locks_held_inc();
+	in_callback = false;
+}
+
 void ucma_mem_event_deliver(void)
 {
+	/*
+	 * With other locks of the library held on this thread (lock.h) only
+	 * try the event locks: this may be a signal handler that interrupted
+	 * the library while it held them, and the events then stay queued
+	 * for the interrupted code's own delivery.  (The library's teardown
+	 * delivers under the start-up lock, and does get them.)
+	 */
+	bool nested = ucma_locks_held != 0;
+
 	if (in_callback || !atomic_load_explicit(&me.pending, memory_order_acquire))
 		return;
-	ucma_mutex_lock(&me.deliver_lock);
+	if (!nested)
+		ucma_mutex_lock(&me.deliver_lock);
+	else if (ucma_mutex_trylock(&me.deliver_lock) != 0)
+		return;
 	for (;;) {
 		struct { mem_event_fn fn; void *arg; } calls[UCMA_MEM_EVENT_MAX];
 		struct mem_event e;
 		unsigned n = 0;
 
-		ucma_mutex_lock(&me.lock);
+		if (!nested)
+			ucma_mutex_lock(&me.lock);
+		else if (ucma_mutex_trylock(&me.lock) != 0)
+			break;
 		if (me.queue_head == me.queue.n) {
 			me.queue_head = me.queue.n = 0;
 			atomic_store_explicit(&me.pending, false, memory_order_relaxed);
@@ -268,10 +302,10 @@ void ucma_mem_event_deliver(void)
 			}
 		}
 		ucma_mutex_unlock(&me.lock);
-		in_callback = true;
+		callbacks_begin();
 		for (unsigned i = 0; i < n; i++)
 			calls[i].fn(e.ev, (void *)e.addr, e.len, calls[i].arg);
-		in_callback = false;
+		callbacks_end();
 		count(e.ev, n);
 	}
 	ucma_mutex_unlock(&me.deliver_lock);
@@ -338,11 +372,11 @@ int ucma_mem_event_register(const char *name,
 out:
 	ucma_mutex_unlock(&me.lock);
 	if (!err) {
-		in_callback = true;
+		callbacks_begin();
 		for (size_t i = 0; i < n; i++)
 			cb(UCMA_MEM_EVENT_MAP, (void *)snap[i].start, snap[i].end - snap[i].start,
 			   arg);
-		in_callback = false;
+		callbacks_end();
 		count(UCMA_MEM_EVENT_MAP, n);
 	}
 	ucma_mutex_unlock(&me.deliver_lock);

@@ -6,7 +6,9 @@
  * is done, or fails with EAGAIN when the interrupted code holds the
  * allocator's locks (src/lock.h), and the heap's data stays intact.
  * Before, such a handler waited for ever on a zone lock its own thread
- * held.  Each case runs in a child process with a deadline: a child that
+ * held, and with a memory-event callback registered, on the event locks
+ * (the events wait for the interrupted code to deliver them).  Each case
+ * runs in a child process with a deadline: a child that
  * does not finish in time is killed and the case fails.  A TAP program;
  * preload_sighandler.sh runs it.
  *
@@ -58,6 +60,16 @@ static volatile bool fork_armed;	/* the handler may fork once */
 
 enum call { CALL_MADVISE, CALL_MLOCK, CALL_SYS_FORK, CALL_FORK_LIBC };
 static enum call call;
+static bool with_callback;	/* a memory-event callback is registered */
+static bool churn;		/* the loop only lends and takes back pageblocks */
+
+static void no_op(enum ucma_mem_event ev, void *addr, size_t len, void *arg)
+{
+	(void)ev;
+	(void)addr;
+	(void)len;
+	(void)arg;
+}
 
 static void count(long rc)
 {
@@ -99,7 +111,7 @@ static void handler(int sig)
 		 * its lent pageblocks back (and every other), after which
 		 * nothing is lent until the next loop's, and a fork every
 		 * 50 us would leave the loop no time. */
-		if (!page || !fork_armed)
+		if (churn ? res->signals % 20 != 0 : !page || !fork_armed)
 			break;
 		fork_armed = false;
 		rc = call == CALL_SYS_FORK ? syscall(SYS_fork) : (long)_Fork();
@@ -140,12 +152,32 @@ static void work(void)
 	static void *small[256];
 	uint64_t end = tu_now_ns() + WORK_NS;
 
+	/* Events queued by the handler's take-backs must wait for the
+	 * interrupted code, which may hold the event locks. */
+	if (with_callback && ucma_mem_event_register("sighandler", no_op, NULL) != 0)
+		res->other++;
 	sigemptyset(&sa.sa_mask);
 	signal(SIGCHLD, SIG_IGN);	/* the handler's children are not waited for */
 	sigaction(SIGALRM, &sa, NULL);
 	setitimer(ITIMER_REAL, &it, NULL);
 	res->data_ok = true;
-	while (tu_now_ns() < end) {
+	while (churn && tu_now_ns() < end) {
+		/* Each malloc lends fresh pageblocks (delivering the frames'
+		 * UNMAP events), each trim gives them back. */
+		char *big = malloc(BIG);
+
+		if (big) {
+			big[0] = 1;
+			target = big;
+			if (big[0] != 1)
+				res->data_ok = false;
+			target = NULL;
+		}
+		free(big);
+		malloc_trim(0);
+		res->loops++;
+	}
+	while (!churn && tu_now_ns() < end) {
 		char *big = malloc(BIG);
 
 		if (!big)
@@ -227,10 +259,15 @@ int main(void)
 	lent_require(probe);
 	free(probe);
 	res = tu_shared_results(sizeof(*res));
-	plan(16);
+	plan(28);
 	check_case(CALL_MADVISE, "madvise(MADV_DODUMP)");
 	check_case(CALL_MLOCK, "mlock()");
 	check_case(CALL_SYS_FORK, "syscall(SYS_fork)");
 	check_case(CALL_FORK_LIBC, "_Fork()");
+	with_callback = true;
+	check_case(CALL_FORK_LIBC, "_Fork() with a memory-event callback");
+	check_case(CALL_MADVISE, "madvise(MADV_DODUMP) with a memory-event callback");
+	churn = true;
+	check_case(CALL_FORK_LIBC, "_Fork() with a callback, while pageblocks are lent and given back");
 	return done();
 }

@@ -1209,6 +1209,50 @@ static void case_unlend_all_race(void)
 	ok(zones_ok(), "zone invariants hold");
 }
 
+/*
+ * A callback may take memory back (ucma_mem_event_register(3): callbacks
+ * run with no lock of the library held): it holds the delivery lock,
+ * which the count of locks held (lock.h) must not count there, or every
+ * take-back in a callback would be refused as if from a signal handler.
+ */
+static char *cb_block;
+static int cb_rc = -2, cb_errno;
+
+static void unlend_block_on_unmap(enum ucma_mem_event ev, void *addr, size_t len, void *arg)
+{
+	(void)addr;
+	(void)len;
+	(void)arg;
+	if (ev == UCMA_MEM_EVENT_UNMAP && cb_rc == -2 && cb_block) {
+		cb_rc = ucma_unlend(cb_block, 3 * MiB);
+		cb_errno = errno;
+	}
+}
+
+static void case_callback_takes_back(void)
+{
+	char *b;
+
+	if (!start()) {
+		ok(0, "ucma_init: %s", strerror(errno));
+		return;
+	}
+	cb_block = block_new(3 * MiB, 910);
+	if (!cb_block || !on_frame(cb_block) ||
+	    ucma_mem_event_register("take back", unlend_block_on_unmap, NULL) != 0) {
+		ok(0, "set-up: a lent block and a callback (%s)", strerror(errno));
+		return;
+	}
+	b = block_new(3 * MiB, 911);	/* lends a frame: its UNMAP is delivered */
+	ok(cb_rc == 0 && !on_frame(cb_block) && block_good(cb_block, 3 * MiB, 910),
+	   "ucma_unlend() inside a memory-event callback takes the block back (rc %d, %s)", cb_rc,
+	   cb_rc ? strerror(cb_errno) : "-");
+	ok(ucma_locks_held == 0, "no lock of the library counted after the delivery");
+	ucma_mem_event_unregister("take back");
+	ucma_free(b);
+	ucma_free(cb_block);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Injected faults                                                           */
 /* ------------------------------------------------------------------------ */
@@ -1755,6 +1799,7 @@ int main(void)
 	run("vfork and posix_spawn", case_vfork_spawn);
 	run("program calls", case_program_calls);
 	run("unlend_all while lending", case_unlend_all_race);
+	run("a callback takes back", case_callback_takes_back);
 	run("no userfaultfd", case_no_uffd);
 	run("automatic backing without frames", case_auto_no_frames);
 	run("faults", case_faults);
