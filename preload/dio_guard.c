@@ -100,19 +100,34 @@ static inline bool maybe_lent(uintptr_t buf, size_t len)
  * itself.  The answer is forgotten where a number changes
  * meaning, in the calls this library sees: close(), close_range(),
  * dup2() and dup3() (lend_guard.c), fcntl() with F_SETFL and F_DUPFD
- * (below).  A number closed by other means (io_uring, the system call
- * instruction) and opened again with other flags keeps its old answer; a
- * race between two threads over one number is the program's.
+ * (below), and io_uring CLOSE entries (iouring_guard.c).  The guards look
+ * at nothing while nothing is lent, so an io_uring CLOSE then goes unseen:
+ * every answer is forgotten when lending starts again (ucma_lend_epoch).
+ * A number closed with the system call instruction and opened again with
+ * other flags keeps its old answer; a race between two threads over one
+ * number is the program's.
  */
 #define DIO_FDS		65536
 #define DIO_BUFFERED	1
 #define DIO_DIRECT	2
 static _Atomic uint8_t dio_kind[DIO_FDS];
+static _Atomic uint32_t dio_epoch;	/* ucma_lend_epoch of the answers kept */
+static _Atomic unsigned dio_top;	/* above every number with an answer */
+
+static void dio_kind_forget(unsigned first, unsigned last);
 
 bool ucma_preload_fd_direct(int fd)
 {
+	uint32_t epoch = atomic_load_explicit(&ucma_lend_epoch, memory_order_acquire);
 	long fl;
 
+	if (UCMA_UNLIKELY(atomic_load_explicit(&dio_epoch, memory_order_relaxed) != epoch)) {
+		unsigned top = atomic_load_explicit(&dio_top, memory_order_relaxed);
+
+		if (top)
+			dio_kind_forget(0, top - 1);
+		atomic_store_explicit(&dio_epoch, epoch, memory_order_relaxed);
+	}
 	if ((unsigned)fd < DIO_FDS) {
 		uint8_t k = atomic_load_explicit(&dio_kind[fd], memory_order_relaxed);
 
@@ -122,9 +137,16 @@ bool ucma_preload_fd_direct(int fd)
 	fl = ucma_raw_syscall6(SYS_fcntl, fd, F_GETFL, 0, 0, 0, 0);
 	if (fl < 0)
 		return false;
-	if ((unsigned)fd < DIO_FDS)
+	if ((unsigned)fd < DIO_FDS) {
 		atomic_store_explicit(&dio_kind[fd], (fl & O_DIRECT) ? DIO_DIRECT : DIO_BUFFERED,
 				      memory_order_relaxed);
+		unsigned top = atomic_load_explicit(&dio_top, memory_order_relaxed);
+
+		while ((unsigned)fd >= top &&
+		       !atomic_compare_exchange_weak_explicit(&dio_top, &top, (unsigned)fd + 1,
+							      memory_order_relaxed, memory_order_relaxed))
+			;
+	}
 	return fl & O_DIRECT;
 }
 

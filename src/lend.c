@@ -213,6 +213,7 @@ static struct ucma_lend {
 /* NORMAL pageblocks in state borrowed or taking (lend.h): written under
  * the NORMAL zone lock or single-threaded, read anywhere. */
 _Atomic uint32_t ucma_lend_nr_borrowed;
+_Atomic uint32_t ucma_lend_epoch;
 
 /* The userfaultfd probe, once per process: 1 usable, 0 not, -1 not asked. */
 static int uffd_usable = -1;
@@ -620,7 +621,8 @@ bool ucma_lend_commit(struct ucma_arena *a, uint32_t pb)
 		if (s & LEND_DIRTY)
 			ucma_zone_set_free_dirty_locked(z, pb, true);
 		of_set(pb, cma_pb);
-		atomic_fetch_add(&ucma_lend_nr_borrowed, 1);
+		if (atomic_fetch_add(&ucma_lend_nr_borrowed, 1) == 0)
+			atomic_fetch_add(&ucma_lend_epoch, 1);
 	} else {
 		/* Whatever half of a mapping is there: private memory again,
 		 * clean (the pageblock is free and isolated). */

@@ -117,6 +117,10 @@ UCMA_INTERNAL int ucma_lend_move_fd(int fd);
  * wholly free pageblocks are lent).
  */
 UCMA_INTERNAL extern _Atomic uint32_t ucma_lend_nr_borrowed;
+/* How many times a pageblock was lent while none was: the preloaded
+ * guards look at nothing while none is, so what they learnt before may
+ * be stale (preload/dio_guard.c). */
+UCMA_INTERNAL extern _Atomic uint32_t ucma_lend_epoch;
 
 static inline bool ucma_lend_any_borrowed(void)
 {
