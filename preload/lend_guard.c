@@ -184,7 +184,9 @@ static bool dup_target_free(int oldfd, int newfd)
 		return false;
 	}
 	if (oldfd != newfd && ucma_owns_fd(newfd) && ucma_lend_move_fd(newfd) != 0) {
-		errno = EMFILE;
+		/* Refused from a signal handler inside the allocator: EBUSY,
+		 * dup2()'s "try again"; otherwise no number was free. */
+		errno = errno == EAGAIN ? EBUSY : EMFILE;
 		return false;
 	}
 	return true;

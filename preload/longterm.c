@@ -799,19 +799,17 @@ LONGTERM_EXPORT int io_uring_register(unsigned fd, unsigned opcode, const void *
 
 LONGTERM_EXPORT int io_uring_setup(unsigned entries, struct io_uring_params *p)
 {
-	/* liburing's io_uring_setup() returns -1 and errno, as the system
-	 * call's wrapper of the C library does. */
-	if (unlend_rings(entries, p, false) == UNLEND_FAILED || unlend_sqpoll(p) == UNLEND_FAILED) {
-		errno = EBUSY;
-		return -1;
-	}
+	/* liburing's io_uring_setup() returns the kernel's result, -errno on
+	 * failure (liburing 2.3's own system call), not -1 and errno. */
+	if (unlend_rings(entries, p, false) == UNLEND_FAILED || unlend_sqpoll(p) == UNLEND_FAILED)
+		return -EBUSY;
 	{
 		static void *cache;
 		setup_fn fn = (setup_fn)ucma_preload_next(&cache, "io_uring_setup");
 		int fd;
 
 		if (!fn)
-			return (int)ucma_preload_libc_result(io_uring_setup_raw(entries, p));
+			return (int)io_uring_setup_raw(entries, p);
 		fd = fn(entries, p);
 		if (fd >= 0)
 			ucma_preload_iouring_setup(fd, p);
