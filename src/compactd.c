@@ -91,7 +91,7 @@ static struct {
 	unsigned defer[UCMA_ZONE_NR];	/* wake-ups to leave the zone alone */
 	unsigned defer_shift[UCMA_ZONE_NR];
 	unsigned cycle_score[UCMA_ZONE_NR];	/* score when the current cycle began; 0: none */
-} kcd = { .lock = PTHREAD_MUTEX_INITIALIZER };
+} kcd UCMA_FORK_LOCK = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
 static void futex_wait(void *word, uint32_t val, const struct timespec *ts)
 {

@@ -57,7 +57,7 @@
 #define GEN_RETIRED 0u			/* even, and never reused */
 
 static struct ucma_hentry *dir[DIR_ENTRIES];
-static pthread_mutex_t table_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t UCMA_FORK_LOCK table_lock = PTHREAD_MUTEX_INITIALIZER;
 static uint32_t next_index = 1;		/* high-water mark */
 static uint32_t free_head;		/* 0 = empty */
 static _Atomic uint64_t live_handles, live_bytes;
@@ -76,7 +76,7 @@ static _Atomic uint64_t live_handles, live_bytes;
  * backs off until it is over) or the fork sees the hold (and waits for
  * it): the grab pays one load of a word that changes only at fork.
  */
-static _Atomic uint32_t fork_pending;	/* futex word: 1 while a fork prepares */
+static _Atomic uint32_t UCMA_FORK_LOCK fork_pending;	/* futex word: 1 while a fork prepares */
 
 #define FORK_HOLD_WAIT_NS (2ull * 1000 * 1000 * 1000)
 

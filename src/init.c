@@ -31,7 +31,7 @@
 
 struct ucma_arena *ucma_the_arena;
 
-static pthread_mutex_t init_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t UCMA_FORK_LOCK init_lock = PTHREAD_MUTEX_INITIALIZER;
 static __thread bool initializing __attribute__((tls_model("initial-exec")));
 static bool init_done;		/* init_lock: an attempt has finished */
 static int init_errno;		/* init_lock: why it failed, 0 if it did not */

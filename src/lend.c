@@ -208,7 +208,7 @@ static struct ucma_lend {
 	_Atomic int uffd;		/* the process's userfaultfd while lending is on, or -1;
 					 * changed under @lock, or single-threaded (start-up,
 					 * the child of a fork) */
-} lend = { .lock = PTHREAD_MUTEX_INITIALIZER, .uffd = -1 };
+} lend UCMA_FORK_LOCK = { .lock = PTHREAD_MUTEX_INITIALIZER, .uffd = -1 };
 
 /* NORMAL pageblocks in state borrowed or taking (lend.h): written under
  * the NORMAL zone lock or single-threaded, read anywhere. */

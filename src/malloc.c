@@ -97,7 +97,7 @@ static inline __attribute__((always_inline)) bool mg_page(const void *p,
 /* The marker in the second word of every free small object (tcache.h). */
 uint64_t ucma_free_key;
 
-static pthread_mutex_t minit_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t UCMA_FORK_LOCK minit_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool minit_done;
 
 /* ------------------------------------------------------------------------ */
@@ -116,7 +116,8 @@ static bool fork_locked;
 void ucma_malloc_atfork_prepare(void)
 {
 	ucma_mutex_lock(&minit_lock);
-	fork_locked = minit_done;
+	if (fork_locked != minit_done)	/* (a store may copy a page a child shares) */
+		fork_locked = minit_done;
 	if (fork_locked) {
 		ucma_tcache_atfork_prepare();
 		ucma_slab_atfork_prepare();

@@ -6,7 +6,7 @@
  * and SPDK's mem-map notify: named callbacks, and a late registrant gets
  * the ranges mapped at that moment replayed as MAP events.
  *
- * State, all under `lock`:
+ * State, all under `me_lock`:
  *   - the registry: up to UCMA_MEM_EVENT_MAX named callbacks, each with
  *     the number of the last event its replay covered (`seen`);
  *   - the mapped set: the ranges announced by MAP and not withdrawn by
@@ -19,7 +19,7 @@
  * later ones: no event is missed and none is seen twice.  An event posted
  * while nobody is registered only changes the set.
  *
- * Locking: `lock` is innermost but for meta.c's (the set and the queue
+ * Locking: `me_lock` is innermost but for meta.c's (the set and the queue
  * grow with ucma_meta_alloc): producers post under their own locks.  No
  * callback ever runs under it.  `deliver_lock` makes delivery one thread
  * at a time, in event order; registration replays under it and
@@ -31,7 +31,7 @@
  * meanwhile).
  *
  * Fork (order 58, between the frames at 55 and meta.c at 60): prepare
- * takes `lock`; the child releases it and re-initialises `deliver_lock`
+ * takes `me_lock`; the child releases it and re-initialises `deliver_lock`
  * (a thread that is not in the child may have been delivering), keeps the
  * queue, and frames.c's
  * child handler then posts UNMAP and MAP for the areas it re-creates;
@@ -81,8 +81,10 @@ struct grow_array {
 static struct mem_range initial_ranges[INITIAL_SLOTS];
 static struct mem_event initial_queue[INITIAL_SLOTS];
 
+/* The event lock, with the locks every fork takes (lock.h, UCMA_FORK_LOCK). */
+static pthread_mutex_t UCMA_FORK_LOCK me_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static struct {
-	pthread_mutex_t lock;
 	pthread_mutex_t deliver_lock;
 	struct mem_event_cb cbs[UCMA_MEM_EVENT_MAX];
 	unsigned nr_cbs;
@@ -92,7 +94,6 @@ static struct {
 	size_t queue_head;		/* events before it were delivered */
 	_Atomic bool pending;		/* the queue is not empty */
 } me = {
-	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.deliver_lock = PTHREAD_MUTEX_INITIALIZER,
 	.set = { initial_ranges, 0, INITIAL_SLOTS, sizeof(struct mem_range), initial_ranges },
 	.queue = { initial_queue, 0, INITIAL_SLOTS, sizeof(struct mem_event), initial_queue },
@@ -187,19 +188,19 @@ static void set_remove(uintptr_t start, uintptr_t end)
 
 void ucma_mem_event_fork_prepare(void)
 {
-	ucma_mutex_lock(&me.lock);
+	ucma_mutex_lock(&me_lock);
 }
 
 void ucma_mem_event_fork_parent(void)
 {
-	ucma_mutex_unlock(&me.lock);
+	ucma_mutex_unlock(&me_lock);
 }
 
 void ucma_mem_event_fork_child(void)
 {
 	/* `lock` is this thread's (prepare took it); `deliver_lock` may be
 	 * held by a thread that does not exist here. */
-	ucma_mutex_unlock(&me.lock);
+	ucma_mutex_unlock(&me_lock);
 	pthread_mutex_init(&me.deliver_lock, NULL);
 }
 
@@ -209,7 +210,7 @@ void ucma_mem_event_post(enum ucma_mem_event ev, void *addr, size_t len)
 
 	if (len == 0)
 		return;
-	ucma_mutex_lock(&me.lock);
+	ucma_mutex_lock(&me_lock);
 	me.seq++;
 	if (ev == UCMA_MEM_EVENT_MAP)
 		set_add(start, start + len);
@@ -225,7 +226,7 @@ void ucma_mem_event_post(enum ucma_mem_event ev, void *addr, size_t len)
 				 (unsigned long)start, (unsigned long)(start + len));
 		}
 	}
-	ucma_mutex_unlock(&me.lock);
+	ucma_mutex_unlock(&me_lock);
 }
 
 void ucma_mem_event_post_replaced(void *addr, size_t len)
@@ -283,13 +284,13 @@ void ucma_mem_event_deliver(void)
 		unsigned n = 0;
 
 		if (!nested)
-			ucma_mutex_lock(&me.lock);
-		else if (ucma_mutex_trylock(&me.lock) != 0)
+			ucma_mutex_lock(&me_lock);
+		else if (ucma_mutex_trylock(&me_lock) != 0)
 			break;
 		if (me.queue_head == me.queue.n) {
 			me.queue_head = me.queue.n = 0;
 			atomic_store_explicit(&me.pending, false, memory_order_relaxed);
-			ucma_mutex_unlock(&me.lock);
+			ucma_mutex_unlock(&me_lock);
 			break;
 		}
 		e = ((struct mem_event *)me.queue.v)[me.queue_head++];
@@ -301,7 +302,7 @@ void ucma_mem_event_deliver(void)
 				calls[n++].arg = c->arg;
 			}
 		}
-		ucma_mutex_unlock(&me.lock);
+		ucma_mutex_unlock(&me_lock);
 		callbacks_begin();
 		for (unsigned i = 0; i < n; i++)
 			calls[i].fn(e.ev, (void *)e.addr, e.len, calls[i].arg);
@@ -341,7 +342,7 @@ int ucma_mem_event_register(const char *name,
 		return -1;
 	}
 	ucma_mutex_lock(&me.deliver_lock);
-	ucma_mutex_lock(&me.lock);
+	ucma_mutex_lock(&me_lock);
 	if (find(name)) {
 		err = EEXIST;
 		goto out;
@@ -370,7 +371,7 @@ int ucma_mem_event_register(const char *name,
 	slot->seen = me.seq;
 	me.nr_cbs++;
 out:
-	ucma_mutex_unlock(&me.lock);
+	ucma_mutex_unlock(&me_lock);
 	if (!err) {
 		callbacks_begin();
 		for (size_t i = 0; i < n; i++)
@@ -408,13 +409,13 @@ int ucma_mem_event_unregister(const char *name)
 		return -1;
 	}
 	ucma_mutex_lock(&me.deliver_lock);
-	ucma_mutex_lock(&me.lock);
+	ucma_mutex_lock(&me_lock);
 	c = find(name);
 	if (c) {
 		memset(c, 0, sizeof(*c));
 		me.nr_cbs--;
 	}
-	ucma_mutex_unlock(&me.lock);
+	ucma_mutex_unlock(&me_lock);
 	ucma_mutex_unlock(&me.deliver_lock);
 	if (!c) {
 		errno = ENOENT;

@@ -34,7 +34,7 @@ struct meta_free {
 
 #define META_FREED 0x6d65746166726565ull	/* "metafree" */
 
-static pthread_mutex_t meta_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t UCMA_FORK_LOCK meta_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct meta_free *meta_free_list[META_NR_CLASSES];
 static char *meta_cur, *meta_end;
 

@@ -56,8 +56,8 @@ struct deferred {
 	size_t meta_size;	/* 0: object storage in the arena; else metadata */
 };
 
-static pthread_mutex_t queue_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_mutex_t drain_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t UCMA_FORK_LOCK queue_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t UCMA_FORK_LOCK drain_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct deferred *queue;
 static unsigned long queue_len;
 

@@ -94,7 +94,7 @@ struct mslab_class {
 
 /* The locks exist from the start, so the fork handlers (fork.c) can take
  * them whether or not a movable slab was ever made. */
-static struct mslab_class classes[NR_CLASSES] = {
+static struct mslab_class UCMA_FORK_LOCK classes[NR_CLASSES] = {
 	[0 ... NR_CLASSES - 1] = { .lock = PTHREAD_MUTEX_INITIALIZER },
 };
 static _Atomic int consolidating;	/* a consolidation pass runs */

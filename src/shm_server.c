@@ -83,7 +83,8 @@ static struct shm_server {
 	_Atomic int state;		/* enum server_state */
 	bool stop;			/* @lock: end now (ucma_shm_unpublish) */
 	pthread_t thread;		/* valid while RUNNING or STOPPING */
-} server = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, SERVER_IDLE, false, 0 };
+} server UCMA_FORK_LOCK = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, SERVER_IDLE,
+				   false, 0 };
 
 /* Modification time of the newest request handled, so each is answered once. */
 static _Atomic uint64_t handled_request_ns;

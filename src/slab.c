@@ -255,7 +255,7 @@ struct ovf_leaf {
 };
 
 static struct ovf_leaf *ovf_root[1u << OVF_ROOT_BITS];
-static pthread_mutex_t ovf_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t UCMA_FORK_LOCK ovf_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct ovf_region *ovf_chunk;			/* being carved */
 static uintptr_t ovf_span_free[UCMA_SLAB_MAX_PAGES + 1];	/* free spans by size */
 static uint64_t ovf_bytes;				/* mapped (atomic) */
@@ -504,7 +504,7 @@ uint64_t ucma_overflow_bytes(void)
  * carved. */
 #define POOL_BLOCK 65536u
 
-static uint32_t pool_lock;
+static uint32_t UCMA_FORK_LOCK pool_lock;
 static struct ucma_slab *pool_free;
 static char *pool_cur, *pool_end;
 

@@ -106,7 +106,7 @@ struct tc_totals {
 	uint64_t large_nmalloc, large_nfree, large_bytes, large_pages;
 };
 
-static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t UCMA_FORK_LOCK reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct ucma_tcache *reg_list;	/* live caches */
 static struct ucma_tcache *reg_free;	/* recycled structures */
 static struct tc_totals totals;		/* reg_lock, or atomics */
