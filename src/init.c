@@ -251,9 +251,12 @@ void ucma_test_reset(void)
 	ucma_compactd_stop();
 	ucma_shm_unpublish();
 	published = false;
-	ucma_mutex_lock(&init_lock);
+	/* Destroyed with no lock held, so that its areas' UNMAP events are
+	 * delivered before they go (memevent.c delivers nothing inside a
+	 * lock); no other thread runs. */
 	if (ucma_the_arena)
 		ucma_arena_destroy(ucma_the_arena);
+	ucma_mutex_lock(&init_lock);
 	ucma_the_arena = NULL;
 	init_done = false;
 	init_errno = 0;

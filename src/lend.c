@@ -30,6 +30,11 @@
  * the pageblock's state says "borrowed"; then the isolation ends and the
  * request is tried again.  A frame that may hold old data makes the
  * pageblock's free pages dirty, so calloc() zeroes what it hands out.
+ * A request made while the thread holds a lock of the library (lock.h:
+ * glibc's pthread_create() allocating for a thread that the compaction
+ * thread's start makes under its lock) gets no frame: events are not
+ * delivered inside a lock, and the UNMAP must reach the callbacks before
+ * the heap's data reaches the frame.
  *
  * Taking back (ucma_alloc() via cma.c, ucma_unlend(), fork): a borrowed
  * pageblock that is wholly free gets fresh private memory at once, nothing
@@ -594,11 +599,15 @@ bool ucma_lend_commit(struct ucma_arena *a, uint32_t pb)
 	void *at = ucma_pfn_to_addr(a, pb_pfn(pb));
 	sigset_t saved;
 	int rc, err = 0;
-	bool on;
+	bool on, nested;
 
 	if (!(s & LEND_RESERVED))
 		ucma_fatal("internal error: pageblock %u was not reserved for lending", pb);
-	/* UNMAP is delivered before the heap's data can reach the frame. */
+	/* UNMAP is delivered before the heap's data can reach the frame.  A
+	 * caller that holds a lock of the library (lock.h: a thread being
+	 * created under the compaction lock allocates its thread data) gets
+	 * no delivery, and so no frame: the pageblock keeps its memory. */
+	nested = ucma_locks_held != 0;
 	ucma_mem_event_deliver();
 	lend_lock(&saved);
 	/*
@@ -613,8 +622,8 @@ bool ucma_lend_commit(struct ucma_arena *a, uint32_t pb)
 	/* Populated: the heap is about to use it, and the frame is memory
 	 * the reservation holds anyway.  MADV_DONTFORK comes with it.  Never
 	 * without a userfaultfd in hand: nothing could take it back. */
-	rc = on && uffd_ensure() ? ucma_frames_map_at(area, slot_of(area, cma_pb), 1, at, true)
-				 : -1;
+	rc = on && !nested && uffd_ensure() ?
+		     ucma_frames_map_at(area, slot_of(area, cma_pb), 1, at, true) : -1;
 	err = errno;
 	ucma_mutex_lock(&z->lock);
 	if (rc == 0) {

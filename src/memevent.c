@@ -264,29 +264,25 @@ static void callbacks_end(void)
 void ucma_mem_event_deliver(void)
 {
 	/*
-	 * With other locks of the library held on this thread (lock.h) only
-	 * try the event locks: this may be a signal handler that interrupted
-	 * the library while it held them, and the events then stay queued
-	 * for the interrupted code's own delivery.  (The library's teardown
-	 * delivers under the start-up lock, and does get them.)
+	 * Nothing is delivered while this thread holds another lock of the
+	 * library (lock.h): it may be a signal handler that interrupted the
+	 * library holding the event locks, or code inside a lock (a thread
+	 * being started under the compaction lock allocates), and a callback
+	 * run there could deadlock on what is held (a fork in it waits for
+	 * that lock).  The events stay queued for the next delivery; a
+	 * commit that needs its UNMAP delivered first lends nothing then
+	 * (lend.c).
 	 */
-	bool nested = ucma_locks_held != 0;
-
-	if (in_callback || !atomic_load_explicit(&me.pending, memory_order_acquire))
+	if (in_callback || ucma_locks_held ||
+	    !atomic_load_explicit(&me.pending, memory_order_acquire))
 		return;
-	if (!nested)
-		ucma_mutex_lock(&me.deliver_lock);
-	else if (ucma_mutex_trylock(&me.deliver_lock) != 0)
-		return;
+	ucma_mutex_lock(&me.deliver_lock);
 	for (;;) {
 		struct { mem_event_fn fn; void *arg; } calls[UCMA_MEM_EVENT_MAX];
 		struct mem_event e;
 		unsigned n = 0;
 
-		if (!nested)
-			ucma_mutex_lock(&me_lock);
-		else if (ucma_mutex_trylock(&me_lock) != 0)
-			break;
+		ucma_mutex_lock(&me_lock);
 		if (me.queue_head == me.queue.n) {
 			me.queue_head = me.queue.n = 0;
 			atomic_store_explicit(&me.pending, false, memory_order_relaxed);

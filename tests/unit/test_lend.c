@@ -1698,6 +1698,19 @@ static void case_inside_allocator(void)
 	   "intact (rc %d, %s)", rc, strerror(err));
 	ok(ucma_unlend(plain, 64 * 1024) == 0,
 	   "inside the allocator: ucma_unlend() of memory not lent succeeds");
+	/* A malloc made holding a lock of the library (a thread created
+	 * under the compaction lock allocates its thread data) gets no
+	 * frame: the frame's UNMAP could not be delivered before it. */
+	{
+		uint64_t lent = stat_of("lend_heap_lent");
+		char *b = block_new(3 * MiB, 32);
+
+		ok(b && !on_frame(b) && !on_frame(b + 3 * MiB - 1) &&
+			   stat_of("lend_heap_lent") == lent && block_good(b, 3 * MiB, 32),
+		   "inside the allocator: a fresh block is not lent (lent %llu -> %llu)",
+		   (unsigned long long)lent, (unsigned long long)stat_of("lend_heap_lent"));
+		ucma_free(b);
+	}
 	errno = 0;
 	rc = ucma_unlend_all();
 	err = errno;
