@@ -258,7 +258,7 @@ bool ucma_preload_dio_syscall(long nr, const long a[6], long *ret)
 		good = unlend_iocbs(a[1], (struct iocb *const *)a[2]);
 		break;
 	case SYS_fcntl:
-		*ret = ucma_preload_libc_result(ucma_raw_syscall6(nr, a[0], a[1], a[2], 0, 0, 0));
+		*ret = ucma_raw_result(ucma_raw_syscall6(nr, a[0], a[1], a[2], 0, 0, 0));
 		if (*ret >= 0)
 			fcntl_done((int)a[0], (int)a[1], *ret);
 		return true;
@@ -269,7 +269,7 @@ bool ucma_preload_dio_syscall(long nr, const long a[6], long *ret)
 		*ret = -1;
 		return true;
 	}
-	*ret = ucma_preload_libc_result(ucma_raw_syscall6(nr, a[0], a[1], a[2], a[3], a[4], a[5]));
+	*ret = ucma_raw_result(ucma_raw_syscall6(nr, a[0], a[1], a[2], a[3], a[4], a[5]));
 	return true;
 }
 
@@ -416,7 +416,7 @@ static int fcntl_call(int fd, int cmd, long arg)
 	long ret;
 
 	ret = fn ? fn(fd, cmd, arg)
-		 : ucma_preload_libc_result(ucma_raw_syscall6(SYS_fcntl, fd, cmd, arg, 0, 0, 0));
+		 : ucma_raw_result(ucma_raw_syscall6(SYS_fcntl, fd, cmd, arg, 0, 0, 0));
 	if (ret >= 0)
 		fcntl_done(fd, cmd, ret);
 	return (int)ret;

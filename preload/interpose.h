@@ -8,7 +8,6 @@
 #ifndef UCMA_PRELOAD_INTERPOSE_H
 #define UCMA_PRELOAD_INTERPOSE_H
 
-#include <errno.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -20,16 +19,6 @@
 #define UCMA_SYS_futex_wake	454
 #define UCMA_SYS_futex_wait	455
 #define UCMA_SYS_futex_requeue	456
-
-/* A kernel result as the C library returns it: -1 and errno. */
-static inline long ucma_preload_libc_result(long ret)
-{
-	if (ret < 0 && ret > -4096) {
-		errno = (int)-ret;
-		return -1;
-	}
-	return ret;
-}
 
 /*
  * ucma_unlend() of [@addr, @addr + @len) for a call about to be made on

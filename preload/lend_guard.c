@@ -93,7 +93,7 @@
 static long sys3(long nr, long a, long b, long c)
 {
 #ifdef UCMA_HAVE_RAW_SYSCALL
-	return ucma_preload_libc_result(ucma_raw_syscall6(nr, a, b, c, 0, 0, 0));
+	return ucma_raw_result(ucma_raw_syscall6(nr, a, b, c, 0, 0, 0));
 #else
 	return syscall(nr, a, b, c);
 #endif

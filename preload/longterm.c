@@ -385,8 +385,6 @@ static enum unlend_result unlend_io_uring(unsigned opcode, const void *arg, unsi
 /* The interposed calls                                                      */
 /* ------------------------------------------------------------------------ */
 
-/* mlock() and mlock2(): the range first; refused with EAGAIN ("could not
- * be locked") when it stays lent. */
 bool ucma_preload_unlend(const void *addr, size_t len)
 {
 	if (!len || ucma_unlend(addr, len) == 0 || errno == EINVAL)
@@ -395,12 +393,13 @@ bool ucma_preload_unlend(const void *addr, size_t len)
 	return false;
 }
 
+/* mlock() and mlock2(): the range first; refused with EAGAIN ("could not
+ * be locked") when it stays lent. */
 static long mlock_range(long nr, const void *addr, size_t len, long flags)
 {
-	if (!ucma_preload_unlend(addr, len)) {
+	if (!ucma_preload_unlend(addr, len))
 		return -1;
-	}
-	return ucma_preload_libc_result(ucma_raw_syscall6(nr, (long)addr, (long)len, flags, 0, 0, 0));
+	return ucma_raw_result(ucma_raw_syscall6(nr, (long)addr, (long)len, flags, 0, 0, 0));
 }
 
 static long mlock_all(int flags)
@@ -409,7 +408,7 @@ static long mlock_all(int flags)
 		errno = ENOMEM;
 		return -1;
 	}
-	return ucma_preload_libc_result(ucma_raw_syscall6(SYS_mlockall, flags, 0, 0, 0, 0, 0));
+	return ucma_raw_result(ucma_raw_syscall6(SYS_mlockall, flags, 0, 0, 0, 0, 0));
 }
 
 /*
@@ -455,11 +454,6 @@ struct clone3_head {
 	uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size;
 };
 
-/*
- * syscall(SYS_fork, SYS_clone or SYS_clone3): a new process made without
- * the fork handlers, with the heap taken back first.  @flags and @stack
- * as the call gives them.
- */
 /* After a fork that ucma_lend_raw_fork_prepare() let through: @ret is
  * what it returned (0 in the child). */
 static void raw_fork_end(long ret, bool shared_files)
@@ -470,6 +464,11 @@ static void raw_fork_end(long ret, bool shared_files)
 		ucma_lend_raw_fork_parent();
 }
 
+/*
+ * syscall(SYS_fork, SYS_clone or SYS_clone3): a new process made without
+ * the fork handlers, with the heap taken back first.  @flags and @stack
+ * as the call gives them.
+ */
 static long raw_fork(long nr, const long a[6], uint64_t flags, uint64_t stack)
 {
 	long ret;
@@ -511,7 +510,7 @@ static long madvise_range(void *addr, size_t len, int advice)
 		if (!ucma_preload_unlend(addr, len))
 			return -1;
 	}
-	return ucma_preload_libc_result(ucma_raw_syscall6(SYS_madvise, (long)addr, (long)len, advice, 0, 0, 0));
+	return ucma_raw_result(ucma_raw_syscall6(SYS_madvise, (long)addr, (long)len, advice, 0, 0, 0));
 }
 
 LONGTERM_EXPORT int madvise(void *addr, size_t len, int advice)
@@ -560,22 +559,22 @@ LONGTERM_EXPORT long syscall(long nr, ...)
 	case SYS_madvise:
 		return madvise_range((void *)a[0], (size_t)a[1], (int)a[2]);
 	case SYS_io_uring_register:
-		return ucma_preload_libc_result(io_uring_register_raw(a[0], (unsigned)a[1], (const void *)a[2],
+		return ucma_raw_result(io_uring_register_raw(a[0], (unsigned)a[1], (const void *)a[2],
 							 (unsigned)a[3]));
 	case SYS_io_uring_setup:
-		return ucma_preload_libc_result(io_uring_setup_raw((unsigned)a[0], (struct io_uring_params *)a[1]));
+		return ucma_raw_result(io_uring_setup_raw((unsigned)a[0], (struct io_uring_params *)a[1]));
 	case SYS_io_uring_enter:
 		/* The entries it submits (iouring_guard.c). */
-		return ucma_preload_libc_result(ucma_preload_iouring_enter(a));
+		return ucma_raw_result(ucma_preload_iouring_enter(a));
 #ifdef SYS_fork
 	case SYS_fork:
-		return ucma_preload_libc_result(raw_fork(nr, a, 0, 0));
+		return ucma_raw_result(raw_fork(nr, a, 0, 0));
 #endif
 	case SYS_clone:
-		return ucma_preload_libc_result(raw_fork(nr, a, (uint64_t)a[0], (uint64_t)a[1]));
+		return ucma_raw_result(raw_fork(nr, a, (uint64_t)a[0], (uint64_t)a[1]));
 #ifdef SYS_clone3
 	case SYS_clone3:
-		return ucma_preload_libc_result(raw_clone3(a));
+		return ucma_raw_result(raw_clone3(a));
 #endif
 	default: {
 		long rc;
@@ -591,8 +590,8 @@ LONGTERM_EXPORT long syscall(long nr, ...)
 		rc = ucma_preload_futex_unlend(nr, a);
 
 		if (rc != 0)
-			return ucma_preload_libc_result(rc);
-		return ucma_preload_libc_result(ucma_raw_syscall6(nr, a[0], a[1], a[2], a[3], a[4], a[5]));
+			return ucma_raw_result(rc);
+		return ucma_raw_result(ucma_raw_syscall6(nr, a[0], a[1], a[2], a[3], a[4], a[5]));
 	}
 	}
 }

@@ -79,20 +79,9 @@ bool ucma_os_in_call(void)
 	})
 
 #ifdef OS_RAW
-/* The system call @nr, its result as the C library's wrapper gives it. */
-static long os_raw(long nr, long a1, long a2, long a3, long a4, long a5, long a6)
-{
-	long rc = ucma_raw_syscall6(nr, a1, a2, a3, a4, a5, a6);
-
-	if ((unsigned long)rc > -4096UL) {
-		errno = (int)-rc;
-		return -1;
-	}
-	return rc;
-}
-
-#define OS_MEM(libc_call, nr, a1, a2, a3, a4, a5, a6) \
-	os_raw(nr, (long)(a1), (long)(a2), (long)(a3), (long)(a4), (long)(a5), (long)(a6))
+#define OS_MEM(libc_call, nr, a1, a2, a3, a4, a5, a6)                                       \
+	ucma_raw_result(ucma_raw_syscall6(nr, (long)(a1), (long)(a2), (long)(a3), (long)(a4), \
+					  (long)(a5), (long)(a6)))
 #else
 #define OS_MEM(libc_call, nr, a1, a2, a3, a4, a5, a6) OS_CALL(libc_call)
 #endif

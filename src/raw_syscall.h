@@ -12,6 +12,19 @@
 #ifndef UCMA_RAW_SYSCALL_H
 #define UCMA_RAW_SYSCALL_H
 
+#include <errno.h>
+
+/* A kernel result (-errno on failure) as the C library returns it: -1
+ * and errno. */
+static inline __attribute__((unused)) long ucma_raw_result(long ret)
+{
+	if (ret < 0 && ret > -4096) {
+		errno = (int)-ret;
+		return -1;
+	}
+	return ret;
+}
+
 #if defined(__x86_64__) || defined(__aarch64__)
 #define UCMA_HAVE_RAW_SYSCALL 1
 
