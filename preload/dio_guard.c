@@ -35,7 +35,7 @@
  * C library's exported aliases (__read and its kin: no dlsym() needed, as
  * the library's own reads of /proc files come here too, at start-up), the
  * others through dlsym(RTLD_NEXT) on first use, which the library never
- * makes.  The library's own calls (ucma_os_in_call()) pass unchecked.
+ * makes.  The library's own memory calls never come here (src/os.c).
  *
  * io_uring reads and writes on O_DIRECT files are iouring_guard.c's (it
  * asks ucma_preload_fd_direct() here).
@@ -89,8 +89,7 @@ ssize_t __pwrite64(int fd, const void *buf, size_t len, off_t off);
  * and a const pointer to it would look like a read of it.) */
 static inline bool maybe_lent(uintptr_t buf, size_t len)
 {
-	return ucma_lend_any_borrowed() && !ucma_os_in_call() &&
-	       ucma_lend_range_borrowed((const void *)buf, len);
+	return ucma_lend_any_borrowed() && ucma_lend_range_borrowed((const void *)buf, len);
 }
 
 /*
@@ -178,7 +177,7 @@ static bool unlend_iov(int fd, const struct iovec *uiov, long n)
 {
 	struct iovec v[16];
 
-	if (!ucma_lend_any_borrowed() || ucma_os_in_call() || n <= 0)
+	if (!ucma_lend_any_borrowed() || n <= 0)
 		return true;
 	for (long i = 0; i < n;) {
 		long k = n - i < 16 ? n - i : 16;
@@ -196,7 +195,7 @@ static bool unlend_iov(int fd, const struct iovec *uiov, long n)
 /* The buffers of @nr iocbs at @uiocbpp (io_submit()). */
 static bool unlend_iocbs(long nr, struct iocb *const *uiocbpp)
 {
-	if (!ucma_lend_any_borrowed() || ucma_os_in_call())
+	if (!ucma_lend_any_borrowed())
 		return true;
 	for (long i = 0; i < nr; i++) {
 		struct iocb *up, cb;

@@ -319,7 +319,7 @@ static bool sqe_unlend(const struct sqe *s, struct scan *sc)
 /* Is anything lent that a submission could reach? */
 static inline bool guard_wanted(void)
 {
-	return UCMA_UNLIKELY(ucma_lend_any_borrowed()) && !ucma_os_in_call();
+	return UCMA_UNLIKELY(ucma_lend_any_borrowed());
 }
 
 /* ------------------------------------------------------------------------ */

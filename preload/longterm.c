@@ -68,10 +68,9 @@
  * in the child; it and the calls with CLONE_VM (vfork, threads) are
  * forwarded unchanged.
  *
- * The library's own calls come here too (the preload library binds its
- * calls to its own definitions, preload.mk): ucma_unlend() ignores them
- * (ucma_os_in_call()), and the real calls are made with the system call
- * instruction, so nothing here needs dlsym() or the C library while the
+ * The library's own memory calls do not come here (src/os.c makes them
+ * with the system call instruction), and the real calls are made with
+ * that instruction too, so nothing here needs dlsym() or the C library while the
  * library starts (its first syscall() can come from the first malloc,
  * before libc is ready).  Where that instruction is not written out
  * (architectures other than x86-64 and AArch64) none of this is compiled,

@@ -558,10 +558,6 @@ UCMA_INTERNAL long ucma_os_next_present(const void *addr, size_t npages);
 UCMA_INTERNAL uint64_t ucma_os_now_ns(void);
 /* close(2) as the raw system call (see os.c). */
 UCMA_INTERNAL int ucma_os_close(int fd);
-/* Is the calling thread inside one of ucma_os's memory calls?  A preloaded
- * madvise() or mremap() that the library itself makes must not take lent
- * frames back (lend.c). */
-UCMA_INTERNAL bool ucma_os_in_call(void);
 
 /* ------------------------------------------------------------------------ */
 /* Options (config.c)                                                        */

@@ -1282,9 +1282,7 @@ int ucma_unlend(const void *addr, size_t len)
 		errno = EINVAL;
 		return -1;
 	}
-	/* The library's own memory calls (a preloaded madvise() seen from
-	 * inside) never take anything back. */
-	if (len == 0 || !a || !lend.of || lend.a != a || ucma_os_in_call() ||
+	if (len == 0 || !a || !lend.of || lend.a != a ||
 	    !ucma_lend_any_borrowed() || !normal_pageblocks(a, lo, len, &first, &end))
 		return 0;
 	for (uint32_t pb = first; pb < end; pb++) {

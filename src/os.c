@@ -44,46 +44,16 @@
  * call runs its handler as the system call returns, mark still set, and
  * the handler's own madvise() on lent heap memory went through unchecked
  * (a MADV_DONTNEED then left the frame's contents in place).  Elsewhere
- * (libucma.so, where no such functions exist unless the preloaded library
- * is loaded too, and then its copy of the allocator is the one called;
- * architectures without raw_syscall.h) the mark stays.
+ * the C library's calls are made: libucma.so has no such functions (with
+ * the preloaded library loaded too, its copy of the allocator is the one
+ * called), and they exist only where raw_syscall.h does.
  */
 #if defined(UCMA_PRELOAD) && defined(UCMA_HAVE_RAW_SYSCALL)
-#define OS_RAW 1
-#endif
-
-/* Set while the library's own memory call runs (unless OS_RAW). */
-static __thread volatile bool os_calling __attribute__((tls_model("initial-exec")));
-
-bool ucma_os_in_call(void)
-{
-	return os_calling;
-}
-
-/* Mark the call; a signal handler's nested call keeps the outer mark.
- * The C library declares these calls leaf functions (they never call
- * back into this file), so without volatile the compiler may drop the
- * mark as a store nobody reads, and the preloaded madvise() would see
- * the library's own call as the program's. */
-#define OS_CALL(expr)                       \
-	({                                  \
-		bool was_ = os_calling;     \
-		__typeof__(expr) rc_;       \
-		int err_;                   \
-		os_calling = true;          \
-		rc_ = (expr);               \
-		err_ = errno;               \
-		os_calling = was_;          \
-		errno = err_;               \
-		rc_;                        \
-	})
-
-#ifdef OS_RAW
 #define OS_MEM(libc_call, nr, a1, a2, a3, a4, a5, a6)                                       \
 	ucma_raw_result(ucma_raw_syscall6(nr, (long)(a1), (long)(a2), (long)(a3), (long)(a4), \
 					  (long)(a5), (long)(a6)))
 #else
-#define OS_MEM(libc_call, nr, a1, a2, a3, a4, a5, a6) OS_CALL(libc_call)
+#define OS_MEM(libc_call, nr, a1, a2, a3, a4, a5, a6) (libc_call)
 #endif
 
 static void *os_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
