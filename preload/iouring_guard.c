@@ -384,18 +384,24 @@ static struct ring_cache {
 	_Atomic size_t len;
 } ring_cache[RING_CACHE];
 
-/* The mapping of inode @ino at IORING_OFF_SQES in /proc/self/maps. */
-static bool find_sqes(uint64_t ino, uintptr_t *at, size_t *len)
+/*
+ * Call @line_fn(line, @arg) for each line of the file at @path until it
+ * returns false, reading with the system call instruction (this runs
+ * inside the preloaded syscall(), where stdio could allocate).  A line
+ * longer than the buffer is skipped: no line that matters here is.
+ * Returns 0, or -errno when the file cannot be opened.
+ */
+static long proc_lines(const char *path, bool (*line_fn)(char *line, void *arg), void *arg)
 {
 	char buf[4096];
 	size_t have = 0;
-	bool found = false;
-	long fd = ucma_raw_syscall6(SYS_openat, AT_FDCWD, (long)"/proc/self/maps",
-				    O_RDONLY | O_CLOEXEC, 0, 0, 0);
+	bool more = true;
+	long fd = ucma_raw_syscall6(SYS_openat, AT_FDCWD, (long)path, O_RDONLY | O_CLOEXEC, 0, 0,
+				    0);
 
 	if (fd < 0)
-		return false;
-	for (;;) {
+		return fd;
+	while (more) {
 		long n = ucma_raw_syscall6(SYS_read, fd, (long)(buf + have),
 					   (long)(sizeof(buf) - 1 - have), 0, 0, 0);
 		char *line = buf, *nl;
@@ -404,27 +410,51 @@ static bool find_sqes(uint64_t ino, uintptr_t *at, size_t *len)
 			break;
 		have += (size_t)n;
 		buf[have] = '\0';
-		while (!found && (nl = strchr(line, '\n'))) {
-			unsigned long lo, hi, off, i;
-
+		while (more && (nl = strchr(line, '\n'))) {
 			*nl = '\0';
-			if (sscanf(line, "%lx-%lx %*s %lx %*s %lu", &lo, &hi, &off, &i) == 4 &&
-			    i == ino && off == OFF_SQES) {
-				*at = lo;
-				*len = hi - lo;
-				found = true;
-			}
+			more = line_fn(line, arg);
 			line = nl + 1;
 		}
-		if (found)
-			break;
 		have = (size_t)(buf + have - line);
 		memmove(buf, line, have);
 		if (have == sizeof(buf) - 1)
-			have = 0;	/* a line this long is no mapping of a ring */
+			have = 0;
 	}
 	ucma_raw_syscall6(SYS_close, fd, 0, 0, 0, 0, 0);
-	return found;
+	return 0;
+}
+
+/* find_sqes(): the inode sought, and what was found. */
+struct sqes_search {
+	uint64_t ino;
+	uintptr_t at;
+	size_t len;
+	bool found;
+};
+
+static bool sqes_line(char *line, void *arg)
+{
+	struct sqes_search *q = arg;
+	unsigned long lo, hi, off, i;
+
+	if (sscanf(line, "%lx-%lx %*s %lx %*s %lu", &lo, &hi, &off, &i) == 4 && i == q->ino &&
+	    off == OFF_SQES) {
+		q->at = lo;
+		q->len = hi - lo;
+		q->found = true;
+	}
+	return !q->found;
+}
+
+/* The mapping of inode @ino at IORING_OFF_SQES in /proc/self/maps. */
+static bool find_sqes(uint64_t ino, uintptr_t *at, size_t *len)
+{
+	struct sqes_search q = { ino, 0, 0, false };
+
+	proc_lines("/proc/self/maps", sqes_line, &q);
+	*at = q.at;
+	*len = q.len;
+	return q.found;
 }
 
 /* One pending entry as the fdinfo listing shows it. */
@@ -534,64 +564,58 @@ static bool listed_unlend(int fd, uint64_t ino, const char *line, struct scan *s
 	return !sqe_direct(&s) || unlend_everything(sc);
 }
 
+/* ring_fd_unlend(): one pass over a ring's fdinfo listing. */
+struct listing {
+	int fd;
+	uint64_t ino;
+	unsigned listed, pending;
+	bool in_list, refused;
+	struct scan sc;
+};
+
+static bool listing_line(char *line, void *arg)
+{
+	struct listing *l = arg;
+
+	/* "%5u: ...": indexes of five digits and more start the line. */
+	if (l->in_list && (line[0] == ' ' || (line[0] >= '0' && line[0] <= '9'))) {
+		l->listed++;
+		l->refused = !listed_unlend(l->fd, l->ino, line, &l->sc);
+		return !l->refused;
+	}
+	if (l->in_list)
+		return false;	/* the list has ended */
+	if (strncmp(line, "ino:", 4) == 0) {
+		l->ino = strtoull(line + 4, NULL, 10);
+	} else if (strncmp(line, "SQEs:", 5) == 0) {
+		l->pending = (unsigned)strtoul(line + 5, NULL, 10);
+		l->in_list = true;
+	}
+	return true;
+}
+
 /*
  * The entries pending in ring @fd, from /proc/self/fdinfo: false with
  * errno when a buffer stays lent.
  */
 static bool ring_fd_unlend(int fd)
 {
-	char path[48], buf[4096];
-	size_t have = 0;
-	uint64_t ino = 0;
-	unsigned listed = 0, pending = 0;
-	bool in_list = false, ended = false;
-	struct scan sc = { false };
+	char path[48];
+	struct listing l = { .fd = fd };
 	long f;
 
 	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
-	f = ucma_raw_syscall6(SYS_openat, AT_FDCWD, (long)path, O_RDONLY | O_CLOEXEC, 0, 0, 0);
+	f = proc_lines(path, listing_line, &l);
 	if (f < 0)
-		return f == -EBADF || f == -ENOENT || unlend_everything(&sc);
-	while (!ended) {
-		long n = ucma_raw_syscall6(SYS_read, f, (long)(buf + have),
-					   (long)(sizeof(buf) - 1 - have), 0, 0, 0);
-		char *line = buf, *nl;
-
-		if (n <= 0)
-			break;
-		have += (size_t)n;
-		buf[have] = '\0';
-		while (!ended && (nl = strchr(line, '\n'))) {
-			*nl = '\0';
-			/* "%5u: ...": indexes of five digits and more start the line. */
-			if (in_list && (line[0] == ' ' || (line[0] >= '0' && line[0] <= '9'))) {
-				listed++;
-				if (!listed_unlend(fd, ino, line, &sc)) {
-					ucma_raw_syscall6(SYS_close, f, 0, 0, 0, 0, 0);
-					return false;
-				}
-			} else if (in_list) {
-				ended = true;
-			} else if (strncmp(line, "ino:", 4) == 0) {
-				ino = strtoull(line + 4, NULL, 10);
-			} else if (strncmp(line, "SQEs:", 5) == 0) {
-				pending = (unsigned)strtoul(line + 5, NULL, 10);
-				in_list = true;
-			}
-			line = nl + 1;
-		}
-		have = (size_t)(buf + have - line);
-		memmove(buf, line, have);
-		if (have == sizeof(buf) - 1)
-			have = 0;
-	}
-	ucma_raw_syscall6(SYS_close, f, 0, 0, 0, 0, 0);
+		return f == -EBADF || f == -ENOENT || unlend_everything(&l.sc);
+	if (l.refused)
+		return false;
 	/* Not an io_uring descriptor, or entries the listing did not show
 	 * (a kernel without the listing, IORING_SETUP_NO_SQARRAY). */
-	if (!in_list && !ino)
+	if (!l.in_list && !l.ino)
 		return true;
-	if (!in_list || listed < pending)
-		return unlend_everything(&sc);
+	if (!l.in_list || l.listed < l.pending)
+		return unlend_everything(&l.sc);
 	return true;
 }
 
