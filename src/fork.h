@@ -8,6 +8,7 @@
 #define UCMA_FORK_H
 
 #include "internal.h"
+#include "lock.h"
 
 /*
  * Register the handlers with pthread_atfork, once per process.  Called
@@ -24,6 +25,20 @@ UCMA_INTERNAL void ucma_fork_note_raw_thread(void);
  * process with one thread (fork.c), where the handlers that always run
  * skip theirs. */
 UCMA_INTERNAL bool ucma_fork_takes_locks(void);
+
+/* A fork handler's take and release of @m: only when the fork takes
+ * locks. */
+static inline void ucma_fork_lock(pthread_mutex_t *m)
+{
+	if (ucma_fork_takes_locks())
+		ucma_mutex_lock(m);
+}
+
+static inline void ucma_fork_unlock(pthread_mutex_t *m)
+{
+	if (ucma_fork_takes_locks())
+		ucma_mutex_unlock(m);
+}
 
 /*
  * Handlers of each lock owner, listed in fork.c in the order their

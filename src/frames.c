@@ -1005,8 +1005,7 @@ void ucma_frames_fork_prepare(void)
 	for (int k = 0; k < a->nr_areas; k++) {
 		struct ucma_frames *f = a->areas[k].frames;
 
-		if (ucma_fork_takes_locks())
-			ucma_mutex_lock(&f->lock);
+		ucma_fork_lock(&f->lock);
 		/* This fork lets the child inherit the mapping, which its
 		 * handler replaces at once: no hole in the child's address
 		 * space that something else could take before the handler
@@ -1048,8 +1047,7 @@ void ucma_frames_fork_parent(void)
 
 		if (f->fd >= 0)
 			ucma_os.madvise((void *)f->base, f->size, MADV_DONTFORK);
-		if (ucma_fork_takes_locks())
-			ucma_mutex_unlock(&f->lock);
+		ucma_fork_unlock(&f->lock);
 	}
 }
 
@@ -1275,8 +1273,8 @@ void ucma_frames_fork_child(void)
 			if (f->announced)
 				ucma_mem_event_post_replaced((void *)f->base, f->size);
 		}
-		for (int k = a->nr_areas - 1; k >= 0 && ucma_fork_takes_locks(); k--)
-			ucma_mutex_unlock(&a->areas[k].frames->lock);
+		for (int k = a->nr_areas - 1; k >= 0; k--)
+			ucma_fork_unlock(&a->areas[k].frames->lock);
 	}
 	if (fork_ctx.wait_wr >= 0) {
 		char done = 1;

@@ -1455,8 +1455,7 @@ void ucma_lend_fork_prepare(void)
 	int err;
 
 	/* With other threads: no commit or take-back across the fork. */
-	if (ucma_fork_takes_locks())
-		ucma_mutex_lock(&lend.lock);
+	ucma_fork_lock(&lend.lock);
 	if (!a || !lend.of || atomic_load(&ucma_lend_nr_borrowed) == 0 || ucma_fork_lone())
 		return;
 	/* As in take_back(): a handler writing a piece being moved would
@@ -1469,8 +1468,7 @@ void ucma_lend_fork_prepare(void)
 
 void ucma_lend_fork_parent(void)
 {
-	if (ucma_fork_takes_locks())
-		ucma_mutex_unlock(&lend.lock);
+	ucma_fork_unlock(&lend.lock);
 	/* What the take-backs posted (MAP of the frames given back). */
 }
 
@@ -1490,8 +1488,7 @@ void ucma_lend_fork_child(void)
 	uffd_drop();
 	if (lend.of && atomic_load(&lend.on) && !uffd_ensure())
 		lend_off("the child of a fork cannot open a userfaultfd", errno);
-	if (ucma_fork_takes_locks())
-		ucma_mutex_unlock(&lend.lock);
+	ucma_fork_unlock(&lend.lock);
 }
 
 /*

@@ -206,14 +206,12 @@ static void *server_main(void *arg)
 
 void ucma_shm_server_fork_prepare(void)
 {
-	if (ucma_fork_takes_locks())
-		ucma_mutex_lock(&server.lock);
+	ucma_fork_lock(&server.lock);
 }
 
 void ucma_shm_server_fork_parent(void)
 {
-	if (ucma_fork_takes_locks())
-		ucma_mutex_unlock(&server.lock);
+	ucma_fork_unlock(&server.lock);
 }
 
 /* The thread is not in the child: forget it (it cannot be joined here). */
@@ -227,10 +225,9 @@ void ucma_shm_server_fork_child(void)
 	if (atomic_load(&last_check_ns))
 		atomic_store(&last_check_ns, 0);
 	/* Only a thread, which a process with one never had, waits on it. */
-	if (ucma_fork_takes_locks()) {
+	if (ucma_fork_takes_locks())
 		pthread_cond_init(&server.wake, NULL);
-		ucma_mutex_unlock(&server.lock);
-	}
+	ucma_fork_unlock(&server.lock);
 }
 
 static void server_start(void)
