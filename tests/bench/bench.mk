@@ -18,7 +18,7 @@ tests_bench_bench_malloc_ucma_SOURCES = tests/bench/bench_malloc.c
 tests_bench_bench_malloc_ucma_CPPFLAGS = $(AM_CPPFLAGS) -DBENCH_MALLOC_UCMA
 tests_bench_bench_malloc_ucma_LDADD = libucma.la -lpthread
 tests_bench_bench_malloc_ucma_LDFLAGS = $(AM_LDFLAGS) -no-install
-EXTRA_DIST += tests/bench/malloc.sh tests/bench/RESULTS.md
+EXTRA_DIST += tests/bench/malloc.sh tests/bench/common.sh tests/bench/RESULTS.md
 
 .PHONY: bench bench-malloc
 bench: bench-malloc

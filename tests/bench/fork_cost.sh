@@ -9,18 +9,11 @@
 # `make bench-fork`.
 #
 # SPDX-License-Identifier: MIT
-: "${top_builddir:=.}"
-W=$top_builddir/tests/bench/fork_cost
-P=$(cd "$top_builddir" && pwd)/.libs/libucma-preload.so
-[ -x "$W" ] && [ -f "$P" ] || { echo "fork_cost: build $W and $P first" >&2; exit 1; }
-libdir=/usr/lib/$(gcc -print-multiarch 2>/dev/null || echo x86_64-linux-gnu)
-cpu=${BENCH_CPU:-$(($(nproc) - 1))}
+. "$(dirname "$0")/common.sh"
+bench_programs fork_cost fork_cost
+cpu=$(bench_cpu)
 pin=""
 [ "$cpu" = none ] || pin="taskset -c $cpu"
-
-field() {	# field KEY LINE
-	echo "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"
-}
 
 echo "fork_cost: fork() of a process with a 1 MiB heap block, the child exiting at once; best of 5 rounds of 200${pin:+; pinned to CPU $cpu}"
 echo
@@ -29,19 +22,12 @@ echo "| --- | --- | ---: | ---: | ---: | ---: |"
 for mode in lone threads; do
 	base=""
 	for impl in glibc jemalloc mimalloc tcmalloc ucma-preload; do
-		case $impl in
-		glibc) lib="" ;;
-		jemalloc) lib=$libdir/libjemalloc.so.2 ;;
-		mimalloc) lib=$libdir/libmimalloc.so.2 ;;
-		tcmalloc) lib=$libdir/libtcmalloc_minimal.so.4 ;;
-		ucma-preload) lib=$P ;;
-		esac
-		[ -z "$lib" ] || [ -f "$lib" ] || continue
+		lib=$(bench_lib "$impl") || { echo "# $impl not found: skipped"; continue; }
 		line=$($pin env ${lib:+LD_PRELOAD="$lib"} "$W" "$mode")
 		[ -n "$line" ] || { echo "| $impl | $mode | failed |"; continue; }
 		cycle=$(field cycle_us "$line")
 		[ -n "$base" ] || base=$cycle
 		echo "| $impl | $mode | $cycle | $(field parent_us "$line") | $(field faults "$line") |" \
-			"$(awk -v a="$cycle" -v b="$base" 'BEGIN { printf "%.2f", a / b }') |"
+			"$(ratio "$cycle" "$base") |"
 	done
 done

@@ -9,14 +9,8 @@
 # a userfaultfd (root).
 #
 # SPDX-License-Identifier: MIT
-: "${top_builddir:=.}"
-W=$top_builddir/tests/bench/futex_guard_cost
-P=$(cd "$top_builddir" && pwd)/.libs/libucma-preload.so
-[ -x "$W" ] && [ -f "$P" ] || { echo "futex_guard: build $W and $P first" >&2; exit 1; }
-
-field() {	# field KEY LINE
-	echo "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"
-}
+. "$(dirname "$0")/common.sh"
+bench_programs futex_guard futex_guard_cost
 
 echo "futex_guard: ns per call, best of 5 rounds; interposed / the C library's own, same run"
 echo

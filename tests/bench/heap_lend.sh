@@ -15,13 +15,11 @@
 # (40, churn passes of the timed phase), HL_BACKING (hugetlb or shmem).
 #
 # SPDX-License-Identifier: MIT
-: "${top_builddir:=.}"
+. "$(dirname "$0")/common.sh"
 : "${HL_HEAP_MB:=192}" "${HL_CMA_MB:=128}" "${HL_ROUNDS:=20}"
 export HL_HEAP_MB HL_CMA_MB HL_ROUNDS
-W=$top_builddir/tests/bench/heap_lend_workload
-P=$(cd "$top_builddir" && pwd)/.libs/libucma-preload.so
+bench_programs heap_lend heap_lend_workload
 ARENA=$((HL_CMA_MB * 2))
-[ -x "$W" ] && [ -f "$P" ] || { echo "heap_lend: build $W and $P first" >&2; exit 1; }
 
 # The reserve: hugetlb pages as root, a shmem file otherwise.
 HP=/sys/kernel/mm/hugepages/hugepages-2048kB
@@ -48,10 +46,6 @@ hugetlb) BACK=2M ;;
 shmem) BACK=none ;;
 *) echo "heap_lend: HL_BACKING=$HL_BACKING: hugetlb or shmem" >&2; exit 1 ;;
 esac
-
-field() {	# field KEY LINE
-	echo "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"
-}
 
 echo "heap_lend: heap ${HL_HEAP_MB} MiB, arena ${ARENA} MiB, CMA area ${HL_CMA_MB} MiB" \
 	"($HL_BACKING), $HL_ROUNDS rounds of malloc(${HL_CMA_MB} MiB) = ucma_alloc of the whole area"

@@ -11,18 +11,8 @@
 # (root).
 #
 # SPDX-License-Identifier: MIT
-: "${top_builddir:=.}"
-W=$top_builddir/tests/bench/iouring_guard_cost
-P=$(cd "$top_builddir" && pwd)/.libs/libucma-preload.so
-[ -x "$W" ] && [ -f "$P" ] || { echo "iouring_guard: build $W and $P first" >&2; exit 1; }
-
-field() {	# field KEY LINE
-	echo "$2" | tr ' ' '\n' | sed -n "s/^$1=//p"
-}
-
-ratio() {	# ratio A B
-	awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'
-}
+. "$(dirname "$0")/common.sh"
+bench_programs iouring_guard iouring_guard_cost
 
 echo "iouring_guard: ns of CPU time per submission, best of 5 rounds; ring / fdinfo / no guard, same run"
 echo

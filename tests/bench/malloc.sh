@@ -38,7 +38,8 @@
 # SPDX-License-Identifier: MIT
 set -eu
 
-b=${top_builddir:-.}
+. "$(dirname "$0")/common.sh"
+b=$top_builddir
 bench=$b/tests/bench/bench_malloc
 # The direct calls (ucma, ucma-4k) need the program linked with libucma;
 # every other run uses the one that links nothing of ucma.
@@ -46,22 +47,12 @@ bench_ucma=$b/tests/bench/bench_malloc_ucma
 runs=${RUNS:-3}
 cases=${CASES:-"simple thread larson burst small small-batch mixed large prodcons realloc realloc-big mt-small mt-mixed"}
 impls=${IMPLS:-"glibc jemalloc mimalloc tcmalloc ucma ucma-preload"}
-libdir=/usr/lib/x86_64-linux-gnu
-jemalloc=${JEMALLOC_SO:-$libdir/libjemalloc.so.2}
-mimalloc=${MIMALLOC_SO:-$libdir/libmimalloc.so.2}
-tcmalloc=${TCMALLOC_SO:-$libdir/libtcmalloc_minimal.so.4}
+jemalloc=$JEMALLOC
+mimalloc=$MIMALLOC
+tcmalloc=$TCMALLOC
 metric=${METRIC:-wall}
 mt_cases="thread larson burst prodcons mt-small mt-mixed"
-cpu=${BENCH_CPU:-}
-if [ "$cpu" != none ]; then
-	if ! command -v taskset >/dev/null 2>&1; then
-		echo "# taskset not found: runs are not pinned to one CPU" >&2
-		cpu=none
-	elif [ -z "$cpu" ]; then
-		# the last CPU of this process's affinity list, e.g. "0-1" or "0,2-5"
-		cpu=$(taskset -pc $$ | sed 's/.*: //; s/.*[,-]//')
-	fi
-fi
+cpu=$(bench_cpu)
 preload=$b/.libs/libucma-preload.so
 
 for prog in "$bench" "$bench_ucma"; do
@@ -70,18 +61,6 @@ for prog in "$bench" "$bench_ucma"; do
 		exit 1
 	fi
 done
-
-# install FILE PACKAGE: make sure FILE exists, installing PACKAGE if we can
-install_lib() {
-	[ -f "$1" ] && return 0
-	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-		echo "# installing $2 for $1" >&2
-		apt-get install -y -q "$2" >/dev/null 2>&1 ||
-			{ apt-get update -q >/dev/null 2>&1 && apt-get install -y -q "$2" >/dev/null 2>&1; } ||
-			true
-	fi
-	[ -f "$1" ]
-}
 
 avail=""
 for impl in $impls; do
