@@ -95,7 +95,7 @@ static inline bool maybe_lent(uintptr_t buf, size_t len)
 /*
  * What fcntl(F_GETFL) said of each descriptor number since it was last
  * closed, replaced or given new status flags: 0 not asked, DIO_BUFFERED or
- * DIO_DIRECT.  Asking costs a system call, as much as a small read()
+ * DIO_DIRECT.  Asking is a system call, a second one beside the read
  * itself.  The answer is forgotten where a number changes
  * meaning, in the calls this library sees: close(), close_range(),
  * dup2() and dup3() (lend_guard.c), fcntl() with F_SETFL and F_DUPFD

@@ -54,8 +54,9 @@
  * malloc locks the same way.  Taking them anyway wrote every page that
  * holds one of them (a dozen of the library's pages, and liburcu's) on
  * both sides of the fork, so parent and child each took a copy-on-write
- * fault per page while the other still shared it: 64 page faults per
- * fork and wait against the C library's 22, 2.2 ms against 0.9 ms.
+ * fault per page while the other still shared it: 60-62 page faults per
+ * fork and wait against the C library's 17-19, 1.4-1.5 ms against
+ * 0.65-0.69 ms (make bench-fork, tests/bench/RESULTS.md).
  * The stages that give the child state of its own (the heap's
  * userfaultfd, its CMA areas and their copies, the statistics thread)
  * always run, and take their locks only when other threads exist

@@ -47,8 +47,8 @@ UCMA_INTERNAL extern __thread unsigned ucma_locks_held __attribute__((tls_model(
  * together in one section, a page or two, each on a cache line of its
  * own.  The release after a fork writes every page that holds one while
  * parent and child still share it: a copy-on-write fault per page on
- * each side, about 20 us each on a virtual machine, and scattered over
- * the library's data they took eight pages more than together.
+ * each side.  Gathered here, a fork and wait with a thread took 59 page
+ * faults instead of 69 (make bench-fork, tests/bench/RESULTS.md).
  */
 #define UCMA_FORK_LOCK __attribute__((section("ucma_fork_locks"), aligned(64)))
 
