@@ -33,6 +33,7 @@
 #endif
 #include "internal.h"
 #include "lock.h"
+#include "copy.h"
 #include "node.h"
 
 #include <errno.h>
@@ -161,6 +162,7 @@ enum opt_id {
 	O_COMPACT_DIRECT,
 	O_COMPACT_INTERVAL_MS,
 	O_COMPACT_PROACTIVENESS,
+	O_COPY_HELPERS,
 	O_DECAY_MS,
 	O_STATS,
 	O_STATS_FILE,
@@ -237,6 +239,11 @@ static const struct opt_def opt_table[O_NR] = {
 		NULL, OFF(compact_proactiveness), 0, "a whole number",
 		"how much free memory background compaction keeps in whole 2M blocks: 0 "
 		"compacts on demand only, 100 as much as it can" },
+	[O_COPY_HELPERS] = {
+		"copy_helpers", "UCMA_COPY_HELPERS", T_UINT, 0, "1", 0, UCMA_COPY_HELPERS_MAX, NULL,
+		OFF(copy_helpers), 0, "a whole number",
+		"threads that copy parts of a migrated object of 256K or more beside the "
+		"migrating thread, at most the allowed CPUs less one; 0: it copies alone" },
 	[O_DECAY_MS] = {
 		"decay_ms", "UCMA_DECAY_MS", T_UINT, 0, "10000", 0, 3600000, NULL,
 		OFF(decay_ms), 0, "a whole number of milliseconds",

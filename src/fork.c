@@ -18,6 +18,7 @@
  *  0. the start-up lock (a thread creating the arena finishes first);
  *  1. the compaction thread parks at the top of its loop, and every
  *     zone's compact_lock is taken (a compaction waits for grace periods);
+ *     the copy helpers hold nothing: the child forgets them (copy.c);
  *  2. the drain lock (held across grace periods) and the queue lock;
  *  3. liburcu-bp's own hooks (its grace-period and registry locks);
  *     these three come before every lock a reader inside a read-side
@@ -79,6 +80,7 @@
 #include <sys/single_threaded.h>
 #endif
 
+#include "copy.h"
 #include "memevent.h"
 #include "rcu.h"
 
@@ -92,10 +94,16 @@ struct fork_stage {
 	bool lone_skip;
 };
 
+/* A stage with nothing to do on one side. */
+static void fork_nothing(void)
+{
+}
+
 static const struct fork_stage stages[] = {
 	{ ucma_init_fork_prepare, ucma_init_fork_parent, ucma_init_fork_parent, NULL, true },
 	{ ucma_compactd_fork_prepare, ucma_compactd_fork_parent, ucma_compactd_fork_child,
 	  ucma_compactd_fork_child_unprepared, true },
+	{ fork_nothing, fork_nothing, ucma_copy_fork_child, NULL, true },
 	{ ucma_defer_fork_prepare, ucma_defer_fork_parent, ucma_defer_fork_child,
 	  ucma_defer_fork_child_unprepared, true },
 	{ ucma_rcu_fork_prepare, ucma_rcu_fork_parent, ucma_rcu_fork_child,

@@ -590,6 +590,7 @@ struct ucma_options {
 	unsigned compact_interval_ms;
 	unsigned compact_proactiveness;	/* 0..100 */
 	unsigned decay_ms;		/* NORMAL free pages go back after this */
+	unsigned copy_helpers;		/* threads helping to copy large migrated objects */
 	bool stats;			/* print the report at exit */
 	char stats_file[256];		/* "" = stderr; %p = pid */
 	int stats_shm;			/* enum ucma_shm_mode (shm_writer.h) */
@@ -649,6 +650,7 @@ enum ucma_vmstat_item {
 	UCMA_STAT_PGMIGRATE_FAIL,
 	UCMA_STAT_PGMIGRATE_POPULATED,
 	UCMA_STAT_PGMIGRATE_POPULATE_FAIL,
+	UCMA_STAT_PGMIGRATE_COPY_HELPED,
 	UCMA_STAT_CMA_ALLOC_SUCCESS,
 	UCMA_STAT_CMA_ALLOC_FAIL,
 	UCMA_STAT_CMA_RELEASE,

@@ -6,7 +6,8 @@
  *   1. compare-and-swap the entry state from 0 to MIGRATING; a pinned (or
  *      otherwise busy) object is not moved: pgmigrate_fail;
  *   2. allocate the new copy where the caller allows (struct
- *      ucma_migrate_target), copy; fresh pages for the copy are mapped
+ *      ucma_migrate_target), copy (copy.c: around the caches, large
+ *      objects with helper threads); fresh pages for the copy are mapped
  *      in one call first (zone.c, UCMA_GFP_POPULATE), and as far ahead
  *      as the caller says more copies follow (struct
  *      ucma_populate_batch);
@@ -43,6 +44,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "copy.h"
 #include "fork.h"
 #include "handle.h"
 #include "rcu.h"
@@ -221,61 +223,6 @@ void ucma_movable_storage_free(void *addr)
 /* Migration                                                                 */
 /* ------------------------------------------------------------------------ */
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#define COPY_STREAM_MIN (16u << 10)
-
-/*
- * Copy an object to its new place with non-temporal stores: the copy is
- * not read soon (it was cold where it lay, or it would not be moved), so
- * writing around the caches saves reading each destination line first
- * and evicting the program's working set.  16-byte streaming stores gave
- * 8.8 GB/s on 64 KiB objects against memcpy's 5.5-6.8 GB/s; 32-byte ones
- * took migration / memcpy in bench_zone_cma from a median of 0.78 and
- * 0.86 to 0.87 and 0.94 in two sets of alternating runs
- * (tests/bench/RESULTS.md).  Without AVX2 (x86-64 CPUs before 2013), and
- * for small or misaligned objects, memcpy.  The fence orders the
- * streaming stores before the release store that publishes the address.
- */
-__attribute__((target("avx2"))) static void copy_stream(void *dst, const void *src, size_t n)
-{
-	__m256i *d = dst;
-	const __m256i *s = src;
-	size_t blocks;
-
-	for (blocks = n / 128; blocks; blocks--, d += 4, s += 4) {
-		__m256i a = _mm256_loadu_si256(s), b = _mm256_loadu_si256(s + 1);
-		__m256i c = _mm256_loadu_si256(s + 2), e = _mm256_loadu_si256(s + 3);
-
-		_mm256_stream_si256(d, a);
-		_mm256_stream_si256(d + 1, b);
-		_mm256_stream_si256(d + 2, c);
-		_mm256_stream_si256(d + 3, e);
-	}
-	_mm_sfence();
-	memcpy(d, s, n % 128);
-}
-
-static void copy_object(void *dst, const void *src, size_t n)
-{
-	if (n >= COPY_STREAM_MIN && !((uintptr_t)dst & 31)) {
-		/* (The init is a no-op once done; needed only if a migration
-		 * ever ran before the constructors that do it.) */
-		__builtin_cpu_init();
-		if (__builtin_cpu_supports("avx2")) {
-			copy_stream(dst, src, n);
-			return;
-		}
-	}
-	memcpy(dst, src, n);
-}
-#else
-static void copy_object(void *dst, const void *src, size_t n)
-{
-	memcpy(dst, src, n);
-}
-#endif
-
 /* Take the object for moving: state 0 -> MIGRATING, waiting for pins if
  * asked (the hold itself never waits: it is taken only when free).
  * Returns true on success. */
@@ -329,7 +276,7 @@ int ucma_migrate_object(uint32_t index, void *old_addr, const struct ucma_migrat
 		ucma_count(UCMA_STAT_PGMIGRATE_FAIL, 1);
 		return UCMA_MIGRATE_NOMEM;
 	}
-	copy_object(new_addr, old_addr, size);
+	ucma_copy_object(new_addr, old_addr, size);
 	ucma_entry_set(e, new_addr, size);
 	ucma_entry_release(e);
 	ucma_defer_free(old_addr);

@@ -25,6 +25,8 @@ UCMA_SOURCES = \
 	src/handle.c \
 	src/mslab.c \
 	src/migrate.c \
+	src/copy.c \
+	src/copy.h \
 	src/cma.c \
 	src/compact.c \
 	src/compactd.c \

@@ -56,6 +56,7 @@ const char *const ucma_vmstat_names[UCMA_STAT_NR] = {
 	[UCMA_STAT_PGMIGRATE_FAIL] = "pgmigrate_fail",
 	[UCMA_STAT_PGMIGRATE_POPULATED] = "pgmigrate_populated",
 	[UCMA_STAT_PGMIGRATE_POPULATE_FAIL] = "pgmigrate_populate_fail",
+	[UCMA_STAT_PGMIGRATE_COPY_HELPED] = "pgmigrate_copy_helped_bytes",
 	[UCMA_STAT_CMA_ALLOC_SUCCESS] = "cma_alloc_success",
 	[UCMA_STAT_CMA_ALLOC_FAIL] = "cma_alloc_fail",
 	[UCMA_STAT_CMA_RELEASE] = "cma_release",

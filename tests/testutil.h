@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -237,6 +238,18 @@ static inline pid_t tu_fork(void)
 		exit(99);
 	}
 	return pid;
+}
+
+/* For ucma_os.thread_create (test builds): a thread creation that
+ * fails as one would with no memory or thread left. */
+static inline int tu_thread_create_fails(pthread_t *t, const pthread_attr_t *attr,
+					 void *(*fn)(void *), void *arg)
+{
+	(void)t;
+	(void)attr;
+	(void)fn;
+	(void)arg;
+	return EAGAIN;
 }
 
 /* The wait status of child @pid. */

@@ -90,6 +90,7 @@ struct tput_result {
 	unsigned o9_before, o9_after;
 	uint64_t grace_periods;		/* rcu_grace_periods during the run */
 	uint64_t reader_sections;	/* the reader thread's, during the run */
+	uint64_t helped;		/* bytes the copy helpers copied (UCMA_COPY_HELPERS) */
 };
 
 struct shared {
@@ -456,7 +457,7 @@ static void run_tput(void)
 	struct tput_result *r = &sh->tput[tput_with_reader];
 	struct ucma_arena *a = start_arena(false, false);
 	static const void *before[MAXMOV];
-	uint64_t t0, gp0, rs0;
+	uint64_t t0, gp0, rs0, hb0;
 	pthread_t rd;
 
 	fragment(seed0);
@@ -472,6 +473,7 @@ static void run_tput(void)
 		return;
 	}
 	gp0 = stat_of("rcu_grace_periods");
+	hb0 = stat_of("pgmigrate_copy_helped_bytes");
 	rs0 = atomic_load(&reader_sections);
 	tu_profile(true);
 	t0 = tu_now_ns();
@@ -480,6 +482,7 @@ static void run_tput(void)
 	tu_profile(false);
 	r->reader_sections = atomic_load(&reader_sections) - rs0;
 	r->grace_periods = stat_of("rcu_grace_periods") - gp0;
+	r->helped = stat_of("pgmigrate_copy_helped_bytes") - hb0;
 	if (tput_with_reader) {
 		atomic_store(&reader_stop, true);
 		pthread_join(rd, NULL);
@@ -591,6 +594,8 @@ static void print_tput(const struct tput_result *t, bool with_reader)
 	       (double)t->bytes_moved / (1 << 20), (double)t->ns / 1e6, gbs, t->memcpy_before,
 	       t->memcpy_after, fast > 0 ? gbs / fast : 0, slow > 0 ? gbs / slow : 0, t->o9_before,
 	       t->o9_after, (unsigned long long)t->grace_periods);
+	printf("; %.0f%% of the bytes copied by helper threads",
+	       t->bytes_moved ? 100.0 * (double)t->helped / (double)t->bytes_moved : 0.0);
 	if (with_reader)
 		printf("; %llu read-side sections meanwhile",
 		       (unsigned long long)t->reader_sections);

@@ -18,7 +18,9 @@
  * (UCMA_POPULATE), which separates the kernel's first-touch faults of the
  * new copies from ucma's own migration cost.
  * Then: migration throughput as a ratio of memcpy bandwidth measured in
- * the same run, and the backing and physical contiguity of the buffers.
+ * the same run, over 64 KiB objects, and over large ones with the copy
+ * helpers (UCMA_COPY_HELPERS) off and on in turn; and the backing and
+ * physical contiguity of the buffers.
  *
  * As root the CMA area is put on 2 MiB hugetlb pages reserved for the run
  * (and the pool restored); otherwise it runs on what the machine allows.
@@ -26,7 +28,9 @@
  * Environment: UCMA_BENCH_ARENA_MB (default 512), UCMA_BENCH_OPS (default
  * 400000), UCMA_BENCH_PART (the parts to run, any of "workload",
  * "throughput" and "fresh" separated by commas; default all three: one part
- * alone is what a profiler wants to look at).
+ * alone is what a profiler wants to look at), UCMA_BENCH_ZC_LARGE_KB (the
+ * large objects of the throughput part, default 1024, 64 to an eighth of
+ * the CMA area).
  *
  * SPDX-License-Identifier: MIT
  */
@@ -181,19 +185,20 @@ static void workload(int policy, int populate, size_t arena_mb, uint64_t ops, st
  * later ones show what migration itself costs. */
 #define TP_ROUNDS 7
 
-/* Fill the CMA area of the arena with 64 KiB objects, each stamped. */
-static unsigned fill_cma(ucma_handle_t *h, unsigned max)
+/* Fill the CMA area of the arena with objects of @obj bytes, each
+ * stamped. */
+static unsigned fill_cma(ucma_handle_t *h, unsigned max, size_t obj)
 {
 	unsigned n = 0;
 
 	while (n < max) {
-		ucma_handle_t x = ucma_halloc(65536, 0);
+		ucma_handle_t x = ucma_halloc(obj, 0);
 		void *p;
 
 		if (!x)
 			break;
 		p = ucma_pin(x, 0);
-		memset(p, (int)n, 65536);
+		memset(p, (int)n, obj);
 		ucma_unpin(x);
 		h[n++] = x;
 	}
@@ -201,11 +206,12 @@ static unsigned fill_cma(ucma_handle_t *h, unsigned max)
 }
 
 /* Every object still holds its stamp after being moved. */
-static bool stamps_intact(const ucma_handle_t *h, unsigned n)
+static bool stamps_intact(const ucma_handle_t *h, unsigned n, size_t obj)
 {
 	for (unsigned i = 0; i < n; i++) {
 		const unsigned char *p = ucma_pin(h[i], 0);
-		bool ok = p && p[0] == (unsigned char)i && p[65535] == (unsigned char)i;
+		bool ok = p && p[0] == (unsigned char)i && p[obj / 2] == (unsigned char)i &&
+			  p[obj - 1] == (unsigned char)i;
 
 		ucma_unpin(h[i]);
 		if (!ok)
@@ -222,12 +228,78 @@ static int cmp_double(const void *x, const void *y)
 }
 
 /*
- * Migration throughput vs memcpy, in one process: TP_ROUNDS times, fill
- * the CMA area with 64 KiB objects, take half of it with one ucma_alloc()
- * (every object there is migrated to the NORMAL zone), then memcpy() as
- * many bytes between two warmed buffers, right after, so both see the same
- * machine (the fastest of three copies); release and free everything.  Printed: every round's ratio, the
- * first and the median of the others.
+ * One round of the throughput measurement: fill the CMA area with
+ * objects of @obj bytes, take half of it with one ucma_alloc() (every
+ * object there is migrated to the NORMAL zone), then memcpy() as many
+ * bytes between two warmed buffers, right after, so both see the same
+ * machine (the fastest of three copies); release and free everything.
+ * Returns migration / memcpy, or exits when ucma_alloc() fails.
+ */
+static double tp_round(int r, const char *what, size_t cma, size_t obj, ucma_handle_t *h,
+		       unsigned max, char *src, char *dst)
+{
+	double mig_gbs, memcpy_gbs = 0, ratio;
+	uint64_t m0, m1, hb0, hb1, t0, t1;
+	size_t moved;
+	unsigned n;
+	void *b;
+
+	n = fill_cma(h, max, obj);
+	ucma_stat("pgmigrate_success", &m0);
+	ucma_stat("pgmigrate_copy_helped_bytes", &hb0);
+	t0 = tu_now_ns();
+	b = ucma_alloc(cma / 2, 0, 0);
+	t1 = tu_now_ns();
+	ucma_stat("pgmigrate_success", &m1);
+	ucma_stat("pgmigrate_copy_helped_bytes", &hb1);
+	if (!b) {
+		/* A failed call moved objects in vain: no throughput. */
+		printf("round %d: ucma_alloc(%zu MiB) over %u live %zu KiB objects failed: %s "
+		       "(%llu objects moved first); no throughput measured\n",
+		       r, (cma / 2) >> 20, n, obj >> 10, strerror(errno),
+		       (unsigned long long)(m1 - m0));
+		exit(1);
+	}
+	moved = (size_t)(m1 - m0) * obj;
+	mig_gbs = (double)moved / (double)(t1 - t0);
+	/* The best of three: a copy that lost the CPU for a moment must not
+	 * make migration look faster than it is. */
+	for (int k = 0; k < 3; k++) {
+		double gbs;
+
+		t0 = tu_now_ns();
+		memcpy(dst, src, cma / 2);
+		t1 = tu_now_ns();
+		gbs = (double)(cma / 2) / (double)(t1 - t0);
+		if (gbs > memcpy_gbs)
+			memcpy_gbs = gbs;
+	}
+	ratio = mig_gbs / memcpy_gbs;
+	printf("round %d%s: %zu MiB moved: %.2f GB/s; memcpy %.2f GB/s; ratio %.2f; %.0f%% "
+	       "copied by helpers; data %s\n",
+	       r, what, moved >> 20, mig_gbs, memcpy_gbs, ratio,
+	       moved ? 100.0 * (double)(hb1 - hb0) / (double)moved : 0.0,
+	       stamps_intact(h, n, obj) ? "intact" : "CORRUPTED");
+	ucma_release(b);
+	for (unsigned i = 0; i < n; i++)
+		ucma_hfree(h[i]);
+	/* The old copies' space is free only after a grace period. */
+	ucma_compact(UCMA_COMPACT_SYNC_FULL);
+	return ratio;
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(double), cmp_double);
+	return v[(n - 1) / 2];
+}
+
+/*
+ * Migration throughput vs memcpy, in one process: TP_ROUNDS rounds over
+ * 64 KiB objects (the first reported apart, the goal judged on the
+ * median of the others); then rounds over large objects (1 MiB, or
+ * UCMA_BENCH_ZC_LARGE_KB) that alternate the copy helpers off and on
+ * (UCMA_COPY_HELPERS), so that both see the same machine.
  */
 static void throughput(size_t arena_mb)
 {
@@ -239,76 +311,50 @@ static void throughput(size_t arena_mb)
 		 * touch is not counted as migration cost. */
 		.populate = 1,
 	};
-	size_t cma = (arena_mb / 2) << 20, moved;
-	unsigned max = (unsigned)(cma / 65536), n;
-	double ratio[TP_ROUNDS], later[TP_ROUNDS], mig_gbs, memcpy_gbs;
+	const char *e = getenv("UCMA_BENCH_ZC_LARGE_KB");
+	size_t cma = (arena_mb / 2) << 20, large = (e ? strtoul(e, NULL, 10) : 1024) << 10;
+	unsigned max = (unsigned)(cma / 65536), helpers;
+	double ratio[TP_ROUNDS], off[TP_ROUNDS], on[TP_ROUNDS];
 	ucma_handle_t *h;
-	uint64_t m0, m1, t0, t1;
 	char *src, *dst;
-	void *b;
 
 	if (ucma_init(&cfg) != 0)
 		exit(1);
+	helpers = ucma_opt.copy_helpers;
 	h = calloc(max, sizeof(*h));
 	src = malloc(cma / 2);
 	dst = malloc(cma / 2);
-	if (!h || !src || !dst)
+	if (!h || !src || !dst || large < 65536 || large > cma / 8)
 		exit(1);
 	memset(src, 1, cma / 2);
 	memset(dst, 2, cma / 2);
 	printf("\nmigration: %u rounds of ucma_alloc(%zu MiB) over a CMA area full of 64 KiB "
 	       "objects, each followed by the fastest of three memcpy() of as many bytes\n",
 	       TP_ROUNDS, (cma / 2) >> 20);
-	for (int r = 0; r < TP_ROUNDS; r++) {
-		n = fill_cma(h, max);
-		ucma_stat("pgmigrate_success", &m0);
-		t0 = tu_now_ns();
-		b = ucma_alloc(cma / 2, 0, 0);
-		t1 = tu_now_ns();
-		ucma_stat("pgmigrate_success", &m1);
-		if (!b) {
-			/* A failed call moved objects in vain: no throughput. */
-			printf("round %d: ucma_alloc(%zu MiB) over %u live 64 KiB objects failed: "
-			       "%s (%llu objects moved first); no throughput measured\n",
-			       r + 1, (cma / 2) >> 20, n, strerror(errno),
-			       (unsigned long long)(m1 - m0));
-			exit(1);
-		}
-		moved = (size_t)(m1 - m0) * 65536;
-		mig_gbs = (double)moved / (double)(t1 - t0);
-		/* The best of three: a copy that lost the CPU for a moment
-		 * must not make migration look faster than it is. */
-		memcpy_gbs = 0;
-		for (int k = 0; k < 3; k++) {
-			double gbs;
-
-			t0 = tu_now_ns();
-			memcpy(dst, src, cma / 2);
-			t1 = tu_now_ns();
-			gbs = (double)(cma / 2) / (double)(t1 - t0);
-			if (gbs > memcpy_gbs)
-				memcpy_gbs = gbs;
-		}
-		ratio[r] = mig_gbs / memcpy_gbs;
-		printf("round %d: %zu MiB moved: %.2f GB/s; memcpy %.2f GB/s; ratio %.2f; data %s\n",
-		       r + 1, moved >> 20, mig_gbs, memcpy_gbs, ratio[r],
-		       stamps_intact(h, n) ? "intact" : "CORRUPTED");
-		ucma_release(b);
-		for (unsigned i = 0; i < n; i++)
-			ucma_hfree(h[i]);
-		/* The old copies' space is free only after a grace period. */
-		ucma_compact(UCMA_COMPACT_SYNC_FULL);
-	}
-	memcpy(later, ratio + 1, (TP_ROUNDS - 1) * sizeof(double));
-	qsort(later, TP_ROUNDS - 1, sizeof(double), cmp_double);
+	for (int r = 0; r < TP_ROUNDS; r++)
+		ratio[r] = tp_round(r + 1, "", cma, 65536, h, max, src, dst);
 	printf("migration / memcpy: first round %.2f, median of rounds 2-%d %.2f (goal 0.8)\n",
-	       ratio[0], TP_ROUNDS, later[(TP_ROUNDS - 1) / 2]);
+	       ratio[0], TP_ROUNDS, median(ratio + 1, TP_ROUNDS - 1));
 	printf("(arena prefaulted; ucma_alloc's time includes isolating, scanning, allocating the "
 	       "new copies and an RCU grace period; the first round also pays the kernel's first "
 	       "touch of destination pages)\n");
+	printf("\nmigration of %zu KiB objects, the same rounds, copy helpers off and on in turn "
+	       "(UCMA_COPY_HELPERS %u)\n",
+	       large >> 10, helpers);
+	for (int r = 0; r < TP_ROUNDS; r++) {
+		ucma_opt.copy_helpers = 0;
+		off[r] = tp_round(r + 1, ", helpers off", cma, large, h, (unsigned)(cma / large),
+				  src, dst);
+		ucma_opt.copy_helpers = helpers;
+		on[r] = tp_round(r + 1, ", helpers on", cma, large, h, (unsigned)(cma / large),
+				 src, dst);
+	}
+	printf("migration / memcpy of %zu KiB objects, median of rounds 2-%d: helpers off %.2f, "
+	       "on %.2f\n",
+	       large >> 10, TP_ROUNDS, median(off + 1, TP_ROUNDS - 1),
+	       median(on + 1, TP_ROUNDS - 1));
 	free(src);
 	free(dst);
-	free(h);
 }
 
 /* Rounds of the fresh-destination measurement, alternating the two ways. */

@@ -275,15 +275,6 @@ static void test_compact_off(void)
 	   status);
 }
 
-static int fail_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
-{
-	(void)t;
-	(void)attr;
-	(void)fn;
-	(void)arg;
-	return EAGAIN;
-}
-
 /* In a forked child: no thread there, and creating one fails. */
 static void test_create_fails(void)
 {
@@ -305,7 +296,7 @@ static void test_create_fails(void)
 		dup2(pipefd[1], 2);
 		if (ucma_compactd_running() || count_threads() != 1)
 			bad |= 1;
-		ucma_os.thread_create = fail_create;
+		ucma_os.thread_create = tu_thread_create_fails;
 		for (int i = 0; i < 3; i++) {
 			ucma_handle_t x = ucma_halloc(5000, 0);
 

@@ -196,7 +196,8 @@ static void test_defaults(void)
 	   def.compact_direct && !def.stats && !def.verbose,
 	   "defaults: booleans");
 	ok(def.compact_interval_ms == 500 && def.compact_proactiveness == 20 &&
-	   def.decay_ms == 10000 && def.preload_contig_min == 0 && def.stats_file[0] == '\0',
+	   def.decay_ms == 10000 && def.preload_contig_min == 0 && def.stats_file[0] == '\0' &&
+	   def.copy_helpers == 1,
 	   "defaults: numbers and stats file");
 
 	clear_env();
@@ -372,6 +373,11 @@ static void test_numbers(void)
 	GOOD("UCMA_COMPACT_PROACTIVENESS", "100", o.compact_proactiveness == 100);
 	BAD("UCMA_COMPACT_PROACTIVENESS", "101", o.compact_proactiveness == 20,
 	    "out of range (accepted: 0 to 100); using 20");
+	GOOD("UCMA_COPY_HELPERS", "0", o.copy_helpers == 0);
+	GOOD("UCMA_COPY_HELPERS", "8", o.copy_helpers == 8);
+	BAD("UCMA_COPY_HELPERS", "9", o.copy_helpers == 1,
+	    "out of range (accepted: 0 to 8); using 1");
+	BAD("UCMA_COPY_HELPERS", "two", o.copy_helpers == 1, "bad number");
 	GOOD("UCMA_DECAY_MS", "0", o.decay_ms == 0);
 	BAD("UCMA_DECAY_MS", "", o.decay_ms == 10000, "empty value");
 
@@ -706,7 +712,8 @@ static void test_print(void)
 	cap_begin();
 	ucma_options_print(STDERR_FILENO, &o);
 	cap_end();
-	ok(nlines == 20 && strstr(out, "ucma: UCMA_ARENA_SIZE=1G\n") &&
+	ok(nlines == 21 && strstr(out, "ucma: UCMA_ARENA_SIZE=1G\n") &&
+	   strstr(out, "ucma: UCMA_COPY_HELPERS=1\n") &&
 	   strstr(out, "ucma: UCMA_CMA_AREAS=default:256M\n") &&
 	   strstr(out, "ucma: UCMA_HUGEPAGES_NORMAL=thp\n") &&
 	   strstr(out, "ucma: UCMA_STATS_FILE=''\n") &&
@@ -715,7 +722,7 @@ static void test_print(void)
 	cap_begin();
 	ucma_options_describe(STDERR_FILENO);
 	cap_end();
-	ok(nlines == 3 * 20 && strstr(out, "UCMA_ARENA_SIZE, UCMA_CONF key arena, default 1G, "
+	ok(nlines == 3 * 21 && strstr(out, "UCMA_ARENA_SIZE, UCMA_CONF key arena, default 1G, "
 					   "8M to 1T, rounded up to 2M\n    size of the arena") &&
 	   strstr(out, "UCMA_CMA_AREAS, UCMA_CONF key cma_areas, default none") &&
 	   strstr(out, "UCMA_STATS_FILE, UCMA_CONF key stats_file, default empty\n"),

@@ -51,3 +51,10 @@ check_PROGRAMS += tests/unit/test_populate
 TESTS += tests/unit/test_populate
 tests_unit_test_populate_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_populate_LDADD = $(TEST_LDADD)
+
+## The copy of migrated objects with helper threads (copy.c): every size
+## and alignment, threads at once, migration, fork, no helper.
+check_PROGRAMS += tests/unit/test_copy
+TESTS += tests/unit/test_copy
+tests_unit_test_copy_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_copy_LDADD = $(TEST_LDADD)

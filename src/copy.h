@@ -1,0 +1,51 @@
+/*
+ * copy.h - copying a migrated object to its new place (copy.c): around
+ * the caches, and for a large object with helper threads copying parts
+ * of it beside the migrating thread.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef UCMA_COPY_H
+#define UCMA_COPY_H
+
+#include "internal.h"
+
+/*
+ * Objects from UCMA_COPY_SPLIT_MIN are split into pieces of at least
+ * UCMA_COPY_PIECE that the helper threads (UCMA_COPY_HELPERS) copy beside
+ * the caller; smaller ones are copied by the caller alone (copy.c says
+ * why).
+ */
+#define UCMA_COPY_PIECE		(16u << 10)
+#define UCMA_COPY_SPLIT_MIN	(256u << 10)
+/* Most helper threads a process may have. */
+#define UCMA_COPY_HELPERS_MAX	8u
+
+/*
+ * ucma_copy_object() - copy @n bytes from @src to @dst, which do not
+ * overlap, for a migration: nobody writes @src meanwhile (the object is
+ * held MIGRATING) and nobody reads @dst before the caller publishes it
+ * (with a release store: every store of the copy, the helpers' too, is
+ * ordered before it).  Never fails: a copy that finds no helper (none
+ * configured or started, another migration has them, a fork took them
+ * away) is made by the caller alone.
+ *
+ * Locking: none taken.  One copy at a time has the helpers: a flag taken
+ * with a compare-and-swap, never waited for.
+ */
+UCMA_INTERNAL void ucma_copy_object(void *dst, const void *src, size_t n);
+
+/* fork.c's stage: the child has no helper threads; it starts its own
+ * on demand. */
+UCMA_INTERNAL void ucma_copy_fork_child(void);
+
+/* How many helper threads run now. */
+UCMA_INTERNAL unsigned ucma_copy_helpers_running(void);
+
+#ifdef UCMA_TEST_HOOKS
+/* Test builds: a helper sleeps this long before each piece it copies, so
+ * that an owner that did not wait for its helpers would be caught. */
+UCMA_INTERNAL extern _Atomic uint64_t ucma_copy_test_helper_delay_ns;
+#endif
+
+#endif

@@ -1,0 +1,390 @@
+/*
+ * test_copy.c - the copy of a migrated object with helper threads
+ * (copy.c).
+ *
+ * Copies of sizes around every edge (the split threshold, a piece, the
+ * streaming threshold) to aligned and misaligned places arrive whole;
+ * the helpers copy part of large ones (pgmigrate_copy_helped_bytes),
+ * and the copy is whole when it returns even when they are slow;
+ * four threads copying at once, each checking its data, while only one
+ * of them at a time has the helpers; migration of large movable objects
+ * out of the CMA area by ucma_alloc() keeps every byte; a child of fork()
+ * has no helpers, starts its own and copies correctly, also when a
+ * thread of the parent was in the middle of a copy at the fork; one
+ * allowed CPU, UCMA_COPY_HELPERS=0 and a failing thread creation all
+ * leave the copy to the caller, and correct.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#define _GNU_SOURCE 1
+#include "internal.h"
+#include "copy.h"
+#include "tap.h"
+#include "testutil.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#define ARENA (256u << 20)
+#define CMA   (128u << 20)
+#define BUF   (17u << 20)	/* largest copy, plus room for offsets */
+
+/*
+ * ThreadSanitizer cannot follow threads created in the child of a
+ * multi-threaded process: under it, the children that would start
+ * helpers are not made.
+ */
+#ifdef UCMA_TSAN
+static const bool under_tsan = true;
+#else
+static const bool under_tsan = false;
+#endif
+
+static unsigned cpus;
+static const struct ucma_config cfg = {
+	.arena_size = ARENA,
+	.cma_size = CMA,
+	.hugepages = UCMA_BACKING_NONE,
+};
+
+/* In a child that runs before the test's own start-up. */
+static void init(void)
+{
+	if (ucma_init(&cfg) != 0)
+		bail_out("ucma_init: %s", strerror(errno));
+}
+
+static uint64_t helped(void)
+{
+	uint64_t v = 0;
+
+	ucma_stat("pgmigrate_copy_helped_bytes", &v);
+	return v;
+}
+
+static void *map(size_t n)
+{
+	void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		bail_out("mmap of %zu bytes: %s", n, strerror(errno));
+	return p;
+}
+
+/*
+ * Copy @n bytes from @src + @soff to @dst + @doff, the bytes around the
+ * destination holding a guard pattern; true when the copy is exact and
+ * no byte outside it changed.
+ */
+static bool copy_checked(char *dst, const char *src, size_t n, size_t doff, size_t soff,
+			 uint64_t seed)
+{
+	const size_t guard = 4096;
+
+	tu_fill((char *)src + soff, n, seed);
+	memset(dst + doff - guard, 0xa5, guard);
+	memset(dst + doff + n, 0x5a, guard);
+	ucma_copy_object(dst + doff, src + soff, n);
+	for (size_t i = 0; i < guard; i++)
+		if ((unsigned char)dst[doff - guard + i] != 0xa5 ||
+		    (unsigned char)dst[doff + n + i] != 0x5a)
+			return false;
+	return tu_check(dst + doff, n, seed) && memcmp(dst + doff, src + soff, n) == 0;
+}
+
+static void test_sizes(void)
+{
+	static const size_t sizes[] = {
+		1, 127, 128, 4095, (16u << 10) - 1, 16u << 10, (16u << 10) + 1,
+		UCMA_COPY_SPLIT_MIN - 1, UCMA_COPY_SPLIT_MIN, UCMA_COPY_SPLIT_MIN + 1,
+		UCMA_COPY_SPLIT_MIN + UCMA_COPY_PIECE - 1, 77u << 10, (1u << 20) + 37,
+		4u << 20, 16u << 20,
+	};
+	static const size_t doffs[] = { 4096, 4096 + 8, 4096 + 32, 4096 + 4095 };
+	char *src = map(BUF), *dst = map(BUF);
+	uint64_t h0 = helped(), seed = 1;
+	int bad = 0, cases = 0;
+
+	for (size_t i = 0; i < UCMA_ARRAY_SIZE(sizes); i++)
+		for (size_t j = 0; j < UCMA_ARRAY_SIZE(doffs); j++) {
+			size_t soff = (j * 24) % 64;
+
+			cases++;
+			if (!copy_checked(dst, src, sizes[i], doffs[j], soff, seed++)) {
+				diag("copy of %zu bytes to offset %zu from offset %zu is wrong",
+				     sizes[i], doffs[j], soff);
+				bad++;
+			}
+		}
+	ok(bad == 0, "%d copies of 1 byte to 16 MiB, aligned and not, arrive whole and touch "
+		     "nothing around them", cases);
+	if (cpus > 1) {
+		ok(ucma_copy_helpers_running() == 1,
+		   "one helper thread runs by default (%u allowed CPUs)", cpus);
+		ok(helped() > h0, "the helper copied %llu of the bytes",
+		   (unsigned long long)(helped() - h0));
+	} else {
+		ok(ucma_copy_helpers_running() == 0, "no helper with one allowed CPU");
+		skip(1, "one allowed CPU: no helper to copy anything");
+	}
+	munmap(src, BUF);
+	munmap(dst, BUF);
+}
+
+/*
+ * The helpers slowed down (2 ms before each piece): the owner must wait
+ * for the pieces they took, and the copy is whole when it returns.  The
+ * last bytes are checked first, right after the return.
+ */
+static void test_slow_helper(void)
+{
+	char *src = map(BUF), *dst = map(BUF);
+	uint64_t h0 = helped();
+	int bad = 0;
+
+	atomic_store(&ucma_copy_test_helper_delay_ns, 2000000);
+	for (int r = 0; r < 10; r++) {
+		size_t n = (1u << 20) + (size_t)r * 4096;
+
+		tu_fill(src, n, (uint64_t)r + 50);
+		memset(dst, 0, n);
+		ucma_copy_object(dst, src, n);
+		if (memcmp(dst, src, n) != 0)
+			bad++;
+	}
+	atomic_store(&ucma_copy_test_helper_delay_ns, 0);
+	ok(bad == 0, "a slow helper: every copy whole when it returns (%d of 10 not)", bad);
+	if (cpus > 1)
+		ok(helped() > h0, "the slow helper took pieces (%llu bytes)",
+		   (unsigned long long)(helped() - h0));
+	else
+		skip(1, "one allowed CPU");
+	munmap(src, BUF);
+	munmap(dst, BUF);
+}
+
+struct copier {
+	unsigned id;
+	int rounds;
+	int bad;
+};
+
+static void *copier_main(void *arg)
+{
+	struct copier *c = arg;
+	char *src = map(4u << 20), *dst = map(4u << 20);
+	uint64_t seed = 1000u * c->id;
+
+	for (int r = 0; r < c->rounds; r++) {
+		size_t n = UCMA_COPY_SPLIT_MIN + (size_t)(tu_rand(&seed) % ((3u << 20) - 64));
+
+		if (!copy_checked(dst, src, n, 4096 + 32 * (r % 3), (size_t)r % 7, seed))
+			c->bad++;
+	}
+	munmap(src, 4u << 20);
+	munmap(dst, 4u << 20);
+	return NULL;
+}
+
+static void test_threads(void)
+{
+	struct copier c[4];
+	pthread_t t[4];
+	int bad = 0;
+
+	for (unsigned i = 0; i < 4; i++) {
+		c[i] = (struct copier){ i + 1, 100, 0 };
+		if (pthread_create(&t[i], NULL, copier_main, &c[i]) != 0)
+			bail_out("pthread_create: %s", strerror(errno));
+	}
+	for (unsigned i = 0; i < 4; i++) {
+		pthread_join(t[i], NULL);
+		bad += c[i].bad;
+	}
+	ok(bad == 0, "four threads copying 256 KiB-3 MiB at once, 400 copies: %d wrong", bad);
+}
+
+/* Movable objects of 64 KiB to 2 MiB in the CMA area, moved out of it by
+ * a contiguous allocation of the whole area. */
+static void test_migration(void)
+{
+	enum { MAX = 1024 };
+	static ucma_handle_t h[MAX];
+	static uint32_t sz[MAX];
+	uint64_t seed = 7, h0, m0, m1;
+	int n = 0, bad = 0;
+	void *buf;
+
+	ucma_stat("pgmigrate_success", &m0);
+	h0 = helped();
+	while (n < MAX) {
+		uint32_t s = (64u << 10) << (tu_rand(&seed) % 6);
+		ucma_handle_t x = ucma_halloc(s + (uint32_t)(tu_rand(&seed) % 4096), 0);
+		void *p;
+
+		if (!x)
+			break;
+		sz[n] = (uint32_t)ucma_hsize(x);
+		p = ucma_pin(x, 0);
+		tu_fill(p, sz[n], (uint64_t)n);
+		ucma_unpin(x);
+		h[n++] = x;
+	}
+	/* Free every other one, so that the rest fits outside the area. */
+	for (int i = 0; i < n; i += 2) {
+		ucma_hfree(h[i]);
+		h[i] = 0;
+	}
+	ucma_defer_drain();
+	buf = ucma_alloc(CMA / 2, 0, 0);
+	ucma_stat("pgmigrate_success", &m1);
+	ok(buf != NULL, "ucma_alloc() of half the CMA area among %d large objects (%s)", n,
+	   buf ? "ok" : strerror(errno));
+	ok(m1 > m0, "it moved %llu objects", (unsigned long long)(m1 - m0));
+	ucma_read_lock();
+	for (int i = 0; i < n; i++)
+		if (h[i] && !tu_check(ucma_deref(h[i]), sz[i], (uint64_t)i))
+			bad++;
+	ucma_read_unlock();
+	ok(bad == 0, "every byte of every object arrived (%d objects wrong)", bad);
+	if (cpus > 1)
+		ok(helped() > h0, "the helper copied %llu bytes of the moves",
+		   (unsigned long long)(helped() - h0));
+	else
+		skip(1, "one allowed CPU");
+	if (buf)
+		ucma_release(buf);
+	for (int i = 0; i < n; i++)
+		if (h[i])
+			ucma_hfree(h[i]);
+	ucma_defer_drain();
+}
+
+/* In a child of fork(): the helpers are gone, come back, and copy. */
+static void child_copies(void)
+{
+	char *src = map(BUF), *dst = map(BUF);
+	uint64_t h0 = helped();
+	bool good = true;
+
+	ok(ucma_copy_helpers_running() == 0, "the child of fork() starts with no helper");
+	for (int r = 0; r < 8; r++)
+		good &= copy_checked(dst, src, (2u << 20) + (size_t)r * 4096, 4096, 0, (uint64_t)r);
+	ok(good, "the child's copies arrive whole");
+	if (cpus > 1) {
+		ok(ucma_copy_helpers_running() == 1, "the child started its own helper");
+		ok(helped() > h0, "which copied %llu bytes", (unsigned long long)(helped() - h0));
+	} else {
+		skip(2, "one allowed CPU");
+	}
+}
+
+static _Atomic int copying_stop;
+
+static void *busy_copier(void *arg)
+{
+	char *src = map(8u << 20), *dst = map(8u << 20);
+
+	(void)arg;
+	while (!atomic_load(&copying_stop))
+		ucma_copy_object(dst, src, 8u << 20);
+	munmap(src, 8u << 20);
+	munmap(dst, 8u << 20);
+	return NULL;
+}
+
+static void test_fork(void)
+{
+	pthread_t t;
+	int forks = 0;
+
+	if (under_tsan) {
+		skip(4, "ThreadSanitizer: no threads in the children of a threaded process");
+		return;
+	}
+	tap_in_child("fork after copies", child_copies, NULL);
+	/* Forks while another thread copies: its job may be open at the
+	 * fork; the child's helpers must not copy by it, and the child
+	 * must have the job for itself. */
+	atomic_store(&copying_stop, 0);
+	if (pthread_create(&t, NULL, busy_copier, NULL) != 0)
+		bail_out("pthread_create: %s", strerror(errno));
+	for (int i = 0; i < 12; i++) {
+		struct timespec ts = { 0, 300000 };
+
+		nanosleep(&ts, NULL);
+		tap_in_child("fork while a thread copies", child_copies, NULL);
+		forks++;
+	}
+	atomic_store(&copying_stop, 1);
+	pthread_join(t, NULL);
+	diag("%d forks while a thread copied", forks);
+}
+
+/* In a child with no helper to be had: copies by the caller alone,
+ * and correct. */
+static void copies_alone(const char *why)
+{
+	char *src = map(BUF), *dst = map(BUF);
+	uint64_t h0 = helped();
+	bool good = true;
+
+	for (int r = 0; r < 5; r++)
+		good &= copy_checked(dst, src, 4u << 20, 4096, 0, (uint64_t)r);
+	ok(good && ucma_copy_helpers_running() == 0 && helped() == h0,
+	   "%s: no helper, the caller copies alone, correctly", why);
+}
+
+static void one_cpu(void)
+{
+	cpu_set_t set;
+
+	init();
+	CPU_ZERO(&set);
+	CPU_SET(sched_getcpu() < 0 ? 0 : sched_getcpu(), &set);
+	if (sched_setaffinity(0, sizeof(set), &set) != 0)
+		bail_out("sched_setaffinity: %s", strerror(errno));
+	copies_alone("one allowed CPU");
+}
+
+static void no_helpers(void)
+{
+	init();
+	ucma_opt.copy_helpers = 0;
+	copies_alone("copy_helpers 0");
+}
+
+/* Thread creation fails: a message, and the caller copies alone. */
+static void create_fails(void)
+{
+	init();
+	ucma_os.thread_create = tu_thread_create_fails;
+	copies_alone("no thread can be made");
+}
+
+int main(void)
+{
+	cpu_set_t set;
+
+	tu_clear_env();
+	plan_no_plan();
+	if (sched_getaffinity(0, sizeof(set), &set) != 0)
+		bail_out("sched_getaffinity: %s", strerror(errno));
+	cpus = (unsigned)CPU_COUNT(&set);
+	/* Before any copy, so these children start their helpers themselves. */
+	tap_in_child("one allowed CPU", one_cpu, NULL);
+	tap_in_child("no helpers", no_helpers, NULL);
+	tap_in_child("thread creation fails", create_fails, NULL);
+	init();
+	ok(ucma_opt.copy_helpers == 1, "UCMA_COPY_HELPERS defaults to 1");
+	test_sizes();
+	test_slow_helper();
+	test_threads();
+	test_migration();
+	test_fork();
+	return done();
+}
