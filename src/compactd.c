@@ -59,11 +59,7 @@
 #include "fork.h"
 
 #include <errno.h>
-#include <limits.h>
-#include <linux/futex.h>
-#include <signal.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -93,20 +89,10 @@ static struct {
 	unsigned cycle_score[UCMA_ZONE_NR];	/* score when the current cycle began; 0: none */
 } kcd UCMA_FORK_LOCK = { .lock = PTHREAD_MUTEX_INITIALIZER };
 
-static void futex_wait(void *word, uint32_t val, const struct timespec *ts)
-{
-	syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, val, ts, NULL, 0);
-}
-
-static void futex_wake(void *word)
-{
-	syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
-}
-
 static void kick(void)
 {
 	atomic_fetch_add(&kcd.wake_seq, 1);
-	futex_wake(&kcd.wake_seq);
+	ucma_futex_wake_all(&kcd.wake_seq);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -205,8 +191,8 @@ static bool park_point(void)
 		if (!atomic_load(&kcd.park))
 			break;	/* unparked between the two loads */
 		atomic_store(&kcd.parked_seq, seq);
-		futex_wake(&kcd.parked_seq);
-		futex_wait(&kcd.park_seq, seq, &recheck);
+		ucma_futex_wake_all(&kcd.parked_seq);
+		ucma_futex_wait(&kcd.park_seq, seq, &recheck);
 	}
 	return atomic_load(&kcd.stop) != 0;
 }
@@ -216,7 +202,7 @@ static void unpark(void)
 {
 	atomic_store(&kcd.park, 0);
 	atomic_fetch_add(&kcd.park_seq, 1);
-	futex_wake(&kcd.park_seq);
+	ucma_futex_wake_all(&kcd.park_seq);
 }
 
 static void *kcompactd_main(void *arg)
@@ -235,7 +221,7 @@ static void *kcompactd_main(void *arg)
 			ts.tv_sec = (time_t)(ms / 1000);
 			ts.tv_nsec = (long)(ms % 1000) * 1000000L;
 
-			futex_wait(&kcd.wake_seq, seq, &ts);
+			ucma_futex_wait(&kcd.wake_seq, seq, &ts);
 		}
 		if (park_point())
 			break;
@@ -261,13 +247,13 @@ void ucma_compactd_fork_prepare(void)
 
 		atomic_store(&kcd.park, 1);
 		kick();
-		futex_wake(&kcd.park_seq);	/* a thread still parked from before */
+		ucma_futex_wake_all(&kcd.park_seq);	/* a thread still parked from before */
 		for (;;) {
 			uint32_t parked = atomic_load(&kcd.parked_seq);
 
 			if (parked == seq)
 				break;
-			futex_wait(&kcd.parked_seq, parked, NULL);
+			ucma_futex_wait(&kcd.parked_seq, parked, NULL);
 		}
 	}
 	fork_arena = ucma_arena_peek();
@@ -338,7 +324,6 @@ void ucma_compactd_fork_child_unprepared(void)
 
 static void start_slow(void)
 {
-	sigset_t all, old;
 	int rc;
 
 	if (!ucma_arena_peek())
@@ -355,11 +340,7 @@ static void start_slow(void)
 		goto out;
 	atomic_store(&kcd.park, 0);
 	atomic_store(&kcd.stop, 0);
-	/* Signals are the application's business: none lands on this thread. */
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	rc = ucma_os.thread_create(&kcd.thread, NULL, kcompactd_main, NULL);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	rc = ucma_thread_start(&kcd.thread, NULL, kcompactd_main);
 	if (rc != 0) {
 		atomic_store(&kcd.state, KCD_FAILED);
 		ucma_log("cannot start the background compaction thread (%s); compacting on "
@@ -410,7 +391,7 @@ void ucma_compactd_stop(void)
 		atomic_store(&kcd.park, 1);
 		kick();
 		atomic_fetch_add(&kcd.park_seq, 1);	/* wakes a parked thread */
-		futex_wake(&kcd.park_seq);
+		ucma_futex_wake_all(&kcd.park_seq);
 		pthread_join(kcd.thread, NULL);
 		atomic_store(&kcd.stop, 0);
 		atomic_store(&kcd.park, 0);

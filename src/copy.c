@@ -60,15 +60,12 @@
  * SPDX-License-Identifier: MIT
  */
 #include "copy.h"
+#include "lock.h"
 
 #include <errno.h>
-#include <limits.h>
-#include <linux/futex.h>
 #include <pthread.h>
 #include <sched.h>
-#include <signal.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -194,25 +191,6 @@ static size_t copy_nth(char *dst, const char *src, size_t n, size_t piece, uint3
 /* Helper threads                                                            */
 /* ------------------------------------------------------------------------ */
 
-static void futex_wait(_Atomic uint32_t *word, uint32_t val)
-{
-	syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, val, NULL, NULL, 0);
-}
-
-static void futex_wake(_Atomic uint32_t *word)
-{
-	syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
-}
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-	__builtin_ia32_pause();
-#elif defined(__aarch64__)
-	__asm__ __volatile__("yield");
-#endif
-}
-
 /*
  * Take and copy the pieces of the open job that are left.  What this
  * helper finished is told once, when it finds none left: the owner waits
@@ -276,7 +254,7 @@ static void *helper_main(void *arg)
 				idle_since = 0;
 				continue;
 			}
-			cpu_relax();
+			ucma_cpu_relax();
 			if (++spins % 64)
 				continue;
 			if (!idle_since)
@@ -291,45 +269,32 @@ static void *helper_main(void *arg)
 		atomic_fetch_add(&job.sleepers, 1);
 		c = atomic_load(&job.claim);
 		if (CLAIM_NEXT(c) >= CLAIM_PIECES(c))
-			futex_wait(&job.wake_seq, seq);
+			ucma_futex_wait(&job.wake_seq, seq, NULL);
 		atomic_fetch_sub(&job.sleepers, 1);
 	}
 	return NULL;
-}
-
-static unsigned cpus_allowed(void)
-{
-	cpu_set_t set;
-
-	if (sched_getaffinity(0, sizeof(set), &set) != 0)
-		return 1;
-	return (unsigned)CPU_COUNT(&set);
 }
 
 /* Start the helpers: once per process (and per child of fork). */
 static void helpers_start(void)
 {
 	int expect = H_IDLE;
-	unsigned want = ucma_opt.copy_helpers, cpus = cpus_allowed(), started = 0;
+	unsigned want = ucma_opt.copy_helpers, cpus = ucma_cpus_allowed(), started = 0;
 	pthread_attr_t attr;
-	sigset_t all, old;
 
 	if (!atomic_compare_exchange_strong(&job.state, &expect, H_STARTING))
 		return;
-	if (want > cpus - 1)
-		want = cpus - 1;
+	if (want + 1 > cpus)
+		want = cpus ? cpus - 1 : 0;
 	if (want == 0) {
 		atomic_store(&job.state, H_NONE);
 		return;
 	}
 	pthread_attr_init(&attr);
 	pthread_attr_setstacksize(&attr, HELPER_STACK);
-	/* Signals are the application's business: none lands on a helper. */
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
 	for (unsigned k = 0; k < want; k++) {
 		pthread_t t;
-		int rc = ucma_os.thread_create(&t, &attr, helper_main, NULL);
+		int rc = ucma_thread_start(&t, &attr, helper_main);
 
 		if (rc != 0) {
 			ucma_log("cannot start a copy helper thread (%s); %u of %u running",
@@ -339,7 +304,6 @@ static void helpers_start(void)
 		pthread_detach(t);
 		started++;
 	}
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	pthread_attr_destroy(&attr);
 	atomic_store(&job.running, started);
 	atomic_store_explicit(&job.state, started ? H_RUNNING : H_NONE, memory_order_release);
@@ -415,7 +379,7 @@ static void copy_shared(char *dst, const char *src, size_t n, unsigned helpers)
 	atomic_thread_fence(memory_order_seq_cst);
 	if (atomic_load_explicit(&job.sleepers, memory_order_relaxed)) {
 		atomic_fetch_add(&job.wake_seq, 1);
-		futex_wake(&job.wake_seq);
+		ucma_futex_wake_all(&job.wake_seq);
 	}
 	for (;;) {
 		uint64_t c = atomic_fetch_add_explicit(&job.claim, 1, memory_order_relaxed);
@@ -427,7 +391,7 @@ static void copy_shared(char *dst, const char *src, size_t n, unsigned helpers)
 		mine++;
 	}
 	while (atomic_load_explicit(&job.done, memory_order_acquire) != pieces - mine) {
-		cpu_relax();
+		ucma_cpu_relax();
 		if (++spins % WAIT_SPINS)
 			continue;
 		if (atomic_load(&job.fork_epoch) != epoch) {

@@ -40,11 +40,8 @@
 
 #include <errno.h>
 #include <sched.h>
-#include <limits.h>
-#include <linux/futex.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "fork.h"
@@ -80,18 +77,6 @@ static _Atomic uint32_t UCMA_FORK_LOCK fork_pending;	/* futex word: 1 while a fo
 
 #define FORK_HOLD_WAIT_NS (2ull * 1000 * 1000 * 1000)
 
-static void futex_wait(_Atomic uint32_t *word, uint32_t val)
-{
-	struct timespec ts = { 0, 10 * 1000 * 1000 };
-
-	syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, val, &ts, NULL, 0);
-}
-
-static void futex_wake_all(_Atomic uint32_t *word)
-{
-	syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
-}
-
 bool ucma_entry_grab(struct ucma_hentry *e)
 {
 	for (;;) {
@@ -103,8 +88,11 @@ bool ucma_entry_grab(struct ucma_hentry *e)
 			return true;
 		/* A fork is waiting for holds to end: let it go first. */
 		ucma_entry_release(e);
-		while (atomic_load(&fork_pending))
-			futex_wait(&fork_pending, 1);
+		while (atomic_load(&fork_pending)) {
+			struct timespec ts = { 0, 10 * 1000 * 1000 };
+
+			ucma_futex_wait(&fork_pending, 1, &ts);
+		}
 	}
 }
 
@@ -113,7 +101,7 @@ void ucma_entry_release(struct ucma_hentry *e)
 	uint32_t old = atomic_exchange_explicit(&e->state, 0, memory_order_release);
 
 	if (old & UCMA_HS_WAITERS)
-		syscall(SYS_futex, &e->state, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+		ucma_futex_wake_all(&e->state);
 }
 
 /* Wait until no entry is held.  Bounded, so a hold that can never end (a
@@ -158,7 +146,7 @@ void ucma_handle_fork_parent(void)
 {
 	ucma_mutex_unlock(&table_lock);
 	atomic_store(&fork_pending, 0);
-	futex_wake_all(&fork_pending);
+	ucma_futex_wake_all(&fork_pending);
 }
 
 void ucma_handle_fork_child(void)
@@ -531,8 +519,7 @@ static __attribute__((noinline)) int pin_once(struct ucma_hentry *e, uint32_t ge
 								   memory_order_relaxed,
 								   memory_order_relaxed))
 				continue;
-			syscall(SYS_futex, &e->state, FUTEX_WAIT_PRIVATE, s | UCMA_HS_WAITERS,
-				NULL, NULL, 0);
+			ucma_futex_wait(&e->state, s | UCMA_HS_WAITERS, NULL);
 			continue;
 		}
 		if ((s & UCMA_HS_PINS) == UCMA_HS_PINS) {

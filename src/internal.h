@@ -556,6 +556,12 @@ UCMA_INTERNAL long ucma_os_phys_run(const void *addr, size_t npages, bool *absen
  * -1 with ENOTSUP. */
 UCMA_INTERNAL long ucma_os_next_present(const void *addr, size_t npages);
 UCMA_INTERNAL uint64_t ucma_os_now_ns(void);
+/* A thread of the library (through ucma_os.thread_create), made with
+ * every signal blocked; returns 0 or pthread_create()'s error. */
+UCMA_INTERNAL int ucma_thread_start(pthread_t *t, const pthread_attr_t *attr,
+				    void *(*fn)(void *));
+/* The CPUs this process may run on; 0 when that cannot be learnt. */
+UCMA_INTERNAL unsigned ucma_cpus_allowed(void);
 /* close(2) as the raw system call (see os.c). */
 UCMA_INTERNAL int ucma_os_close(int fd);
 

@@ -19,8 +19,10 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 /*
@@ -62,6 +64,19 @@ static inline void ucma_locks_held_dec(void)
 {
 	__atomic_signal_fence(__ATOMIC_SEQ_CST);
 	ucma_locks_held--;
+}
+
+/* Sleep while *@word holds @val (until @ts passes, if not NULL), or wake
+ * every thread asleep on @word: the library's own futex words, private
+ * to the process. */
+static inline void ucma_futex_wait(void *word, uint32_t val, const struct timespec *ts)
+{
+	syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, val, ts, NULL, 0);
+}
+
+static inline void ucma_futex_wake_all(void *word)
+{
+	syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
 }
 
 static inline void ucma_cpu_relax(void)

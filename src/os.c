@@ -24,6 +24,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -516,6 +518,29 @@ int ucma_os_pagemap_stride(const void *addr, size_t stride, size_t n, uint64_t *
 	}
 	close(fd);
 	return rc;
+}
+
+int ucma_thread_start(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *))
+{
+	sigset_t all, old;
+	int rc;
+
+	/* Signals are the application's business: none lands on a thread
+	 * of the library. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	rc = ucma_os.thread_create(t, attr, fn, NULL);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	return rc;
+}
+
+unsigned ucma_cpus_allowed(void)
+{
+	cpu_set_t set;
+
+	if (sched_getaffinity(0, sizeof(set), &set) != 0)
+		return 0;
+	return (unsigned)CPU_COUNT(&set);
 }
 
 uint64_t ucma_os_now_ns(void)

@@ -232,7 +232,6 @@ void ucma_shm_server_fork_child(void)
 
 static void server_start(void)
 {
-	sigset_t all, old;
 	int rc, st;
 
 	ucma_mutex_lock(&server.lock);
@@ -244,11 +243,7 @@ static void server_start(void)
 	/* RUNNING before the thread exists: a malloc inside thread creation
 	 * that comes back here (LD_PRELOAD) must not start a second one. */
 	atomic_store(&server.state, SERVER_RUNNING);
-	/* Signals are the application's business: none lands on this thread. */
-	sigfillset(&all);
-	pthread_sigmask(SIG_SETMASK, &all, &old);
-	rc = ucma_os.thread_create(&server.thread, NULL, server_main, NULL);
-	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	rc = ucma_thread_start(&server.thread, NULL, server_main);
 	if (rc != 0) {
 		atomic_store(&server.state, SERVER_FAILED);
 		ucma_log("cannot start the thread that answers ucmastat (%s); no live statistics",

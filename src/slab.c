@@ -179,11 +179,10 @@ static void class_geometry(struct ucma_class *c)
 /* Two bin sets per CPU this process may run on. */
 static unsigned count_binsets(void)
 {
-	cpu_set_t cpus;
-	unsigned n = 1;
+	unsigned n = ucma_cpus_allowed() * 2;
 
-	if (sched_getaffinity(0, sizeof(cpus), &cpus) == 0 && CPU_COUNT(&cpus) > 0)
-		n = (unsigned)CPU_COUNT(&cpus) * 2;
+	if (n == 0)
+		n = 1;
 	return n < UCMA_MAX_BINSETS ? n : UCMA_MAX_BINSETS;
 }
 
