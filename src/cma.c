@@ -212,7 +212,7 @@ static int empty_range(struct ucma_arena *a, uint32_t start, uint32_t end, unsig
 	struct ucma_zone *z = ucma_pfn_zone(a, start);
 	/* No long waits on one pin: the rounds below are the brief retry. */
 	struct ucma_populate_batch batch = { 0, 0, 0 };
-	struct ucma_migrate_target t = { start, end, false, false, &batch };
+	struct ucma_migrate_target t = { .avoid_start = start, .avoid_end = end, .batch = &batch };
 	uint32_t pb_start = UCMA_ALIGN_DOWN(start, UCMA_PAGEBLOCK_PAGES);
 
 	for (int round = 0; round < CMA_MIGRATE_ROUNDS; round++) {

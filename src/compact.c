@@ -126,6 +126,7 @@
 #include "internal.h"
 #include "lock.h"
 
+#include "copy.h"
 #include "handle.h"
 #include "pcp.h"
 #include "rcu.h"
@@ -743,6 +744,10 @@ static void cc_init(struct ucma_compact_control *cc, struct ucma_zone *z, int or
 	cc->slow_graces = ucma_vmstat_read(UCMA_STAT_RCU_GRACE_SLOW);
 	cc->target.no_cma = z->id == UCMA_ZONE_NORMAL;
 	cc->target.wait_pins = cc->pin_waits > 0;
+	/* A compaction a thread waits for (no abort flag: not compactd's)
+	 * shares smaller copies with the helpers; the background thread
+	 * leaves the program's other CPUs alone for them. */
+	cc->target.copy_split_min = abort ? 0 : UCMA_COPY_SPLIT_MIN_COMPACT;
 }
 
 int ucma_compact_zone(struct ucma_zone *z, int order, int prio, const _Atomic int *abort)

@@ -13,14 +13,25 @@
  *
  * Helpers.  One core does not reach the memory system's bandwidth: two
  * threads each streaming half of 256 MiB copied 38 GB/s where one copied
- * 20 (tests/bench/RESULTS.md, "Copy helpers").  So an object of
- * UCMA_COPY_SPLIT_MIN or more is cut into pieces that UCMA_COPY_HELPERS
- * helper threads copy beside the migrating thread.  Not smaller ones:
- * every hand-off moves cache lines between the threads (a quarter of a
- * microsecond each way on the machine measured), and migration of
- * 64 KiB objects fell from 1.00 of memcpy to 0.71 with helpers, while
- * 256 KiB objects went from 1.04 to 1.25 and 1 MiB ones from 1.16 to
- * 1.84 (make bench-zone-cma).
+ * 20 (tests/bench/RESULTS.md, "Copy helpers").  So an object from the
+ * caller's split size on is cut into pieces that UCMA_COPY_HELPERS helper
+ * threads copy beside the migrating thread.  Not smaller ones: every
+ * hand-off moves cache lines between the threads (a quarter of a
+ * microsecond each way on the machine measured).  The split sizes are
+ * measured ones:
+ *  - UCMA_COPY_SPLIT_MIN (256 KiB), for migrations made one by one, as
+ *    ucma_alloc() makes them clearing its run: 64 KiB objects fell from
+ *    1.00 of memcpy to 0.71 with helpers (0.90 to 0.85 in a later run),
+ *    128 KiB ones stayed level (1.05, 1.04), while 256 KiB objects went
+ *    from 1.04 to 1.25 and 1 MiB ones from 1.16 to 1.84 (make
+ *    bench-zone-cma);
+ *  - UCMA_COPY_SPLIT_MIN_COMPACT (64 KiB), for a compaction a thread
+ *    waits for, which moves objects of every size back to back: its time
+ *    fell by a seventh with 64 KiB (medians of five alternating runs of
+ *    make bench-highalloc's compaction, 11.9 -> 10.3 ms; 32 KiB and
+ *    16 KiB no better), the helpers copying 46 % of the bytes.  The
+ *    compaction thread (compactd.c) keeps the larger size: it runs
+ *    beside the program, whose CPUs the helpers would take.
  *
  * The job.  One at a time, in `job`; its owner is the migrating thread
  * that won the busy flag (the others copy alone).  The claim word holds
@@ -404,11 +415,11 @@ static void copy_shared(char *dst, const char *src, size_t n, unsigned helpers)
 	}
 }
 
-void ucma_copy_object(void *dst, const void *src, size_t n)
+void ucma_copy_object(void *dst, const void *src, size_t n, size_t split_min)
 {
 	uintptr_t expect = 0;
 
-	if (n >= UCMA_COPY_SPLIT_MIN && ucma_opt.copy_helpers) {
+	if (n >= split_min && ucma_opt.copy_helpers) {
 		int state = atomic_load_explicit(&job.state, memory_order_acquire);
 
 		if (UCMA_UNLIKELY(state == H_IDLE)) {

@@ -11,13 +11,17 @@
 #include "internal.h"
 
 /*
- * Objects from UCMA_COPY_SPLIT_MIN are split into pieces of at least
+ * Objects from a split size on are cut into pieces of at least
  * UCMA_COPY_PIECE that the helper threads (UCMA_COPY_HELPERS) copy beside
- * the caller; smaller ones are copied by the caller alone (copy.c says
- * why).
+ * the caller; smaller ones are copied by the caller alone.  The split size
+ * is the caller's: UCMA_COPY_SPLIT_MIN for a migration made on its own
+ * (ucma_alloc() clearing its run, a long-term pin), the lower
+ * UCMA_COPY_SPLIT_MIN_COMPACT for a compaction that a thread waits for,
+ * which moves its objects back to back (copy.c says why each).
  */
-#define UCMA_COPY_PIECE		(16u << 10)
-#define UCMA_COPY_SPLIT_MIN	(256u << 10)
+#define UCMA_COPY_PIECE			(16u << 10)
+#define UCMA_COPY_SPLIT_MIN		(256u << 10)
+#define UCMA_COPY_SPLIT_MIN_COMPACT	(64u << 10)
 /* Most helper threads a process may have. */
 #define UCMA_COPY_HELPERS_MAX	8u
 
@@ -26,14 +30,15 @@
  * overlap, for a migration: nobody writes @src meanwhile (the object is
  * held MIGRATING) and nobody reads @dst before the caller publishes it
  * (with a release store: every store of the copy, the helpers' too, is
- * ordered before it).  Never fails: a copy that finds no helper (none
+ * ordered before it).  The helpers take part when @n is @split_min or
+ * more (see above).  Never fails: a copy that finds no helper (none
  * configured or started, another migration has them, a fork took them
  * away) is made by the caller alone.
  *
  * Locking: none taken.  One copy at a time has the helpers: a flag taken
  * with a compare-and-swap, never waited for.
  */
-UCMA_INTERNAL void ucma_copy_object(void *dst, const void *src, size_t n);
+UCMA_INTERNAL void ucma_copy_object(void *dst, const void *src, size_t n, size_t split_min);
 
 /* fork.c's stage: the child has no helper threads; it starts its own
  * on demand. */

@@ -604,7 +604,7 @@ static void *pin_longterm(struct ucma_hentry *e, uint32_t index, uint32_t gen)
 		return NULL;
 	}
 	for (int attempt = 0; attempt < 8; attempt++) {
-		struct ucma_migrate_target t = { 0, 0, true, true, NULL };
+		struct ucma_migrate_target t = { .no_cma = true, .wait_pins = true };
 		void *p;
 		int r;
 

@@ -787,6 +787,9 @@ struct ucma_migrate_target {
 	/* The copies the caller is about to make (NULL: unknown): fresh
 	 * destinations are mapped that far ahead in one call (zone.c). */
 	struct ucma_populate_batch *batch;
+	/* Objects of this size or more are copied with the helper threads
+	 * (copy.h); 0: UCMA_COPY_SPLIT_MIN. */
+	uint32_t copy_split_min;
 };
 
 enum ucma_migrate_result {

@@ -176,7 +176,7 @@ void ucma_defer_fork_child_unprepared(void)
 
 void *ucma_movable_storage_alloc(size_t size, uint32_t index, const struct ucma_migrate_target *t)
 {
-	static const struct ucma_migrate_target anywhere = { 0, 0, false, false, NULL };
+	static const struct ucma_migrate_target anywhere = { 0 };
 	struct ucma_arena *a = ucma_arena_get();
 	uint32_t npages, pfn;
 	unsigned gfp = UCMA_GFP_MOVABLE;
@@ -276,7 +276,8 @@ int ucma_migrate_object(uint32_t index, void *old_addr, const struct ucma_migrat
 		ucma_count(UCMA_STAT_PGMIGRATE_FAIL, 1);
 		return UCMA_MIGRATE_NOMEM;
 	}
-	ucma_copy_object(new_addr, old_addr, size);
+	ucma_copy_object(new_addr, old_addr, size,
+			 t->copy_split_min ? t->copy_split_min : UCMA_COPY_SPLIT_MIN);
 	ucma_entry_set(e, new_addr, size);
 	ucma_entry_release(e);
 	ucma_defer_free(old_addr);

@@ -509,7 +509,7 @@ static unsigned plan_class(struct mslab_class *c, struct ucma_mslab **arr, uint3
 unsigned ucma_mslab_consolidate(int prio)
 {
 	struct ucma_arena *a = ucma_arena_peek();
-	struct ucma_migrate_target t = { 0, 0, false, prio == UCMA_COMPACT_SYNC_FULL, NULL };
+	struct ucma_migrate_target t = { .wait_pins = prio == UCMA_COMPACT_SYNC_FULL };
 	unsigned max_src = prio == UCMA_COMPACT_ASYNC ? CONSOLIDATE_ASYNC_SLABS
 						       : CONSOLIDATE_MAX_SLABS;
 	struct ucma_mslab **arr;

@@ -2,9 +2,11 @@
  * test_copy.c - the copy of a migrated object with helper threads
  * (copy.c).
  *
- * Copies of sizes around every edge (the split threshold, a piece, the
+ * Copies of sizes around every edge (both split sizes, a piece, the
  * streaming threshold) to aligned and misaligned places arrive whole;
  * the helpers copy part of large ones (pgmigrate_copy_helped_bytes),
+ * and of objects from 64 KiB when the caller says so: a compaction a
+ * thread waits for does, the compaction thread's does not,
  * and the copy is whole when it returns even when they are slow;
  * four threads copying at once, each checking its data, while only one
  * of them at a time has the helpers; migration of large movable objects
@@ -66,6 +68,14 @@ static uint64_t helped(void)
 	return v;
 }
 
+static uint64_t migrations(void)
+{
+	uint64_t v = 0;
+
+	ucma_stat("pgmigrate_success", &v);
+	return v;
+}
+
 static void *map(size_t n)
 {
 	void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -80,15 +90,15 @@ static void *map(size_t n)
  * destination holding a guard pattern; true when the copy is exact and
  * no byte outside it changed.
  */
-static bool copy_checked(char *dst, const char *src, size_t n, size_t doff, size_t soff,
-			 uint64_t seed)
+static bool copy_checked_split(char *dst, const char *src, size_t n, size_t doff, size_t soff,
+			       uint64_t seed, size_t split_min)
 {
 	const size_t guard = 4096;
 
 	tu_fill((char *)src + soff, n, seed);
 	memset(dst + doff - guard, 0xa5, guard);
 	memset(dst + doff + n, 0x5a, guard);
-	ucma_copy_object(dst + doff, src + soff, n);
+	ucma_copy_object(dst + doff, src + soff, n, split_min);
 	for (size_t i = 0; i < guard; i++)
 		if ((unsigned char)dst[doff - guard + i] != 0xa5 ||
 		    (unsigned char)dst[doff + n + i] != 0x5a)
@@ -96,30 +106,43 @@ static bool copy_checked(char *dst, const char *src, size_t n, size_t doff, size
 	return tu_check(dst + doff, n, seed) && memcmp(dst + doff, src + soff, n) == 0;
 }
 
+/* The same, split as a migration on its own is. */
+static bool copy_checked(char *dst, const char *src, size_t n, size_t doff, size_t soff,
+			 uint64_t seed)
+{
+	return copy_checked_split(dst, src, n, doff, soff, seed, UCMA_COPY_SPLIT_MIN);
+}
+
 static void test_sizes(void)
 {
 	static const size_t sizes[] = {
 		1, 127, 128, 4095, (16u << 10) - 1, 16u << 10, (16u << 10) + 1,
+		UCMA_COPY_SPLIT_MIN_COMPACT - 1, UCMA_COPY_SPLIT_MIN_COMPACT,
+		UCMA_COPY_SPLIT_MIN_COMPACT + 1, UCMA_COPY_SPLIT_MIN_COMPACT + UCMA_COPY_PIECE - 1,
 		UCMA_COPY_SPLIT_MIN - 1, UCMA_COPY_SPLIT_MIN, UCMA_COPY_SPLIT_MIN + 1,
 		UCMA_COPY_SPLIT_MIN + UCMA_COPY_PIECE - 1, 77u << 10, (1u << 20) + 37,
 		4u << 20, 16u << 20,
 	};
 	static const size_t doffs[] = { 4096, 4096 + 8, 4096 + 32, 4096 + 4095 };
+	static const size_t splits[] = { UCMA_COPY_SPLIT_MIN, UCMA_COPY_SPLIT_MIN_COMPACT };
 	char *src = map(BUF), *dst = map(BUF);
 	uint64_t h0 = helped(), seed = 1;
 	int bad = 0, cases = 0;
 
 	for (size_t i = 0; i < UCMA_ARRAY_SIZE(sizes); i++)
-		for (size_t j = 0; j < UCMA_ARRAY_SIZE(doffs); j++) {
-			size_t soff = (j * 24) % 64;
+		for (size_t j = 0; j < UCMA_ARRAY_SIZE(doffs); j++)
+			for (size_t k = 0; k < UCMA_ARRAY_SIZE(splits); k++) {
+				size_t soff = (j * 24) % 64;
 
-			cases++;
-			if (!copy_checked(dst, src, sizes[i], doffs[j], soff, seed++)) {
-				diag("copy of %zu bytes to offset %zu from offset %zu is wrong",
-				     sizes[i], doffs[j], soff);
-				bad++;
+				cases++;
+				if (!copy_checked_split(dst, src, sizes[i], doffs[j], soff, seed++,
+							splits[k])) {
+					diag("copy of %zu bytes to offset %zu from offset %zu, split "
+					     "from %zu, is wrong",
+					     sizes[i], doffs[j], soff, splits[k]);
+					bad++;
+				}
 			}
-		}
 	ok(bad == 0, "%d copies of 1 byte to 16 MiB, aligned and not, arrive whole and touch "
 		     "nothing around them", cases);
 	if (cpus > 1) {
@@ -157,7 +180,7 @@ static void test_slow_helper(void)
 
 		tu_fill(src, n, (uint64_t)r + 50);
 		memset(dst, 0, n);
-		ucma_copy_object(dst, src, n);
+		ucma_copy_object(dst, src, n, UCMA_COPY_SPLIT_MIN);
 		if (memcmp(dst, src, n) != 0)
 			bad++;
 	}
@@ -217,14 +240,15 @@ enum { MAXOBJ = 1024 };
 static ucma_handle_t h[MAXOBJ];
 static uint32_t sz[MAXOBJ];
 
-/* Fill the arena with movable objects of 32 KiB to 2 MiB, each stamped
- * whole, and free every other one. */
-static int fill_half(uint64_t *seed)
+/* Fill the arena with movable objects of @lo to @lo << (@doublings - 1)
+ * bytes (and up to 4 KiB more), each stamped whole, and free every other
+ * one. */
+static int fill_half_sized(uint64_t *seed, uint32_t lo, unsigned doublings)
 {
 	int n = 0;
 
 	while (n < MAXOBJ) {
-		uint32_t s = (32u << 10) << (tu_rand(seed) % 7);
+		uint32_t s = lo << (tu_rand(seed) % doublings);
 		ucma_handle_t x = ucma_halloc(s + (uint32_t)(tu_rand(seed) % 4096), 0);
 		void *p;
 
@@ -242,6 +266,12 @@ static int fill_half(uint64_t *seed)
 	}
 	ucma_defer_drain();
 	return n;
+}
+
+/* The same, with objects of 32 KiB to 2 MiB. */
+static int fill_half(uint64_t *seed)
+{
+	return fill_half_sized(seed, 32u << 10, 7);
 }
 
 /* Objects that do not hold their stamps; then every one is freed. */
@@ -269,7 +299,7 @@ static int check_free(int n)
  */
 static void test_migration(void)
 {
-	uint64_t seed = 7, h0 = helped(), m0, m1;
+	uint64_t seed = 7, h0 = helped(), m0;
 	int bad = 0, failed = 0, rounds = 0;
 	unsigned long long moved = 0;
 
@@ -277,17 +307,13 @@ static void test_migration(void)
 		int n = fill_half(&seed);
 		void *buf;
 
-		ucma_stat("pgmigrate_success", &m0);
+		m0 = migrations();
 		buf = ucma_alloc(CMA / 2, 0, 0);
-		ucma_stat("pgmigrate_success", &m1);
-		moved += m1 - m0;
 		failed += buf == NULL;
 		if (buf)
 			ucma_release(buf);
-		ucma_stat("pgmigrate_success", &m0);
 		ucma_compact(UCMA_COMPACT_SYNC_FULL);
-		ucma_stat("pgmigrate_success", &m1);
-		moved += m1 - m0;
+		moved += migrations() - m0;
 		bad += check_free(n);
 		rounds++;
 	} while (cpus > 1 && helped() == h0 && rounds < 4);
@@ -296,6 +322,47 @@ static void test_migration(void)
 	ok(bad == 0, "every byte of every object arrived (%d objects wrong)", bad);
 	if (cpus > 1)
 		ok(helped() > h0, "the helper copied %llu bytes of the moves",
+		   (unsigned long long)(helped() - h0));
+	else
+		skip(1, "one allowed CPU");
+}
+
+/*
+ * Objects of 64 KiB to 132 KiB, below the split size of a migration on
+ * its own: a full compaction that a thread waits for copies them with the
+ * helper, the compaction thread's (the one with an abort flag, compactd.c)
+ * alone.  Rounds until the helper took part, four at most.
+ */
+static void test_compaction_split(void)
+{
+	static const _Atomic int no_abort;
+	struct ucma_zone *z = &ucma_arena_peek()->zones[UCMA_ZONE_CMA];
+	uint64_t seed = 11, h0 = helped(), m0, m1;
+	unsigned long long moved = 0;
+	int bad = 0, rounds = 0, n;
+
+	n = fill_half_sized(&seed, 64u << 10, 2);
+	m0 = migrations();
+	ucma_compact_zone(z, -1, UCMA_COMPACT_SYNC_FULL, &no_abort);
+	m1 = migrations();
+	bad += check_free(n);
+	ok(m1 > m0 && helped() == h0,
+	   "the compaction thread's moves of such objects (%llu) are not shared (%llu bytes "
+	   "helped)",
+	   (unsigned long long)(m1 - m0), (unsigned long long)(helped() - h0));
+	do {
+		n = fill_half_sized(&seed, 64u << 10, 2);
+		m0 = migrations();
+		ucma_compact(UCMA_COMPACT_SYNC_FULL);
+		moved += migrations() - m0;
+		bad += check_free(n);
+		rounds++;
+	} while (cpus > 1 && helped() == h0 && rounds < 4);
+	ok(moved > 0, "full compactions of 64-132 KiB objects moved %llu, %d rounds", moved,
+	   rounds);
+	ok(bad == 0, "every byte of every object arrived (%d objects wrong)", bad);
+	if (cpus > 1)
+		ok(helped() > h0, "the helper copied %llu bytes of the waited-for compactions",
 		   (unsigned long long)(helped() - h0));
 	else
 		skip(1, "one allowed CPU");
@@ -333,7 +400,7 @@ static void *busy_copier(void *arg)
 
 	(void)arg;
 	while (!atomic_load(&copying_stop))
-		ucma_copy_object(dst, src, 8u << 20);
+		ucma_copy_object(dst, src, 8u << 20, UCMA_COPY_SPLIT_MIN);
 	munmap(src, 8u << 20);
 	munmap(dst, 8u << 20);
 	return NULL;
@@ -427,6 +494,7 @@ int main(void)
 	test_slow_helper();
 	test_threads();
 	test_migration();
+	test_compaction_split();
 	test_fork();
 	return done();
 }
