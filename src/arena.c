@@ -60,9 +60,11 @@ static void *map_anon(size_t len)
 	return p == MAP_FAILED ? NULL : p;
 }
 
+/* The extent notes, then the levels of pageblocks with room (extent.h). */
 static size_t extents_size(const struct ucma_arena *a)
 {
-	return UCMA_ALIGN_UP((size_t)a->nr_pageblocks * sizeof(struct ucma_extent_note),
+	return UCMA_ALIGN_UP((size_t)a->nr_pageblocks * sizeof(struct ucma_extent_note) +
+				     UCMA_EXTENT_LEVELS * UCMA_EXTENT_LEVEL_WORDS(a) * sizeof(uint64_t),
 			     UCMA_PAGE_SIZE);
 }
 
@@ -349,6 +351,7 @@ int ucma_arena_create(const struct ucma_options *o, struct ucma_arena **out)
 	a->extents = map_anon(extents_size(a));
 	if (!a->pages || !a->blocks || !a->extents)
 		goto nomem;
+	a->free_levels = (uint64_t *)(a->extents + a->nr_pageblocks);
 	/* The page metadata is touched 4 KiB at a time as the heap grows
 	 * (buddy.c: deferred pageblocks); where THP is "always", a touch
 	 * would fault in 2 MiB of it.  A refusal costs only that memory. */

@@ -18,7 +18,10 @@
  *    aligned candidates p & ~(2^o - 1), as the kernel's PageBuddy does;
  *  - two free buddies of the same order never coexist: they are merged;
  *  - pb->nr_free counts the free pages of a pageblock, z->free_pages those
- *    of the zone (ISOLATE lists included), deferred pageblocks included.
+ *    of the zone (ISOLATE lists included), deferred pageblocks included;
+ *  - the pageblock's bit in the levels of pageblocks with room (extent.h)
+ *    follows nr_free (free_count()) and is raised to it when a free may
+ *    grow an extent (free_block()).
  *
  * Deferred initialisation (the kernel's DEFERRED_STRUCT_PAGE_INIT).
  * Linking every pageblock at start-up wrote the head page of each: one
@@ -86,11 +89,14 @@ static void free_count(struct ucma_zone *z, uint32_t pfn, unsigned order, int mt
 {
 	uint32_t pages = 1u << order;
 
+	uint32_t b = pfn >> UCMA_PAGEBLOCK_ORDER;
+
 	z->free_area[order].nr_free[mt] += (uint64_t)(int64_t)n;
 	z->free_pages += (uint64_t)(int64_t)n * pages;
 	if (mt == UCMA_MT_ISOLATE)
 		z->isolated_free_pages += (uint64_t)(int64_t)n * pages;
-	z->arena->blocks[pfn >> UCMA_PAGEBLOCK_ORDER].nr_free += (uint16_t)(n * (int)pages);
+	z->arena->blocks[b].nr_free += (uint16_t)(n * (int)pages);
+	ucma_extent_levels_changed(z->arena, b);
 }
 
 /* Put a block at the front of its list and mark its head FREE; the
@@ -165,6 +171,7 @@ void ucma_buddy_init_zone(struct ucma_zone *z)
 				   pfn >> UCMA_PAGEBLOCK_ORDER);
 		pb->deferred = 1;
 		pb->nr_free = 0;
+		pb->longest_levels = 0;
 		z->nr_deferred[pb->mt]++;
 		free_count(z, pfn, UCMA_MAX_ORDER, pb->mt, 1);
 	}
@@ -395,9 +402,12 @@ static void free_block(struct ucma_zone *z, uint32_t pfn, unsigned order, uint8_
 		uint32_t pb = pfn >> UCMA_PAGEBLOCK_ORDER;
 
 		/* When the count wraps, a note written 2^32 frees ago would
-		 * match it again: the pageblock's note goes (it has one). */
+		 * match it again: the pageblock's note goes (it has one).
+		 * An extent may grow: what the note said of the longest no
+		 * longer bounds it (the counts below refresh the levels). */
 		if (UCMA_UNLIKELY(++z->arena->blocks[pb].free_seq == 0))
 			z->arena->extents[pb].seq = 0;
+		z->arena->blocks[pb].longest_levels = 0;
 	}
 	while (order < UCMA_MAX_ORDER) {
 		uint32_t buddy = pfn ^ (1u << order);

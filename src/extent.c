@@ -21,6 +21,9 @@
  * against the page metadata before it is returned; the search's own takes
  * are written into the note (ucma_extent_taken()).
  *
+ * The search passes pageblocks without room for the request by the
+ * levels of extent.h (free_levels), a word of 64 pageblocks at a time.
+ *
  * Everything here runs under the zone lock.
  *
  * SPDX-License-Identifier: MIT
@@ -40,6 +43,40 @@ struct extent_fit {
 static inline bool note_holds(const struct ucma_extent_note *n, const struct ucma_pageblock *b)
 {
 	return n->seq != 0 && n->seq == b->free_seq + 1;
+}
+
+void ucma_extent_levels_refresh(struct ucma_arena *a, uint32_t b)
+{
+	struct ucma_pageblock *pb = &a->blocks[b];
+	unsigned from = pb->levels, to = ucma_extent_levels_due(pb);
+	uint64_t bit = 1ull << (b % 64), *w = a->free_levels + b / 64;
+	size_t words = UCMA_EXTENT_LEVEL_WORDS(a);
+
+	if (from)
+		__atomic_fetch_and(w + (from - 1) * words, ~bit, __ATOMIC_RELAXED);
+	if (to)
+		__atomic_fetch_or(w + (to - 1) * words, bit, __ATOMIC_RELAXED);
+	pb->levels = (uint8_t)to;
+}
+
+bool ucma_extent_levels_hold(const struct ucma_arena *a, uint32_t b)
+{
+	size_t words = UCMA_EXTENT_LEVEL_WORDS(a);
+
+	for (unsigned j = 0; j < UCMA_EXTENT_LEVELS; j++) {
+		uint64_t w = __atomic_load_n(a->free_levels + j * words + b / 64, __ATOMIC_RELAXED);
+
+		if (((w >> (b % 64)) & 1) != (j + 1 == a->blocks[b].levels))
+			return false;
+	}
+	return true;
+}
+
+/* What @n now says of its pageblock @b's longest extent, for the levels. */
+static void note_longest(struct ucma_arena *a, uint32_t b, unsigned longest)
+{
+	a->blocks[b].longest_levels = (uint8_t)(ucma_extent_level_count(longest) + 1);
+	ucma_extent_levels_changed(a, b);
 }
 
 /* The free extent [start, end) as a candidate for @f. */
@@ -107,6 +144,32 @@ static void note_walk(struct ucma_zone *z, uint32_t pb, struct ucma_extent_note 
 		n->nr = UCMA_EXTENT_OVERFLOW;
 	n->longest = (uint16_t)longest;
 	n->seq = a->blocks[pb >> UCMA_PAGEBLOCK_ORDER].free_seq + 1;
+	note_longest(a, pb >> UCMA_PAGEBLOCK_ORDER, longest);
+}
+
+/* The highest pageblock below @end and at or above @lo whose bit is set
+ * in any of the levels from @level up, or UINT32_MAX. */
+static uint32_t prev_set(const struct ucma_arena *a, unsigned level, uint32_t end, uint32_t lo)
+{
+	size_t words = UCMA_EXTENT_LEVEL_WORDS(a);
+
+	while (end > lo) {
+		uint32_t w = (end - 1) / 64, top = (end - 1) % 64;
+		uint64_t word = 0;
+
+		for (unsigned j = level; j < UCMA_EXTENT_LEVELS; j++)
+			word |= __atomic_load_n(a->free_levels + j * words + w, __ATOMIC_RELAXED);
+
+		if (top < 63)
+			word &= (2ull << top) - 1;
+		if (word) {
+			uint32_t i = w * 64 + 63 - (uint32_t)__builtin_clzll(word);
+
+			return i >= lo ? i : UINT32_MAX;
+		}
+		end = w * 64;
+	}
+	return UINT32_MAX;
 }
 
 /*
@@ -123,17 +186,19 @@ static void search(struct ucma_zone *z, int mt, struct extent_fit *f)
 	uint32_t first = UCMA_ALIGN_DOWN(f->lo > z->start_pfn ? f->lo : z->start_pfn,
 					 UCMA_PAGEBLOCK_PAGES);
 	uint32_t last = f->hi < z->end_pfn ? f->hi : z->end_pfn;
-	unsigned looked = 0;
+	/* Pageblocks whose extents may reach the largest power of two not
+	 * above the request: every one that can hold it, and a few more. */
+	unsigned level = 31u - (unsigned)__builtin_clz(f->npages), looked = 0;
 
-	for (uint32_t pb = UCMA_ALIGN_UP(last, UCMA_PAGEBLOCK_PAGES); pb > first;) {
-		struct ucma_pageblock *b;
+	for (uint32_t bi = UCMA_ALIGN_UP(last, UCMA_PAGEBLOCK_PAGES) >> UCMA_PAGEBLOCK_ORDER;
+	     (bi = prev_set(a, level, bi, first >> UCMA_PAGEBLOCK_ORDER)) != UINT32_MAX;) {
+		uint32_t pb = bi << UCMA_PAGEBLOCK_ORDER;
+		struct ucma_pageblock *b = &a->blocks[bi];
 		struct ucma_extent_note *n;
 
-		pb -= UCMA_PAGEBLOCK_PAGES;
-		b = &a->blocks[pb >> UCMA_PAGEBLOCK_ORDER];
 		if (b->mt != mt || b->nr_free < f->npages || b->deferred)
 			continue;
-		n = &a->extents[pb >> UCMA_PAGEBLOCK_ORDER];
+		n = &a->extents[bi];
 		if (note_holds(n, b) && n->longest < f->npages)
 			continue;
 		if (f->pfn != UCMA_PFN_NONE && ++looked > EXTENT_BESTFIT_PAGEBLOCKS)
@@ -202,4 +267,5 @@ void ucma_extent_taken(struct ucma_zone *z, uint32_t pfn, uint32_t npages)
 		if (n->ext[i].len > longest)
 			longest = n->ext[i].len;
 	n->longest = (uint16_t)longest;
+	note_longest(a, pb >> UCMA_PAGEBLOCK_ORDER, longest);
 }

@@ -41,6 +41,69 @@ struct ucma_extent_note {
 };
 _Static_assert(sizeof(struct ucma_extent_note) == 64, "an extent note is one cache line");
 
+/*
+ * Which pageblocks may hold a run, by level: a pageblock whose longest
+ * free extent may reach 2^j pages but not 2^(j+1) has its bit set in
+ * level j, and in no other.  Level j is the UCMA_EXTENT_LEVEL_WORDS(a)
+ * words from free_levels + j * UCMA_EXTENT_LEVEL_WORDS(a), in the mapping
+ * of the notes (arena.c).  A search for n pages ORs the words of the
+ * levels from that of the largest power of two not above n up, and
+ * passes 64 pageblocks without such an extent per word instead of looking
+ * at each: compaction searches once per object it moves, from the top of
+ * the zone down past the pageblocks it has filled, and that walk grew
+ * with the zone (ucma_extent_find() took 26 % of ucma_compact()'s
+ * instructions over a 2 GiB area, 10 % over 512 MiB).  One bit per
+ * pageblock, not one per level reached, so that a change of level costs
+ * two bit operations, not ten: allocating and freeing whole pageblocks
+ * changes it every time.
+ *
+ * How far a pageblock's extents may reach (pb->levels, 0 .. 10 levels
+ * reached; 0 sets no bit) is the smaller of what its free pages reach
+ * (nr_free: an extent is no longer) and what its longest extent reached
+ * when its note last said (pb->longest_levels, forgotten when a block is
+ * freed into the pageblock, which may grow an extent; takes only shorten
+ * extents).  So a pageblock with a free extent of 2^j pages is always
+ * found by a search at level j: the levels may make the search look at a
+ * pageblock that has no room, never pass one that has (ucma_zone_check()
+ * verifies both the bit and the bound).
+ *
+ * Locking: a pageblock's bits change under its zone lock; one word may
+ * hold the bits of pageblocks of both zones, so bits are changed with
+ * atomic read-modify-writes, and the holder of a zone's lock reads its
+ * pageblocks' bits with relaxed loads.
+ */
+#define UCMA_EXTENT_LEVELS 10		/* 2^0 .. 2^9 = a pageblock's pages */
+#define UCMA_EXTENT_LEVEL_WORDS(a) (((size_t)(a)->nr_pageblocks + 63) / 64)
+
+/* The levels a free extent (or a count of free pages) of @pages reaches:
+ * 0 .. 10. */
+static inline unsigned ucma_extent_level_count(unsigned pages)
+{
+	return pages ? 32u - (unsigned)__builtin_clz(pages) : 0;
+}
+
+/* The levels pageblock @pb should be set in. */
+static inline unsigned ucma_extent_levels_due(const struct ucma_pageblock *pb)
+{
+	unsigned n = ucma_extent_level_count(pb->nr_free);
+
+	return pb->longest_levels && pb->longest_levels - 1u < n ? pb->longest_levels - 1u : n;
+}
+
+/* Set pageblock @b in the levels it is due (zone lock). */
+UCMA_INTERNAL void ucma_extent_levels_refresh(struct ucma_arena *a, uint32_t b);
+
+/* The same, for a caller that changed nr_free or longest_levels: a call
+ * only when the count changes. */
+static inline void ucma_extent_levels_changed(struct ucma_arena *a, uint32_t b)
+{
+	if (ucma_extent_levels_due(&a->blocks[b]) != a->blocks[b].levels)
+		ucma_extent_levels_refresh(a, b);
+}
+
+/* Is pageblock @b's bit set in the level its pb->levels says, and no other? */
+UCMA_INTERNAL bool ucma_extent_levels_hold(const struct ucma_arena *a, uint32_t b);
+
 /* The start of @npages free pages in [lo, hi) of @z, in pageblocks of
  * migratetype @mt, by best fit; UCMA_PFN_NONE when there is none.  The
  * zone lock is held. */

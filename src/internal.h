@@ -187,6 +187,8 @@ struct ucma_pageblock {
 	uint16_t isolate_count;	/* nested isolations */
 	uint16_t nr_free;	/* free pages in this pageblock (zone lock) */
 	uint8_t deferred;	/* wholly free, on no list yet (buddy.c; zone lock) */
+	uint8_t levels;		/* levels of extent.h's free_levels it is set in (zone lock) */
+	uint8_t longest_levels;	/* 1 + levels its longest free extent reaches; 0: not known */
 	uint32_t free_seq;	/* blocks freed into this pageblock (wraps: buddy.c) */
 };
 
@@ -311,6 +313,7 @@ struct ucma_arena {
 	struct ucma_page *pages;	/* npages entries, out of band */
 	struct ucma_pageblock *blocks;	/* nr_pageblocks entries, out of band */
 	struct ucma_extent_note *extents;	/* nr_pageblocks entries (extent.h) */
+	uint64_t *free_levels;		/* pageblocks with room, by level (extent.h) */
 	void *reservation;		/* what mmap returned (with alignment slack) */
 	size_t reservation_size;
 	struct ucma_zone zones[UCMA_ZONE_NR];

@@ -1248,13 +1248,16 @@ int ucma_zone_check(struct ucma_zone *z, char *why, size_t whylen)
 	for (uint32_t b = z->start_pfn >> UCMA_PAGEBLOCK_ORDER; b < z->end_pfn >> UCMA_PAGEBLOCK_ORDER;
 	     b++) {
 		uint32_t start = b << UCMA_PAGEBLOCK_ORDER, end = start + UCMA_PAGEBLOCK_PAGES;
-		uint32_t nfree = 0;
+		uint32_t nfree = 0, longest = 0, ext_start = 0, ext_end = UCMA_PFN_NONE;
 
 		CHECK(z->id != UCMA_ZONE_CMA || a->blocks[b].mt == UCMA_MT_CMA ||
 			      a->blocks[b].mt == UCMA_MT_ISOLATE,
 		      "CMA pageblock %u has migratetype %d", b, a->blocks[b].mt);
 		CHECK(z->id == UCMA_ZONE_CMA || a->blocks[b].mt != UCMA_MT_CMA,
 		      "NORMAL pageblock %u has migratetype CMA", b);
+		CHECK(ucma_extent_levels_hold(a, b),
+		      "pageblock %u: its bit in the levels of pageblocks with room is not at its "
+		      "level, %u", b, a->blocks[b].levels);
 		if (a->blocks[b].deferred) {
 			/* Wholly free, never isolated, its metadata not read. */
 			CHECK(b >= z->deferred_first, "deferred pageblock %u below the first, %u", b,
@@ -1263,6 +1266,8 @@ int ucma_zone_check(struct ucma_zone *z, char *why, size_t whylen)
 			      "deferred pageblock %u is isolated", b);
 			CHECK(a->blocks[b].nr_free == UCMA_PAGEBLOCK_PAGES,
 			      "deferred pageblock %u counts %u free pages", b, a->blocks[b].nr_free);
+			CHECK(a->blocks[b].levels == UCMA_EXTENT_LEVELS,
+			      "deferred pageblock %u reaches %u levels", b, a->blocks[b].levels);
 			CHECK(run_end <= start, "a run reaches into deferred pageblock %u", b);
 			deferred[a->blocks[b].mt]++;
 			walked += UCMA_PAGEBLOCK_PAGES;
@@ -1272,8 +1277,13 @@ int ucma_zone_check(struct ucma_zone *z, char *why, size_t whylen)
 			struct ucma_page *p = &a->pages[pfn];
 
 			if (p->kind == UCMA_PK_FREE) {
+				if (pfn != ext_end)
+					ext_start = pfn;
 				nfree += 1u << p->order;
 				pfn += 1u << p->order;
+				ext_end = pfn;
+				if (ext_end - ext_start > longest)
+					longest = ext_end - ext_start;
 			} else if (p->kind == UCMA_PK_RUN) {
 				CHECK(p->aux > 0, "run at %u has no pages", pfn);
 				/* Only contiguous buffers (alloc-contig-range
@@ -1296,6 +1306,9 @@ int ucma_zone_check(struct ucma_zone *z, char *why, size_t whylen)
 		}
 		CHECK(nfree == a->blocks[b].nr_free, "pageblock %u: %u free pages, counted %u", b,
 		      nfree, a->blocks[b].nr_free);
+		CHECK(a->blocks[b].levels >= ucma_extent_level_count(longest),
+		      "pageblock %u has a free extent of %u pages but reaches %u levels", b,
+		      longest, a->blocks[b].levels);
 		walked += nfree;
 	}
 	CHECK(walked == z->free_pages, "walked free pages %llu != %llu",
