@@ -114,7 +114,7 @@ static void test_migration(void)
 	ucma_handle_t h[N];
 	void *before[N];
 	int moved = 0, intact = 1;
-	struct ucma_migrate_target t = { 0, 0, true, false, NULL };
+	struct ucma_migrate_target t = { .no_cma = true };
 
 	for (int i = 0; i < N; i++) {
 		size_t sz = i % 2 ? 40000 : 300;
