@@ -87,9 +87,7 @@ static inline int block_mt(const struct ucma_zone *z, uint32_t pfn)
 /* Count a free block in (@n = 1) or out (@n = -1) of the counters. */
 static void free_count(struct ucma_zone *z, uint32_t pfn, unsigned order, int mt, int n)
 {
-	uint32_t pages = 1u << order;
-
-	uint32_t b = pfn >> UCMA_PAGEBLOCK_ORDER;
+	uint32_t pages = 1u << order, b = pfn >> UCMA_PAGEBLOCK_ORDER;
 
 	z->free_area[order].nr_free[mt] += (uint64_t)(int64_t)n;
 	z->free_pages += (uint64_t)(int64_t)n * pages;

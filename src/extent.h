@@ -62,7 +62,9 @@ _Static_assert(sizeof(struct ucma_extent_note) == 64, "an extent note is one cac
  * (nr_free: an extent is no longer) and what its longest extent reached
  * when its note last said (pb->longest_levels, forgotten when a block is
  * freed into the pageblock, which may grow an extent; takes only shorten
- * extents).  So a pageblock with a free extent of 2^j pages is always
+ * extents).  That is the note's longest, copied into the pageblock, so
+ * that free_count() finds everything it needs on the pageblock's line
+ * and never reads the note's.  So a pageblock with a free extent of 2^j pages is always
  * found by a search at level j: the levels may make the search look at a
  * pageblock that has no room, never pass one that has (ucma_zone_check()
  * verifies both the bit and the bound).

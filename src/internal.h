@@ -187,8 +187,8 @@ struct ucma_pageblock {
 	uint16_t isolate_count;	/* nested isolations */
 	uint16_t nr_free;	/* free pages in this pageblock (zone lock) */
 	uint8_t deferred;	/* wholly free, on no list yet (buddy.c; zone lock) */
-	uint8_t levels;		/* levels of extent.h's free_levels it is set in (zone lock) */
-	uint8_t longest_levels;	/* 1 + levels its longest free extent reaches; 0: not known */
+	uint8_t levels;		/* levels its free extents may reach, 0-10 (extent.h; zone lock) */
+	uint8_t longest_levels;	/* 1 + levels its note's longest extent reaches; 0: not known */
 	uint32_t free_seq;	/* blocks freed into this pageblock (wraps: buddy.c) */
 };
 
