@@ -72,10 +72,15 @@ bool ucma_extent_levels_hold(const struct ucma_arena *a, uint32_t b)
 	return true;
 }
 
-/* What @n now says of its pageblock @b's longest extent, for the levels. */
+/*
+ * What a note now says of its pageblock @b's longest extent, for the
+ * levels.  A note lists the extents of two pages or more only, so one
+ * that lists none still allows single free pages: the bound is then 1,
+ * not 0 (ucma_extent_levels_due() gives 0 when no page is free).
+ */
 static void note_longest(struct ucma_arena *a, uint32_t b, unsigned longest)
 {
-	a->blocks[b].longest_levels = (uint8_t)(ucma_extent_level_count(longest) + 1);
+	a->blocks[b].longest_levels = (uint8_t)(ucma_extent_level_count(longest ? longest : 1) + 1);
 	ucma_extent_levels_changed(a, b);
 }
 

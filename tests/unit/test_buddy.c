@@ -259,6 +259,42 @@ static void test_extent_note(void)
 	ok(tu_zones_ok(a, "extent note"), "invariants hold after it");
 }
 
+/*
+ * A note lists extents of two pages or more: a take of the last such
+ * extent of a pageblock that keeps single free pages must keep the
+ * pageblock's level bit (ucma_zone_check() finds a free extent above its
+ * level otherwise).  Holes at 10 (one page) and 20-21 (two), the two taken.
+ */
+static void test_extent_levels_single(void)
+{
+	const unsigned gfp = UCMA_GFP_MOVABLE | UCMA_GFP_NO_CMA;
+	static uint32_t page[UCMA_PAGEBLOCK_PAGES];
+	uint32_t pb, got, b;
+
+	pb = pageblock_of_single_pages(page);
+	b = pb >> UCMA_PAGEBLOCK_ORDER;
+	for (unsigned i = 0; i < UCMA_PAGEBLOCK_PAGES; i++)
+		if (page[i] - pb == 10 || page[i] - pb == 20 || page[i] - pb == 21) {
+			ucma_pages_free(a, page[i]);
+			page[i] = UCMA_PFN_NONE;
+		}
+	ucma_pcp_drain_zone(normal());
+	ok(tu_zones_ok(a, "holes of 1 and 2 pages"), "invariants hold with holes of 1 and 2 pages");
+	got = ucma_pages_alloc_in(a, 2, gfp, pb, pb + UCMA_PAGEBLOCK_PAGES);
+	ok(got == pb + 20 && a->blocks[b].nr_free == 1 && a->blocks[b].levels == 1,
+	   "2 pages taken from the 2-page hole (offset %d): 1 page left free, level bit kept "
+	   "(levels %u)", got == UCMA_PFN_NONE ? -1 : (int)(got - pb), a->blocks[b].levels);
+	ok(tu_zones_ok(a, "after the 2-page hole is taken"),
+	   "invariants hold after it (a 1-page hole is left)");
+	if (got != UCMA_PFN_NONE)
+		ucma_pages_free(a, got);
+	for (unsigned i = 0; i < UCMA_PAGEBLOCK_PAGES; i++)
+		if (page[i] != UCMA_PFN_NONE)
+			ucma_pages_free(a, page[i]);
+	ucma_pcp_drain_zone(normal());
+	ok(tu_zones_ok(a, "levels, single pages"), "and after the pageblock is freed");
+}
+
 /* Free the pages of @page[] (one per page of the pageblock at @pb, in any
  * order) whose offsets lie in [from, to). */
 static void free_offsets(uint32_t *page, uint32_t pb, uint32_t from, uint32_t to)
@@ -530,6 +566,7 @@ int main(void)
 	test_exact_split();
 	test_resident();
 	test_extent_note();
+	test_extent_levels_single();
 	test_extent_cache();
 	test_extent_seq_wrap();
 	test_random();
