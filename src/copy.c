@@ -58,6 +58,34 @@
  * and does not wait for them: a helper that wakes late finds the pieces
  * taken, and the owner has copied them itself.
  *
+ * Helpers and other work.  A helper is of use only on a CPU nothing else
+ * wants.  One that took a piece and then lost its CPU (to another
+ * process, or a busy thread of the program itself) holds the owner until
+ * the scheduler runs it again, 2.5-4 ms here, for a piece the owner would
+ * have copied in microseconds; and one spinning for work takes CPU time
+ * that the owner or other work wants.  With one busy thread beside
+ * bench_highalloc on two CPUs, compaction took longer with the helper
+ * than without it, by up to 1.7x (tests/bench/RESULTS.md).  So:
+ *  - every SOLO_MIN_NS of copying, the owner counts the threads running
+ *    or waiting for a CPU (/proc/loadavg, tens of microseconds); with
+ *    itself and the sleeping helpers counted in, more than the CPUs
+ *    online means no CPU is free for a helper: the copies of the next
+ *    SOLO_MIN_NS are made alone (pgmigrate_copy_no_cpu);
+ *  - a helper seen to lose its CPU rests them the same way
+ *    (pgmigrate_copy_helper_late): by the owner, a wait for the pieces
+ *    that outlasts WAIT_SPINS spins is timed, and one longer than LATE_NS
+ *    plus the piece's copy at 1 GB/s is a lost CPU; by the helper
+ *    itself, more than LATE_NS beyond what its copies can take at 1 GB/s
+ *    between two looks at the clock (every 64 spins, and after each
+ *    piece).  LATE_NS is 1 ms: well short of the time slices seen, well
+ *    beyond a fault on a fresh huge page (with 0.1 ms such faults rested
+ *    the helpers in a compaction of 2 GiB on an idle machine).  A loss
+ *    within four rests' lengths of the end of the last rest doubles it,
+ *    up to SOLO_MAX_NS.
+ * The helpers sleep through a rest.  The owner sleeps on a futex while it
+ * waits for slow pieces (the helper wakes it), so that its CPU is free
+ * for the helper meanwhile.
+ *
  * Life cycle.  Helpers start on the first copy that could use them,
  * created through ucma_os.thread_create with every signal blocked, never
  * more than the CPUs the process may run on, less one (a helper that has
@@ -75,13 +103,15 @@
 
 #include <errno.h>
 #include <pthread.h>
-#include <sched.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
 #define SPIN_NS		(200u * 1000)	/* a helper spins this long after a piece */
-#define WAIT_SPINS	1024u		/* the owner's spins between looks at a fork */
+#define WAIT_SPINS	1024u		/* the owner's spins between looks at a fork and the clock */
+#define LATE_NS		(1000u * 1000)	/* a stop beyond this and the copy: a lost CPU */
+#define SOLO_MIN_NS	(16ull * 1000 * 1000)	/* copies made alone after a late helper, at first */
+#define SOLO_MAX_NS	(512ull * 1000 * 1000)	/* and at most */
 #define HELPER_STACK	(256u << 10)
 #ifndef PIECES_PER_THREAD
 #define PIECES_PER_THREAD 2u		/* a job's pieces per thread that copies it */
@@ -89,6 +119,7 @@
 
 #ifdef UCMA_TEST_HOOKS
 _Atomic uint64_t ucma_copy_test_helper_delay_ns;
+_Atomic long ucma_copy_test_runnable;
 #endif
 
 /* The claim word: generation, pieces (0: closed), next piece to take. */
@@ -114,8 +145,10 @@ static struct {
 	_Atomic(const char *) src;
 	_Atomic size_t n;
 	_Atomic size_t piece;		/* bytes per piece, the last shorter */
-	/* Pieces the helpers finished, of the job open now. */
+	/* Pieces the helpers finished, of the job open now; a futex the
+	 * owner sleeps on when they are slow, saying so in @owner_sleeps. */
 	_Alignas(64) _Atomic uint32_t done;
+	_Atomic uint32_t owner_sleeps;
 	/* Futex: bumped to wake sleeping helpers; how many sleep. */
 	_Alignas(64) _Atomic uint32_t wake_seq;
 	_Atomic uint32_t sleepers;
@@ -125,7 +158,17 @@ static struct {
 	_Atomic int state;		/* enum helpers_state */
 	_Atomic unsigned running;	/* helper threads started */
 	_Atomic unsigned fork_epoch;	/* bumped in each child of fork() */
+	/* The helpers' rest after one lost its CPU (see above): set by an
+	 * owner or a helper that saw it, read by the owners; relaxed, as
+	 * two that see it at once may both set it and either value does. */
+	_Alignas(64) _Atomic uint64_t rest_until;	/* copies alone until then (0: never rested) */
+	_Atomic uint64_t rest_ns;			/* the last rest's length */
+	/* When an owner last looked for free CPUs: the owners' alone,
+	 * ordered between them by @busy's compare-and-swap and release. */
+	uint64_t cpu_look;
 } job;
+
+static unsigned cpus_online;	/* set before the helpers start */
 
 /* ------------------------------------------------------------------------ */
 /* Copying one piece                                                         */
@@ -203,13 +246,34 @@ static size_t copy_nth(char *dst, const char *src, size_t n, size_t piece, uint3
 /* ------------------------------------------------------------------------ */
 
 /*
+ * A helper lost its CPU at @now (its owner waited for its piece, or it
+ * saw itself stopped): copies are made alone for a while.  Twice the
+ * last rest when that one ended less than four of its lengths ago,
+ * SOLO_MIN_NS otherwise, SOLO_MAX_NS at most; nothing when a rest runs.
+ */
+static void helpers_rest(uint64_t now)
+{
+	uint64_t until = atomic_load_explicit(&job.rest_until, memory_order_relaxed);
+	uint64_t last = atomic_load_explicit(&job.rest_ns, memory_order_relaxed), rest;
+
+	if (now < until)
+		return;
+	rest = until && now - until < 4 * last ? 2 * last : SOLO_MIN_NS;
+	if (rest > SOLO_MAX_NS)
+		rest = SOLO_MAX_NS;
+	atomic_store_explicit(&job.rest_ns, rest, memory_order_relaxed);
+	atomic_store_explicit(&job.rest_until, now + rest, memory_order_relaxed);
+	ucma_count(UCMA_STAT_PGMIGRATE_COPY_HELPER_LATE, 1);
+}
+
+/*
  * Take and copy the pieces of the open job that are left.  What this
  * helper finished is told once, when it finds none left: the owner waits
  * for it only then, and a store per piece would move the counters' cache
  * lines between the two threads at every piece.  Returns false when
  * there was no piece to take.
  */
-static bool help(void)
+static size_t help(void)
 {
 	uint32_t finished = 0;
 	size_t bytes = 0;
@@ -243,10 +307,14 @@ static bool help(void)
 		finished++;
 	}
 	if (!finished)
-		return false;
-	atomic_fetch_add_explicit(&job.done, finished, memory_order_release);
+		return 0;
+	/* Sequentially consistent with the owner's note that it sleeps
+	 * (copy_shared()): one of the two sees the other. */
+	atomic_fetch_add(&job.done, finished);
+	if (atomic_load(&job.owner_sleeps))
+		ucma_futex_wake_all(&job.done);
 	ucma_count(UCMA_STAT_PGMIGRATE_COPY_HELPED, bytes);
-	return true;
+	return bytes;
 }
 
 static void *helper_main(void *arg)
@@ -254,13 +322,23 @@ static void *helper_main(void *arg)
 	(void)arg;
 	pthread_setname_np(pthread_self(), "ucma_copy");
 	for (;;) {
-		uint64_t idle_since = ucma_os_now_ns();
+		uint64_t idle_since = ucma_os_now_ns(), last = idle_since, now;
 		unsigned spins = 0;
 		uint32_t seq;
 		uint64_t c;
 
 		for (;;) {
-			if (help()) {
+			size_t bytes = help();
+
+			if (bytes) {
+				/* A stop longer than the copy can take at
+				 * 1 GB/s: this helper lost its CPU. */
+				now = ucma_os_now_ns();
+				if (now - last > LATE_NS + bytes) {
+					helpers_rest(now);
+					break;
+				}
+				last = now;
 				spins = 0;
 				idle_since = 0;
 				continue;
@@ -268,9 +346,15 @@ static void *helper_main(void *arg)
 			ucma_cpu_relax();
 			if (++spins % 64)
 				continue;
+			now = ucma_os_now_ns();
+			if (now - last > LATE_NS) {
+				helpers_rest(now);
+				break;
+			}
+			last = now;
 			if (!idle_since)
-				idle_since = ucma_os_now_ns();
-			else if (ucma_os_now_ns() - idle_since > SPIN_NS)
+				idle_since = now;
+			else if (now - idle_since > SPIN_NS)
 				break;
 		}
 		/* Asleep: counted before the last look for work, and the owner
@@ -297,6 +381,11 @@ static void helpers_start(void)
 		return;
 	if (want + 1 > cpus)
 		want = cpus ? cpus - 1 : 0;
+	{
+		long online = sysconf(_SC_NPROCESSORS_ONLN);
+
+		cpus_online = online > 0 ? (unsigned)online : cpus;
+	}
 	if (want == 0) {
 		atomic_store(&job.state, H_NONE);
 		return;
@@ -343,6 +432,8 @@ void ucma_copy_fork_child(void)
 	atomic_store(&job.state, H_IDLE);
 	atomic_store(&job.running, 0);
 	atomic_store(&job.sleepers, 0);
+	atomic_store(&job.rest_until, 0);
+	atomic_store(&job.rest_ns, 0);
 	gen = CLAIM_GEN(atomic_load(&job.claim)) + 1u;
 	atomic_store(&job.claim, CLAIM(gen, 0));
 	if (atomic_load(&job.busy) != (uintptr_t)pthread_self())
@@ -353,6 +444,54 @@ void ucma_copy_fork_child(void)
 /* ------------------------------------------------------------------------ */
 /* The owner                                                                 */
 /* ------------------------------------------------------------------------ */
+
+/*
+ * Sleep until a helper finishes a piece, 1 ms at most (the loop looks
+ * at a fork then).  Not a spin or sched_yield(): a helper that lost its
+ * CPU to other work is runnable while this thread spins, and this CPU,
+ * idle while it sleeps, is where the scheduler can run the helper at
+ * once instead of after the other work's time slice.
+ */
+static void wait_asleep(uint32_t target)
+{
+	static const struct timespec ms = { 0, 1000 * 1000 };
+	uint32_t d;
+
+	atomic_store(&job.owner_sleeps, 1);
+	d = atomic_load(&job.done);
+	if (d != target)
+		ucma_futex_wait(&job.done, d, &ms);
+	atomic_store_explicit(&job.owner_sleeps, 0, memory_order_relaxed);
+}
+
+/*
+ * Are the helpers resting?  Also when, at a look every SOLO_MIN_NS, the
+ * threads running or waiting for a CPU, this one and the helpers asleep
+ * counted in, are more than the CPUs: a helper would then only take
+ * turns with other work (pgmigrate_copy_no_cpu; the copies of the next
+ * SOLO_MIN_NS are made alone).
+ */
+static bool helpers_resting(void)
+{
+	uint64_t now = ucma_os_now_ns();
+	long run;
+
+	if (now < atomic_load_explicit(&job.rest_until, memory_order_relaxed))
+		return true;
+	if (now - job.cpu_look < SOLO_MIN_NS)
+		return false;
+	job.cpu_look = now;
+	run = ucma_os_threads_runnable();
+#ifdef UCMA_TEST_HOOKS
+	if (atomic_load_explicit(&ucma_copy_test_runnable, memory_order_relaxed))
+		run = atomic_load_explicit(&ucma_copy_test_runnable, memory_order_relaxed);
+#endif
+	if (run <= 0 || (unsigned long)run + atomic_load(&job.sleepers) <= cpus_online)
+		return false;
+	atomic_store_explicit(&job.rest_until, now + SOLO_MIN_NS, memory_order_relaxed);
+	ucma_count(UCMA_STAT_PGMIGRATE_COPY_NO_CPU, 1);
+	return true;
+}
 
 /*
  * Copy with the helpers; the caller owns the job.  A few pieces per
@@ -366,7 +505,8 @@ static void copy_shared(char *dst, const char *src, size_t n, unsigned helpers)
 	uint32_t gen = CLAIM_GEN(atomic_load_explicit(&job.claim, memory_order_relaxed)) + 1u;
 	uint32_t pieces = PIECES_PER_THREAD * (helpers + 1), mine = 0;
 	unsigned epoch = atomic_load(&job.fork_epoch), spins = 0;
-	bool stream = stream_ok(dst, n);
+	bool stream = stream_ok(dst, n), late = false;
+	uint64_t wait0 = 0;
 	size_t piece;
 
 	if (n / UCMA_COPY_PIECE < pieces)
@@ -411,7 +551,19 @@ static void copy_shared(char *dst, const char *src, size_t n, unsigned helpers)
 			copy_piece(dst, src, n, stream);
 			break;
 		}
-		sched_yield();
+		/* The clock only past WAIT_SPINS spins: a helper on a CPU
+		 * of its own is done long before. */
+		if (!late) {
+			uint64_t now = ucma_os_now_ns();
+
+			if (!wait0)
+				wait0 = now;
+			else if (now - wait0 > LATE_NS + piece) {
+				late = true;
+				helpers_rest(now);
+			}
+		}
+		wait_asleep(pieces - mine);
 	}
 }
 
@@ -428,7 +580,10 @@ void ucma_copy_object(void *dst, const void *src, size_t n, size_t split_min)
 		}
 		if (state == H_RUNNING &&
 		    atomic_compare_exchange_strong(&job.busy, &expect, (uintptr_t)pthread_self())) {
-			copy_shared(dst, src, n, atomic_load(&job.running));
+			if (helpers_resting())
+				copy_piece(dst, src, n, stream_ok(dst, n));
+			else
+				copy_shared(dst, src, n, atomic_load(&job.running));
 			atomic_store_explicit(&job.busy, 0, memory_order_release);
 			return;
 		}

@@ -51,6 +51,10 @@ UCMA_INTERNAL unsigned ucma_copy_helpers_running(void);
 /* Test builds: a helper sleeps this long before each piece it copies, so
  * that an owner that did not wait for its helpers would be caught. */
 UCMA_INTERNAL extern _Atomic uint64_t ucma_copy_test_helper_delay_ns;
+/* Test builds: when not 0, the count of threads running or runnable the
+ * owners' look for a free CPU sees instead of the system's; below 0, it
+ * finds a free CPU always. */
+UCMA_INTERNAL extern _Atomic long ucma_copy_test_runnable;
 #endif
 
 #endif

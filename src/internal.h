@@ -559,6 +559,9 @@ UCMA_INTERNAL long ucma_os_phys_run(const void *addr, size_t npages, bool *absen
  * -1 with ENOTSUP. */
 UCMA_INTERNAL long ucma_os_next_present(const void *addr, size_t npages);
 UCMA_INTERNAL uint64_t ucma_os_now_ns(void);
+/* Threads running or waiting for a CPU now, system-wide, the caller
+ * among them (/proc/loadavg); -1 when that cannot be read. */
+UCMA_INTERNAL long ucma_os_threads_runnable(void);
 /* A thread of the library (through ucma_os.thread_create), made with
  * every signal blocked; returns 0 or pthread_create()'s error. */
 UCMA_INTERNAL int ucma_thread_start(pthread_t *t, const pthread_attr_t *attr,
@@ -660,6 +663,8 @@ enum ucma_vmstat_item {
 	UCMA_STAT_PGMIGRATE_POPULATED,
 	UCMA_STAT_PGMIGRATE_POPULATE_FAIL,
 	UCMA_STAT_PGMIGRATE_COPY_HELPED,
+	UCMA_STAT_PGMIGRATE_COPY_HELPER_LATE,
+	UCMA_STAT_PGMIGRATE_COPY_NO_CPU,
 	UCMA_STAT_CMA_ALLOC_SUCCESS,
 	UCMA_STAT_CMA_ALLOC_FAIL,
 	UCMA_STAT_CMA_RELEASE,

@@ -543,6 +543,35 @@ unsigned ucma_cpus_allowed(void)
 	return (unsigned)CPU_COUNT(&set);
 }
 
+long ucma_os_threads_runnable(void)
+{
+	char buf[128];
+	const char *p = buf;
+	int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+	long v = 0;
+
+	if (fd < 0)
+		return -1;
+	n = read(fd, buf, sizeof(buf) - 1);
+	ucma_os_close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	/* "0.10 0.20 0.30 2/345 6789": the fourth field's numerator. */
+	for (int field = 0; field < 3; field++) {
+		p = strchr(p, ' ');
+		if (!p)
+			return -1;
+		p++;
+	}
+	if (*p < '0' || *p > '9')
+		return -1;
+	while (*p >= '0' && *p <= '9' && v < 1000000)
+		v = v * 10 + (*p++ - '0');
+	return *p == '/' ? v : -1;
+}
+
 uint64_t ucma_os_now_ns(void)
 {
 	struct timespec ts;

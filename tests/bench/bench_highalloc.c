@@ -27,14 +27,18 @@
  * Then: pin latency (ucma_pin + ucma_unpin) while the thread compacts
  * against idle, and the throughput of ucma_compact(SYNC_FULL) in bytes
  * moved per second as a ratio of memcpy bandwidth measured in the same
- * run, right before and right after the compaction; and the same again while a reader thread reads objects through
- * their handles inside read-side sections, one object per section, since
- * the grace periods compaction waits for wait for such readers.
+ * run, right before and right after the compaction; and the same again
+ * while a reader thread reads objects through their handles inside
+ * read-side sections, one object per section, since the grace periods
+ * compaction waits for wait for such readers; and again while a thread
+ * that touches no memory of ucma spins beside it, as another busy thread
+ * of the program or another process would, so that on a machine of two
+ * CPUs the copy helper has no CPU of its own.
  *
  * Environment: UCMA_BENCH_HA_CMA_MB (default 512), UCMA_BENCH_HA_NORMAL_MB
  * (256), UCMA_BENCH_HA_CHURN (50000 operations), UCMA_BENCH_HA_PROACTIVENESS
  * (90), UCMA_BENCH_HA_SEED (1), UCMA_BENCH_PART (the parts to run, any of
- * "alloc", "pin", "throughput" and "reader" separated by commas; default
+ * "alloc", "pin", "throughput", "reader" and "busy" separated by commas; default
  * all),
  * UCMA_BENCH_PERF_CTL (perf's control FIFO: only ucma_compact() of the
  * throughput part is sampled).
@@ -83,6 +87,13 @@ struct pin_result {
 	uint64_t idle_n, busy_n, migrated_during;
 };
 
+/* The throughput part's runs: compaction alone, beside a reader thread,
+ * beside a busy thread. */
+enum tput_kind { TPUT_ALONE, TPUT_READER, TPUT_BUSY, NR_TPUT };
+static const char *const tput_part[NR_TPUT] = { "throughput", "reader", "busy" };
+static const char *const tput_what[NR_TPUT] = { "", " with a reader thread",
+						" with a busy thread" };
+
 struct tput_result {
 	int done;
 	uint64_t bytes_moved, objects_moved, ns;
@@ -91,12 +102,14 @@ struct tput_result {
 	uint64_t grace_periods;		/* rcu_grace_periods during the run */
 	uint64_t reader_sections;	/* the reader thread's, during the run */
 	uint64_t helped;		/* bytes the copy helpers copied (UCMA_COPY_HELPERS) */
+	uint64_t late;			/* helpers seen to lose their CPU (pgmigrate_copy_helper_late) */
+	uint64_t no_cpu;		/* looks that found no CPU for them (pgmigrate_copy_no_cpu) */
 };
 
 struct shared {
 	struct alloc_result alloc[NR_MODES][NR_SIZES];
 	struct pin_result pin;
-	struct tput_result tput[2];	/* alone, and with a reader thread */
+	struct tput_result tput[3];	/* enum tput_kind */
 	uint64_t pin_samples[MAXPIN];	/* scratch for the pin child */
 };
 
@@ -450,14 +463,23 @@ static void *reader(void *arg)
 	return (void *)(uintptr_t)sum;
 }
 
-static bool tput_with_reader;
+/* A thread that only spins, touching no memory of ucma. */
+static void *busy(void *arg)
+{
+	(void)arg;
+	while (!atomic_load_explicit(&reader_stop, memory_order_relaxed))
+		;
+	return NULL;
+}
+
+static enum tput_kind tput_kind;
 
 static void run_tput(void)
 {
-	struct tput_result *r = &sh->tput[tput_with_reader];
+	struct tput_result *r = &sh->tput[tput_kind];
 	struct ucma_arena *a = start_arena(false, false);
 	static const void *before[MAXMOV];
-	uint64_t t0, gp0, rs0, hb0;
+	uint64_t t0, gp0, rs0, hb0, lt0, nc0;
 	pthread_t rd;
 
 	fragment(seed0);
@@ -468,12 +490,16 @@ static void run_tput(void)
 	ucma_read_unlock();
 	r->o9_before = free_pageblocks(&a->zones[UCMA_ZONE_CMA]) +
 		       free_pageblocks(&a->zones[UCMA_ZONE_NORMAL]);
-	if (tput_with_reader && pthread_create(&rd, NULL, reader, NULL) != 0) {
-		fprintf(stderr, "bench_highalloc: no reader thread: %s\n", strerror(errno));
+	if (tput_kind != TPUT_ALONE &&
+	    pthread_create(&rd, NULL, tput_kind == TPUT_READER ? reader : busy, NULL) != 0) {
+		fprintf(stderr, "bench_highalloc: no%s: %s\n", tput_what[tput_kind],
+			strerror(errno));
 		return;
 	}
 	gp0 = stat_of("rcu_grace_periods");
 	hb0 = stat_of("pgmigrate_copy_helped_bytes");
+	lt0 = stat_of("pgmigrate_copy_helper_late");
+	nc0 = stat_of("pgmigrate_copy_no_cpu");
 	rs0 = atomic_load(&reader_sections);
 	tu_profile(true);
 	t0 = tu_now_ns();
@@ -483,7 +509,9 @@ static void run_tput(void)
 	r->reader_sections = atomic_load(&reader_sections) - rs0;
 	r->grace_periods = stat_of("rcu_grace_periods") - gp0;
 	r->helped = stat_of("pgmigrate_copy_helped_bytes") - hb0;
-	if (tput_with_reader) {
+	r->late = stat_of("pgmigrate_copy_helper_late") - lt0;
+	r->no_cpu = stat_of("pgmigrate_copy_no_cpu") - nc0;
+	if (tput_kind != TPUT_ALONE) {
 		atomic_store(&reader_stop, true);
 		pthread_join(rd, NULL);
 	}
@@ -577,7 +605,7 @@ static void print_pin(void)
 	       (unsigned long long)sh->pin.migrated_during);
 }
 
-static void print_tput(const struct tput_result *t, bool with_reader)
+static void print_tput(const struct tput_result *t, enum tput_kind kind)
 {
 	double gbs = (double)t->bytes_moved / (double)t->ns;
 	double b = t->memcpy_before, a = t->memcpy_after;
@@ -590,13 +618,15 @@ static void print_tput(const struct tput_result *t, bool with_reader)
 	printf("compaction throughput%s: ucma_compact(SYNC_FULL) moved %llu objects, "
 	       "%.1f MiB in %.1f ms = %.2f GB/s; memcpy %.2f GB/s before, %.2f after; "
 	       "ratio %.2f-%.2f; free pageblocks %u -> %u; %llu grace periods",
-	       with_reader ? " with a reader thread" : "", (unsigned long long)t->objects_moved,
+	       tput_what[kind], (unsigned long long)t->objects_moved,
 	       (double)t->bytes_moved / (1 << 20), (double)t->ns / 1e6, gbs, t->memcpy_before,
 	       t->memcpy_after, fast > 0 ? gbs / fast : 0, slow > 0 ? gbs / slow : 0, t->o9_before,
 	       t->o9_after, (unsigned long long)t->grace_periods);
 	printf("; %.0f%% of the bytes copied by helper threads",
 	       t->bytes_moved ? 100.0 * (double)t->helped / (double)t->bytes_moved : 0.0);
-	if (with_reader)
+	printf("; helpers rested %llu times for a lost CPU, %llu for none free",
+	       (unsigned long long)t->late, (unsigned long long)t->no_cpu);
+	if (kind == TPUT_READER)
 		printf("; %llu read-side sections meanwhile",
 		       (unsigned long long)t->reader_sections);
 	printf("\n");
@@ -642,12 +672,12 @@ int main(void)
 		in_child(run_pin);
 	if (sh->pin.done)
 		print_pin();
-	for (int k = 0; k < 2; k++) {
-		tput_with_reader = k;
-		if (tu_bench_part(k ? "reader" : "throughput"))
+	for (int k = 0; k < NR_TPUT; k++) {
+		tput_kind = (enum tput_kind)k;
+		if (tu_bench_part(tput_part[k]))
 			in_child(run_tput);
 		if (sh->tput[k].done && sh->tput[k].ns)
-			print_tput(&sh->tput[k], k);
+			print_tput(&sh->tput[k], tput_kind);
 	}
 	return 0;
 }
