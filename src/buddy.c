@@ -183,6 +183,7 @@ static void materialise(struct ucma_zone *z, uint32_t b)
 
 	pb->deferred = 0;
 	z->nr_deferred[pb->mt]--;
+	ucma_extent_levels_refresh(z->arena, b);	/* out of level 0 (extent.h) */
 	free_list_link(z, b << UCMA_PAGEBLOCK_ORDER, UCMA_MAX_ORDER, pb->mt, 0, 0);
 	while (z->deferred_first < (z->end_pfn >> UCMA_PAGEBLOCK_ORDER) &&
 	       !z->arena->blocks[z->deferred_first].deferred)

@@ -67,7 +67,9 @@ _Static_assert(sizeof(struct ucma_extent_note) == 64, "an extent note is one cac
  * and never reads the note's.  So a pageblock with a free extent of 2^j pages is always
  * found by a search at level j: the levels may make the search look at a
  * pageblock that has no room, never pass one that has (ucma_zone_check()
- * verifies both the bit and the bound).
+ * verifies both the bit and the bound).  Deferred pageblocks (buddy.c),
+ * which the search passes by in any case, are in no level until their
+ * first use.
  *
  * Locking: a pageblock's bits change under its zone lock; one word may
  * hold the bits of pageblocks of both zones, so bits are changed with
@@ -84,10 +86,13 @@ static inline unsigned ucma_extent_level_count(unsigned pages)
 	return pages ? 32u - (unsigned)__builtin_clz(pages) : 0;
 }
 
-/* The levels pageblock @pb should be set in. */
+/* The levels pageblock @pb should be set in: none while it is deferred
+ * (search() passes those by; zone_alloc_in() takes them last, through
+ * ucma_buddy_deferred_in()), so that a zone mostly never used costs a
+ * search no stop per such pageblock. */
 static inline unsigned ucma_extent_levels_due(const struct ucma_pageblock *pb)
 {
-	unsigned n = ucma_extent_level_count(pb->nr_free);
+	unsigned n = pb->deferred ? 0 : ucma_extent_level_count(pb->nr_free);
 
 	return pb->longest_levels && pb->longest_levels - 1u < n ? pb->longest_levels - 1u : n;
 }

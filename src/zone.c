@@ -1266,7 +1266,7 @@ int ucma_zone_check(struct ucma_zone *z, char *why, size_t whylen)
 			      "deferred pageblock %u is isolated", b);
 			CHECK(a->blocks[b].nr_free == UCMA_PAGEBLOCK_PAGES,
 			      "deferred pageblock %u counts %u free pages", b, a->blocks[b].nr_free);
-			CHECK(a->blocks[b].levels == UCMA_EXTENT_LEVELS,
+			CHECK(a->blocks[b].levels == 0,
 			      "deferred pageblock %u reaches %u levels", b, a->blocks[b].levels);
 			CHECK(run_end <= start, "a run reaches into deferred pageblock %u", b);
 			deferred[a->blocks[b].mt]++;
