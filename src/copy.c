@@ -66,8 +66,10 @@
  * that the owner or other work wants.  With one busy thread beside
  * bench_highalloc on two CPUs, compaction took longer with the helper
  * than without it, by up to 1.7x (tests/bench/RESULTS.md).  So:
- *  - every SOLO_MIN_NS of copying, the owner counts the threads running
- *    or waiting for a CPU (/proc/loadavg, tens of microseconds); with
+ *  - every SOLO_MIN_NS of copying, the owner of a process that may run
+ *    on every CPU counts the threads running or waiting for a CPU
+ *    (/proc/loadavg, tens of microseconds; on a subset of the CPUs the
+ *    whole system's count would say nothing of them); with
  *    itself and the sleeping helpers counted in, more than the CPUs
  *    online means no CPU is free for a helper: the copies of the next
  *    SOLO_MIN_NS are made alone (pgmigrate_copy_no_cpu);
@@ -168,7 +170,11 @@ static struct {
 	uint64_t cpu_look;
 } job;
 
-static unsigned cpus_online;	/* set before the helpers start */
+/* Set before the helpers start: the CPUs online, and whether this
+ * process may run on all of them (the look for a free CPU counts the
+ * whole system's threads: on a subset it would say nothing). */
+static unsigned cpus_online;
+static bool cpus_all;
 
 /* ------------------------------------------------------------------------ */
 /* Copying one piece                                                         */
@@ -385,6 +391,7 @@ static void helpers_start(void)
 		long online = sysconf(_SC_NPROCESSORS_ONLN);
 
 		cpus_online = online > 0 ? (unsigned)online : cpus;
+		cpus_all = cpus == cpus_online;
 	}
 	if (want == 0) {
 		atomic_store(&job.state, H_NONE);
@@ -478,7 +485,7 @@ static bool helpers_resting(void)
 
 	if (now < atomic_load_explicit(&job.rest_until, memory_order_relaxed))
 		return true;
-	if (now - job.cpu_look < SOLO_MIN_NS)
+	if (!cpus_all || now - job.cpu_look < SOLO_MIN_NS)
 		return false;
 	job.cpu_look = now;
 	run = ucma_os_threads_runnable();
@@ -488,6 +495,9 @@ static bool helpers_resting(void)
 #endif
 	if (run <= 0 || (unsigned long)run + atomic_load(&job.sleepers) <= cpus_online)
 		return false;
+	/* A rest of its own length: a lost CPU soon after doubles this
+	 * one, not an older, longer rest. */
+	atomic_store_explicit(&job.rest_ns, SOLO_MIN_NS, memory_order_relaxed);
 	atomic_store_explicit(&job.rest_until, now + SOLO_MIN_NS, memory_order_relaxed);
 	ucma_count(UCMA_STAT_PGMIGRATE_COPY_NO_CPU, 1);
 	return true;

@@ -298,10 +298,19 @@ static void test_no_cpu(void)
 	uint64_t n0 = no_cpu(), h0, until;
 	long run = ucma_os_threads_runnable();
 	int r = 0, bad = 0, n;
+	FILE *f = fopen("/proc/loadavg", "r");
+	long want = 0;
 
-	ok(run >= 1, "threads runnable now, from /proc/loadavg: %ld (this one among them)", run);
-	if (cpus < 2) {
-		skip(2, "one allowed CPU: no helper");
+	/* Some sandboxes give /proc/loadavg as all zeros, or none. */
+	if (f && fscanf(f, "%*s %*s %*s %ld/", &want) == 1 && want > 0)
+		ok(run >= 1, "threads runnable now, from /proc/loadavg: %ld (this one among "
+			     "them)", run);
+	else
+		skip(1, "no count of runnable threads in /proc/loadavg here");
+	if (f)
+		fclose(f);
+	if (cpus < 2 || (long)cpus != sysconf(_SC_NPROCESSORS_ONLN)) {
+		skip(2, "one allowed CPU, or not all of them: the look for a free CPU is not made");
 		return;
 	}
 	src = map(BUF);
