@@ -27,7 +27,9 @@
  * Then: pin latency (ucma_pin + ucma_unpin) while the thread compacts
  * against idle, and the throughput of ucma_compact(SYNC_FULL) in bytes
  * moved per second as a ratio of memcpy bandwidth measured in the same
- * run, right before and right after the compaction; and the same again
+ * run, right before and right after the compaction (between two buffers
+ * of the C library's heap), and after it between two contiguous buffers
+ * of the arena, the memory the compaction copies on; and the same again
  * while a reader thread reads objects through their handles inside
  * read-side sections, one object per section, since the grace periods
  * compaction waits for wait for such readers; and again while a thread
@@ -98,6 +100,7 @@ struct tput_result {
 	int done;
 	uint64_t bytes_moved, objects_moved, ns;
 	double memcpy_before, memcpy_after;	/* GB/s, right before and right after */
+	double memcpy_arena;		/* GB/s, between two buffers of the arena, after */
 	unsigned o9_before, o9_after;
 	uint64_t grace_periods;		/* rcu_grace_periods during the run */
 	uint64_t reader_sections;	/* the reader thread's, during the run */
@@ -404,14 +407,11 @@ static void run_pin(void)
 	r->done = 1;
 }
 
-static double memcpy_gbs(void)
+/* The best of five memcpy() of @len bytes from @src to @dst, in GB/s. */
+static double copy_gbs(char *dst, char *src, size_t len)
 {
-	size_t len = 64u << 20;
-	char *src = malloc(len), *dst = malloc(len);
 	uint64_t best = UINT64_MAX;
 
-	if (!src || !dst)
-		return 0;
 	memset(src, 3, len);
 	memset(dst, 4, len);
 	for (int i = 0; i < 5; i++) {
@@ -422,9 +422,35 @@ static double memcpy_gbs(void)
 		if (tu_now_ns() - t0 < best)
 			best = tu_now_ns() - t0;
 	}
+	return (double)len / (double)best;
+}
+
+/* memcpy between two 64 MiB buffers of the C library's heap. */
+static double memcpy_gbs(void)
+{
+	size_t len = 64u << 20;
+	char *src = malloc(len), *dst = malloc(len);
+	double gbs = src && dst ? copy_gbs(dst, src, len) : 0;
+
 	free(src);
 	free(dst);
-	return (double)len / (double)best;
+	return gbs;
+}
+
+/* The same between two 32 MiB contiguous buffers of the arena, the
+ * memory the compaction copies on (its backing, its pages); 0 when the
+ * arena has no room for them. */
+static double memcpy_arena_gbs(void)
+{
+	size_t len = 32u << 20;
+	char *src = ucma_alloc(len, 0, 0), *dst = src ? ucma_alloc(len, 0, 0) : NULL;
+	double gbs = src && dst ? copy_gbs(dst, src, len) : 0;
+
+	if (dst)
+		ucma_release(dst);
+	if (src)
+		ucma_release(src);
+	return gbs;
 }
 
 static unsigned free_pageblocks(struct ucma_zone *z)
@@ -516,6 +542,7 @@ static void run_tput(void)
 		pthread_join(rd, NULL);
 	}
 	r->memcpy_after = memcpy_gbs();
+	r->memcpy_arena = memcpy_arena_gbs();
 	r->o9_after = free_pageblocks(&a->zones[UCMA_ZONE_CMA]) +
 		      free_pageblocks(&a->zones[UCMA_ZONE_NORMAL]);
 	ucma_read_lock();
@@ -622,6 +649,9 @@ static void print_tput(const struct tput_result *t, enum tput_kind kind)
 	       (double)t->bytes_moved / (1 << 20), (double)t->ns / 1e6, gbs, t->memcpy_before,
 	       t->memcpy_after, fast > 0 ? gbs / fast : 0, slow > 0 ? gbs / slow : 0, t->o9_before,
 	       t->o9_after, (unsigned long long)t->grace_periods);
+	if (t->memcpy_arena > 0)
+		printf("; memcpy between arena buffers %.2f GB/s, ratio %.2f", t->memcpy_arena,
+		       gbs / t->memcpy_arena);
 	printf("; %.0f%% of the bytes copied by helper threads",
 	       t->bytes_moved ? 100.0 * (double)t->helped / (double)t->bytes_moved : 0.0);
 	printf("; helpers rested %llu times for a lost CPU, %llu for none free",
