@@ -64,11 +64,12 @@
  * the scheduler runs it again, 2.5-4 ms here, for a piece the owner would
  * have copied in microseconds; and one spinning for work takes CPU time
  * that the owner or other work wants.  With one busy thread beside
- * bench_highalloc on two CPUs, compaction took longer with the helper
- * than without it, by up to 1.7x (tests/bench/RESULTS.md).  So:
+ * bench_highalloc on two CPUs, compaction took a median 13.9 ms with the
+ * helper, up to 20.3 ms, against 11.1 ms without (tests/bench/RESULTS.md).
+ * So:
  *  - every SOLO_MIN_NS of copying, the owner of a process that may run
  *    on every CPU counts the threads running or waiting for a CPU
- *    (/proc/loadavg, tens of microseconds; on a subset of the CPUs the
+ *    (/proc/loadavg, 6-8 us a read here; on a subset of the CPUs the
  *    whole system's count would say nothing of them); with
  *    itself and the sleeping helpers counted in, more than the CPUs
  *    online means no CPU is free for a helper: the copies of the next
@@ -85,8 +86,10 @@
  *    within four rests' lengths of the end of the last rest doubles it,
  *    up to SOLO_MAX_NS.
  * The helpers sleep through a rest.  The owner sleeps on a futex while it
- * waits for slow pieces (the helper wakes it), so that its CPU is free
- * for the helper meanwhile.
+ * waits for slow pieces (the helper wakes it), leaving its CPU to other
+ * work; it did not bring a stopped helper back sooner than the
+ * sched_yield() it replaces (the scheduler did not move the helper to
+ * the freed CPU in time, RESULTS.md).
  *
  * Life cycle.  Helpers start on the first copy that could use them,
  * created through ucma_os.thread_create with every signal blocked, never
@@ -454,10 +457,9 @@ void ucma_copy_fork_child(void)
 
 /*
  * Sleep until a helper finishes a piece, 1 ms at most (the loop looks
- * at a fork then).  Not a spin or sched_yield(): a helper that lost its
- * CPU to other work is runnable while this thread spins, and this CPU,
- * idle while it sleeps, is where the scheduler can run the helper at
- * once instead of after the other work's time slice.
+ * at a fork then).  Not a spin or sched_yield(): a wait this long means
+ * the helper lost its CPU, and spinning would take this one from other
+ * work too (the scheduler was not seen to run the helper here sooner).
  */
 static void wait_asleep(uint32_t target)
 {

@@ -162,38 +162,41 @@ static int os_uffd_ioctl(int fd, unsigned long request, void *arg)
 	return ioctl(fd, request, arg);
 }
 
+/* The start of the kernel file at @path, as a string in @buf of @len
+ * bytes, read without stdio (no allocation); false when it cannot be
+ * read or is empty. */
+static bool read_text(const char *path, char *buf, size_t len)
+{
+	ssize_t n;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return false;
+	n = read(fd, buf, len - 1);
+	ucma_os_close(fd);
+	if (n <= 0)
+		return false;
+	buf[n] = '\0';
+	return true;
+}
+
 static long os_hugetlb_free_pages(size_t page_size)
 {
 	char path[96], buf[32];
-	ssize_t n;
-	int fd;
 
 	snprintf(path, sizeof(path), "/sys/kernel/mm/hugepages/hugepages-%zukB/free_hugepages",
 		 page_size >> 10);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
+	if (!read_text(path, buf, sizeof(buf)))
 		return -1;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = '\0';
 	return strtol(buf, NULL, 10);
 }
 
 static uint64_t os_mem_available(void)
 {
 	char buf[4096], *line;
-	ssize_t n;
-	int fd = open("/proc/meminfo", O_RDONLY | O_CLOEXEC);
 
-	if (fd < 0)
+	if (!read_text("/proc/meminfo", buf, sizeof(buf)))
 		return 0;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = '\0';
 	line = strstr(buf, "MemAvailable:");
 	if (!line)
 		return 0;
@@ -289,19 +292,9 @@ long ucma_os_hugetlb_free_pages(size_t page_size)
 static bool thp_setting(const char *file, char *buf, size_t len)
 {
 	char path[96];
-	ssize_t n;
-	int fd;
 
 	snprintf(path, sizeof(path), "/sys/kernel/mm/transparent_hugepage/%s", file);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return false;
-	n = read(fd, buf, len - 1);
-	close(fd);
-	if (n <= 0)
-		return false;
-	buf[n] = '\0';
-	return true;
+	return read_text(path, buf, len);
 }
 
 uint64_t ucma_os_mem_available(void)
@@ -547,17 +540,10 @@ long ucma_os_threads_runnable(void)
 {
 	char buf[128];
 	const char *p = buf;
-	int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
-	ssize_t n;
 	long v = 0;
 
-	if (fd < 0)
+	if (!read_text("/proc/loadavg", buf, sizeof(buf)))
 		return -1;
-	n = read(fd, buf, sizeof(buf) - 1);
-	ucma_os_close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = '\0';
 	/* "0.10 0.20 0.30 2/345 6789": the fourth field's numerator. */
 	for (int field = 0; field < 3; field++) {
 		p = strchr(p, ' ');
