@@ -40,9 +40,10 @@
  * io_uring reads and writes on O_DIRECT files are iouring_guard.c's (it
  * asks ucma_preload_fd_direct() here).
  *
- * Not seen (ucma_unlend(3)): vmsplice(); zero-copy sends
- * (MSG_ZEROCOPY); a driver's ioctl(); calls made with the system call
- * instruction.
+ * Zero-copy sends (MSG_ZEROCOPY) and vmsplice() are zc_guard.c's.
+ *
+ * Not seen (ucma_unlend(3)): a driver's ioctl(); calls made with the
+ * system call instruction.
  *
  * Locking: none here; ucma_unlend() takes what it needs.
  *
@@ -310,12 +311,6 @@ DIO_EXPORT ssize_t pread64(int fd, void *buf, size_t len, off_t off)
 DIO_EXPORT ssize_t pwrite64(int fd, const void *buf, size_t len, off_t off)
 	__attribute__((alias("pwrite")));
 
-#define NEXT(type, name) ((type)ucma_preload_next(&next_##name, #name))
-#define NO_NEXT()             \
-	do {                  \
-		errno = ENOSYS; \
-		return -1;      \
-	} while (0)
 
 typedef ssize_t (*iov_fn)(int, const struct iovec *, int);
 typedef ssize_t (*piov_fn)(int, const struct iovec *, int, off_t);
@@ -326,10 +321,10 @@ static void *next_readv, *next_writev, *next_preadv, *next_pwritev, *next_preadv
 
 DIO_EXPORT ssize_t readv(int fd, const struct iovec *iov, int n)
 {
-	iov_fn fn = NEXT(iov_fn, readv);
+	iov_fn fn = UCMA_NEXT(iov_fn, readv);
 
 	if (!fn)
-		NO_NEXT();
+		UCMA_NO_NEXT();
 	if (UCMA_UNLIKELY(ucma_lend_any_borrowed()) && !unlend_iov(fd, iov, n))
 		return -1;
 	return fn(fd, iov, n);
@@ -337,10 +332,10 @@ DIO_EXPORT ssize_t readv(int fd, const struct iovec *iov, int n)
 
 DIO_EXPORT ssize_t writev(int fd, const struct iovec *iov, int n)
 {
-	iov_fn fn = NEXT(iov_fn, writev);
+	iov_fn fn = UCMA_NEXT(iov_fn, writev);
 
 	if (!fn)
-		NO_NEXT();
+		UCMA_NO_NEXT();
 	if (UCMA_UNLIKELY(ucma_lend_any_borrowed()) && !unlend_iov(fd, iov, n))
 		return -1;
 	return fn(fd, iov, n);
@@ -348,10 +343,10 @@ DIO_EXPORT ssize_t writev(int fd, const struct iovec *iov, int n)
 
 DIO_EXPORT ssize_t preadv(int fd, const struct iovec *iov, int n, off_t off)
 {
-	piov_fn fn = NEXT(piov_fn, preadv);
+	piov_fn fn = UCMA_NEXT(piov_fn, preadv);
 
 	if (!fn)
-		NO_NEXT();
+		UCMA_NO_NEXT();
 	if (UCMA_UNLIKELY(ucma_lend_any_borrowed()) && !unlend_iov(fd, iov, n))
 		return -1;
 	return fn(fd, iov, n, off);
@@ -359,10 +354,10 @@ DIO_EXPORT ssize_t preadv(int fd, const struct iovec *iov, int n, off_t off)
 
 DIO_EXPORT ssize_t pwritev(int fd, const struct iovec *iov, int n, off_t off)
 {
-	piov_fn fn = NEXT(piov_fn, pwritev);
+	piov_fn fn = UCMA_NEXT(piov_fn, pwritev);
 
 	if (!fn)
-		NO_NEXT();
+		UCMA_NO_NEXT();
 	if (UCMA_UNLIKELY(ucma_lend_any_borrowed()) && !unlend_iov(fd, iov, n))
 		return -1;
 	return fn(fd, iov, n, off);
@@ -370,10 +365,10 @@ DIO_EXPORT ssize_t pwritev(int fd, const struct iovec *iov, int n, off_t off)
 
 DIO_EXPORT ssize_t preadv2(int fd, const struct iovec *iov, int n, off_t off, int flags)
 {
-	piov2_fn fn = NEXT(piov2_fn, preadv2);
+	piov2_fn fn = UCMA_NEXT(piov2_fn, preadv2);
 
 	if (!fn)
-		NO_NEXT();
+		UCMA_NO_NEXT();
 	if (UCMA_UNLIKELY(ucma_lend_any_borrowed()) && !unlend_iov(fd, iov, n))
 		return -1;
 	return fn(fd, iov, n, off, flags);
@@ -381,10 +376,10 @@ DIO_EXPORT ssize_t preadv2(int fd, const struct iovec *iov, int n, off_t off, in
 
 DIO_EXPORT ssize_t pwritev2(int fd, const struct iovec *iov, int n, off_t off, int flags)
 {
-	piov2_fn fn = NEXT(piov2_fn, pwritev2);
+	piov2_fn fn = UCMA_NEXT(piov2_fn, pwritev2);
 
 	if (!fn)
-		NO_NEXT();
+		UCMA_NO_NEXT();
 	if (UCMA_UNLIKELY(ucma_lend_any_borrowed()) && !unlend_iov(fd, iov, n))
 		return -1;
 	return fn(fd, iov, n, off, flags);
@@ -411,7 +406,7 @@ static void *next_fcntl64;
 
 static int fcntl_call(int fd, int cmd, long arg)
 {
-	fcntl_fn fn = NEXT(fcntl_fn, fcntl64);
+	fcntl_fn fn = UCMA_NEXT(fcntl_fn, fcntl64);
 	long ret;
 
 	ret = fn ? fn(fd, cmd, arg)
@@ -443,7 +438,7 @@ int io_submit(aio_context_t ctx, long nr, struct iocb **iocbpp);
 
 DIO_EXPORT int io_submit(aio_context_t ctx, long nr, struct iocb **iocbpp)
 {
-	io_submit_fn fn = NEXT(io_submit_fn, io_submit);
+	io_submit_fn fn = UCMA_NEXT(io_submit_fn, io_submit);
 
 	if (UCMA_UNLIKELY(ucma_lend_any_borrowed()) && !unlend_iocbs(nr, iocbpp))
 		return -EAGAIN;

@@ -1,7 +1,8 @@
 /*
  * interpose.h - what the preloaded interposers share (preload/longterm.c
- * defines most of these; futex_guard.c, lend_guard.c, dio_guard.c and
- * iouring_guard.c the calls that longterm.c's syscall() hands to them).
+ * defines most of these; futex_guard.c, lend_guard.c, dio_guard.c,
+ * zc_guard.c and iouring_guard.c the calls that longterm.c's syscall()
+ * hands to them).
  *
  * SPDX-License-Identifier: MIT
  */
@@ -36,12 +37,35 @@ UCMA_PRELOAD_HIDDEN bool ucma_preload_unlend(const void *addr, size_t len);
  */
 UCMA_PRELOAD_HIDDEN void *ucma_preload_next(void **cache, const char *name);
 
+/* ucma_preload_next() for the interposer of @name, its cache in
+ * next_<name>; and what the interposer does when there is none. */
+#define UCMA_NEXT(type, name) ((type)ucma_preload_next(&next_##name, #name))
+#define UCMA_NO_NEXT()          \
+	do {                    \
+		errno = ENOSYS; \
+		return -1;      \
+	} while (0)
+
 /*
  * Copy @len bytes of the program's memory at @src to @dst as the kernel
  * would read them: false with EFAULT when the address is bad (the kernel
  * then refuses the call itself, so the caller forwards it), never a crash.
  */
 UCMA_PRELOAD_HIDDEN bool ucma_preload_read_user(void *dst, const void *src, size_t len);
+
+/* How an unlend of the program's buffers ended. */
+enum unlend_result {
+	UNLEND_DONE,	/* nothing of them is lent now: forward the call */
+	UNLEND_BAD,	/* the description cannot be read: forward, the kernel says EFAULT */
+	UNLEND_FAILED	/* a pageblock stays lent (errno set): refuse the call */
+};
+
+struct iovec;
+
+/* Take back the buffers of @nr iovecs at @uiov, the program's memory
+ * (longterm.c). */
+UCMA_PRELOAD_HIDDEN enum unlend_result ucma_preload_unlend_iovecs(const struct iovec *uiov,
+								  unsigned long nr);
 
 /*
  * syscall() of a futex call (SYS_futex, futex_waitv, futex_wait,
@@ -68,6 +92,14 @@ UCMA_PRELOAD_HIDDEN bool ucma_preload_guard_syscall(long nr, const long a[6], lo
  * *@ret; false for any other call @nr.
  */
 UCMA_PRELOAD_HIDDEN bool ucma_preload_dio_syscall(long nr, const long a[6], long *ret);
+
+/*
+ * syscall() of a send call (sendto, sendmsg, sendmmsg) or vmsplice: the
+ * buffers of a zero-copy send (MSG_ZEROCOPY) and of vmsplice leave the
+ * lent frames first (zc_guard.c).  True with the result (-1 and errno on
+ * failure) in *@ret; false for any other call @nr.
+ */
+UCMA_PRELOAD_HIDDEN bool ucma_preload_zc_syscall(long nr, const long a[6], long *ret);
 
 /* Descriptors @first to @last were closed or replaced: what dio_guard.c
  * knew of their status flags no longer holds, nor what iouring_guard.c

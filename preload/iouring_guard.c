@@ -27,7 +27,11 @@
  * direct).  Buffered I/O copies through the program's addresses, which
  * the write-protection of a take-back holds, so it keeps the buffer lent.
  * READ_FIXED and WRITE_FIXED use registered buffers, taken back at
- * registration (longterm.c).  A read that lets the kernel pick the buffer
+ * registration (longterm.c).  Zero-copy sends pin their buffers on any
+ * socket until the notification completes (zc_guard.c): SEND_ZC and
+ * SENDMSG_ZC (each iovec's buffer; the message header and the array the
+ * kernel copies), and SEND and SENDMSG with MSG_ZEROCOPY, whatever the
+ * file.  A read that lets the kernel pick the buffer
  * from a provided group (IOSQE_BUFFER_SELECT, READ_MULTISHOT) on such a
  * file names no buffer here: every borrowed pageblock is taken back
  * instead.  CLOSE of a plain descriptor makes dio_guard.c forget what it
@@ -103,8 +107,8 @@
  * registration: the entries stay in the ring, nothing was submitted.
  *
  * Not seen: IORING_OP_URING_CMD (NVMe passthrough names its buffer in
- * the command), zero-copy sends (SEND_ZC, SENDMSG_ZC), buffers of a
- * provided-buffer ring used by a buffered read that later turns direct,
+ * the command), buffers of a provided-buffer ring used by a buffered read
+ * that later turns direct,
  * entries written after the submission by a program that makes an
  * SQPOLL ring's tail itself from liburing's structure, liburing linked
  * statically, io_uring_enter(2) made with the system call instruction,
@@ -156,6 +160,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -178,7 +183,12 @@
 #define OP_CLOSE		19
 #define OP_READ			22
 #define OP_WRITE		23
+#define OP_SENDMSG		9
+#define OP_SEND			26
+#define OP_SEND_ZC		47	/* Linux 6.0 */
+#define OP_SENDMSG_ZC		48	/* Linux 6.1 */
 #define OP_READ_MULTISHOT	49	/* Linux 6.7 */
+#define MSG_ZEROCOPY_FLAG	0x4000000	/* MSG_ZEROCOPY, in rw_flags */
 #define SQE_FIXED_FILE		(1u << 0)
 #define SQE_BUFFER_SELECT	(1u << 5)
 #define SETUP_SQE128		(1u << 10)
@@ -235,7 +245,9 @@ _Static_assert(offsetof(struct io_uring_sqe, addr) == offsetof(struct sqe, addr)
 		       offsetof(struct io_uring_sqe, user_data) == offsetof(struct sqe, user_data) &&
 		       offsetof(struct io_uring_sqe, file_index) == offsetof(struct sqe, file_index) &&
 		       IORING_OP_READ == OP_READ && IORING_OP_WRITEV == OP_WRITEV &&
-		       IORING_OP_CLOSE == OP_CLOSE && IOSQE_BUFFER_SELECT == SQE_BUFFER_SELECT,
+		       IORING_OP_CLOSE == OP_CLOSE && IOSQE_BUFFER_SELECT == SQE_BUFFER_SELECT &&
+		       IORING_OP_SENDMSG == OP_SENDMSG && IORING_OP_SEND == OP_SEND &&
+		       IORING_OP_SEND_ZC == OP_SEND_ZC && IORING_OP_SENDMSG_ZC == OP_SENDMSG_ZC,
 	       "struct io_uring_sqe is not as read here");
 #endif
 
@@ -263,21 +275,70 @@ static bool sqe_direct(const struct sqe *s)
 	return (s->flags & SQE_FIXED_FILE) || ucma_preload_fd_direct(s->fd);
 }
 
-static bool unlend_buffer(const struct sqe *s, uint64_t addr, uint64_t len, struct scan *sc)
+/*
+ * Take back @len bytes at @addr, a buffer of the entry @s: of a read or
+ * write only when its file is direct (@direct), of a zero-copy send
+ * always.
+ */
+static bool unlend_buffer(const struct sqe *s, bool direct, uint64_t addr, uint64_t len,
+			  struct scan *sc)
 {
 	if (!addr || !len || sc->all)
 		return true;
 	if (len > SIZE_MAX - addr)
 		len = SIZE_MAX - addr;
-	if (!ucma_lend_range_borrowed((const void *)(uintptr_t)addr, (size_t)len) || !sqe_direct(s))
+	if (!ucma_lend_range_borrowed((const void *)(uintptr_t)addr, (size_t)len) ||
+	    (direct && !sqe_direct(s)))
 		return true;
 	return ucma_preload_unlend((const void *)(uintptr_t)addr, (size_t)len);
 }
 
+/* The same for the buffers of @nr iovecs at @uiov, the program's memory. */
+static bool unlend_iovs(const struct sqe *s, bool direct, uint64_t uiov, uint64_t nr,
+			struct scan *sc)
+{
+	for (uint64_t i = 0; i < nr;) {
+		struct iovec v[16];
+		uint64_t n = nr - i < 16 ? nr - i : 16;
+
+		if (!ucma_preload_read_user(v, (const struct iovec *)(uintptr_t)uiov + i,
+					    n * sizeof(v[0])))
+			return true;
+		for (uint64_t k = 0; k < n; k++)
+			if (!unlend_buffer(s, direct, (uintptr_t)v[k].iov_base, v[k].iov_len, sc))
+				return false;
+		i += n;
+	}
+	return true;
+}
+
+/*
+ * A send the kernel makes without copying: SEND_ZC and SENDMSG_ZC, and
+ * SEND and SENDMSG with MSG_ZEROCOPY (zc_guard.c says why their buffers
+ * must leave the frames).  Buffers picked by the kernel from a provided
+ * group (IOSQE_BUFFER_SELECT): every borrowed pageblock back.  A
+ * registered buffer (IORING_RECVSEND_FIXED_BUF) was taken back when it
+ * was registered: the look finds nothing lent.
+ */
+static bool send_unlend(const struct sqe *s, struct scan *sc)
+{
+	struct msghdr m;
+
+	if ((s->opcode == OP_SEND || s->opcode == OP_SENDMSG) && !(s->rw_flags & MSG_ZEROCOPY_FLAG))
+		return true;
+	if (s->flags & SQE_BUFFER_SELECT)
+		return unlend_everything(sc);
+	if (s->opcode == OP_SEND || s->opcode == OP_SEND_ZC)
+		return unlend_buffer(s, false, s->addr, s->len, sc);
+	if (!s->addr || !ucma_preload_read_user(&m, (const void *)(uintptr_t)s->addr, sizeof(m)))
+		return true;
+	return unlend_iovs(s, false, (uintptr_t)m.msg_iov, m.msg_iovlen, sc);
+}
+
 /*
  * Take back what the kernel will pin for the entry @s: false with errno
- * when a pageblock stays lent.  An iovec array that cannot be read is the
- * kernel's to refuse (EFAULT in the completion).
+ * when a pageblock stays lent.  An iovec array or message header that
+ * cannot be read is the kernel's to refuse (EFAULT in the completion).
  */
 static bool sqe_unlend(const struct sqe *s, struct scan *sc)
 {
@@ -292,6 +353,11 @@ static bool sqe_unlend(const struct sqe *s, struct scan *sc)
 	case OP_WRITEV:
 	case OP_READ_MULTISHOT:
 		break;
+	case OP_SEND:
+	case OP_SENDMSG:
+	case OP_SEND_ZC:
+	case OP_SENDMSG_ZC:
+		return sc->all || send_unlend(s, sc);
 	default:
 		return true;
 	}
@@ -300,20 +366,8 @@ static bool sqe_unlend(const struct sqe *s, struct scan *sc)
 	if ((s->flags & SQE_BUFFER_SELECT) || s->opcode == OP_READ_MULTISHOT)
 		return !sqe_direct(s) || unlend_everything(sc);
 	if (s->opcode == OP_READ || s->opcode == OP_WRITE)
-		return unlend_buffer(s, s->addr, s->len, sc);
-	for (uint32_t i = 0; i < s->len;) {
-		struct iovec v[16];
-		uint32_t n = s->len - i < 16 ? s->len - i : 16;
-
-		if (!ucma_preload_read_user(v, (const struct iovec *)(uintptr_t)s->addr + i,
-					    n * sizeof(v[0])))
-			return true;
-		for (uint32_t k = 0; k < n; k++)
-			if (!unlend_buffer(s, (uintptr_t)v[k].iov_base, v[k].iov_len, sc))
-				return false;
-		i += n;
-	}
-	return true;
+		return unlend_buffer(s, true, s->addr, s->len, sc);
+	return unlend_iovs(s, true, s->addr, s->len, sc);
 }
 
 /* Is anything lent that a submission could reach? */

@@ -199,15 +199,7 @@ bool ucma_preload_read_user(void *dst, const void *src, size_t len)
 	return true;
 }
 
-/* How an unlend of the program's buffers ended. */
-enum unlend_result {
-	UNLEND_DONE,	/* nothing of them is lent now: forward the call */
-	UNLEND_BAD,	/* the description cannot be read: forward, the kernel says EFAULT */
-	UNLEND_FAILED	/* a pageblock stays lent (errno set): refuse the call */
-};
-
-/* Unlend the buffers of @nr iovecs at @uiov. */
-static enum unlend_result unlend_iovecs(const struct iovec *uiov, unsigned long nr)
+enum unlend_result ucma_preload_unlend_iovecs(const struct iovec *uiov, unsigned long nr)
 {
 	struct iovec v[32];
 
@@ -333,20 +325,20 @@ static enum unlend_result unlend_io_uring(unsigned opcode, const void *arg, unsi
 {
 	switch (opcode & ~IORING_REGISTER_USE_REGISTERED_RING) {
 	case IORING_REGISTER_BUFFERS:
-		return arg ? unlend_iovecs(arg, nr_args) : UNLEND_DONE;
+		return arg ? ucma_preload_unlend_iovecs(arg, nr_args) : UNLEND_DONE;
 	case IORING_REGISTER_BUFFERS2: {
 		struct io_uring_rsrc_register r;
 
 		if (nr_args != sizeof(r) || !ucma_preload_read_user(&r, arg, sizeof(r)))
 			return UNLEND_BAD;
-		return r.data ? unlend_iovecs((const void *)(uintptr_t)r.data, r.nr) : UNLEND_DONE;
+		return r.data ? ucma_preload_unlend_iovecs((const void *)(uintptr_t)r.data, r.nr) : UNLEND_DONE;
 	}
 	case IORING_REGISTER_BUFFERS_UPDATE: {
 		struct io_uring_rsrc_update2 u;
 
 		if (nr_args != sizeof(u) || !ucma_preload_read_user(&u, arg, sizeof(u)))
 			return UNLEND_BAD;
-		return u.data ? unlend_iovecs((const void *)(uintptr_t)u.data, u.nr) : UNLEND_DONE;
+		return u.data ? ucma_preload_unlend_iovecs((const void *)(uintptr_t)u.data, u.nr) : UNLEND_DONE;
 	}
 	case IORING_REGISTER_PBUF_RING: {
 		struct pbuf_ring_reg reg;
@@ -535,9 +527,10 @@ LONGTERM_EXPORT int mlockall(int flags)
 /*
  * syscall(): the calls above by number, the futex calls whose words
  * must not be on a lent frame (futex_guard.c), close and dup calls, kept
- * off the library's descriptors (lend_guard.c), and read, write and
+ * off the library's descriptors (lend_guard.c), read, write and
  * io_submit calls whose direct I/O must not reach a lent frame
- * (dio_guard.c); everything else forwarded as is.
+ * (dio_guard.c), and zero-copy sends and vmsplice (zc_guard.c);
+ * everything else forwarded as is.
  * Like the C library's, it reads six arguments whatever the call takes.
  */
 LONGTERM_EXPORT long syscall(long nr, ...)
@@ -583,6 +576,9 @@ LONGTERM_EXPORT long syscall(long nr, ...)
 			return rc;
 		/* Direct I/O into heap memory (dio_guard.c). */
 		if (ucma_preload_dio_syscall(nr, a, &rc))
+			return rc;
+		/* Zero-copy sends and vmsplice of heap memory (zc_guard.c). */
+		if (ucma_preload_zc_syscall(nr, a, &rc))
 			return rc;
 		/* The futex calls' shared words first (futex_guard.c): 0 for
 		 * any other call. */
@@ -753,7 +749,7 @@ int io_uring_register_ifq(struct io_uring *ring, void *reg);
 LONGTERM_EXPORT int io_uring_register_buffers(struct io_uring *ring, const struct iovec *iovecs,
 					      unsigned nr_iovecs)
 {
-	if (unlend_iovecs(iovecs, nr_iovecs) == UNLEND_FAILED)
+	if (ucma_preload_unlend_iovecs(iovecs, nr_iovecs) == UNLEND_FAILED)
 		return -EBUSY;
 	LIBURING_CALL(register_buffers_fn, "io_uring_register_buffers", ring, iovecs, nr_iovecs);
 }
@@ -762,7 +758,7 @@ LONGTERM_EXPORT int io_uring_register_buffers_tags(struct io_uring *ring,
 						   const struct iovec *iovecs,
 						   const uint64_t *tags, unsigned nr)
 {
-	if (unlend_iovecs(iovecs, nr) == UNLEND_FAILED)
+	if (ucma_preload_unlend_iovecs(iovecs, nr) == UNLEND_FAILED)
 		return -EBUSY;
 	LIBURING_CALL(register_buffers_tags_fn, "io_uring_register_buffers_tags", ring, iovecs,
 		      tags, nr);
@@ -772,7 +768,7 @@ LONGTERM_EXPORT int io_uring_register_buffers_update_tag(struct io_uring *ring, 
 							 const struct iovec *iovecs,
 							 const uint64_t *tags, unsigned nr)
 {
-	if (unlend_iovecs(iovecs, nr) == UNLEND_FAILED)
+	if (ucma_preload_unlend_iovecs(iovecs, nr) == UNLEND_FAILED)
 		return -EBUSY;
 	LIBURING_CALL(register_buffers_update_tag_fn, "io_uring_register_buffers_update_tag",
 		      ring, off, iovecs, tags, nr);

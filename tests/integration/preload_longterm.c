@@ -21,7 +21,9 @@
  * buffers taken back before the device writes them; those submitted
  * through syscall() on rings set up through it must be read from the
  * ring itself (128-byte entries without an SQ array too), and on a ring
- * number closed and reused, from the ring it names now.  A TAP program;
+ * number closed and reused, from the ring it names now.  Zero-copy sends
+ * (MSG_ZEROCOPY, io_uring's SEND_ZC and SENDMSG_ZC) and vmsplice() must
+ * take their buffers back before the call.  A TAP program;
  * preload_longterm.sh runs it.
  *
  * SPDX-License-Identifier: MIT
@@ -33,6 +35,7 @@
 #include <linux/aio_abi.h>
 #include <linux/io_uring.h>
 #include <malloc.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -41,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -1174,6 +1178,249 @@ static void raw_fork_case(const char *how, int which)
 	keep(stack);
 }
 
+
+/*
+ * Zero-copy sends and vmsplice() (preload/zc_guard.c, and io_uring's
+ * sends in preload/iouring_guard.c): the kernel keeps references to the
+ * program's pages after the call returns, for the network device or the
+ * pipe's reader.  A send with MSG_ZEROCOPY from a lent block must leave
+ * the sent range off the frames before it returns, the block's data
+ * intact and the receiver getting it; a send without the flag leaves its
+ * block lent.  The pipe of a vmsplice() is read after ucma_alloc() of the
+ * whole area, written over: had the pages stayed lent, the pipe would
+ * give the contiguous buffer's bytes.
+ */
+#define ZC_LEN (4 * PAGE)
+#define ZC_SEEDS 70
+
+/* A connected pair of TCP sockets on the loopback device, the sender
+ * (sv[0]) asking for zero copy, or false (diagnosed). */
+static bool tcp_pair(int sv[2])
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t alen = sizeof(a);
+	int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+
+	sv[0] = sv[1] = -1;
+	if (l < 0 || bind(l, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(l, 1) != 0 ||
+	    getsockname(l, (struct sockaddr *)&a, &alen) != 0 ||
+	    (sv[0] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) < 0 ||
+	    connect(sv[0], (struct sockaddr *)&a, sizeof(a)) != 0 ||
+	    (sv[1] = accept(l, NULL, NULL)) < 0) {
+		diag("loopback TCP pair: %s", strerror(errno));
+		if (sv[0] >= 0)
+			close(sv[0]);
+		if (l >= 0)
+			close(l);
+		return false;
+	}
+	close(l);
+	/* Without it (kernels before 4.14) the kernel copies; the guard
+	 * takes the buffer back all the same. */
+	if (setsockopt(sv[0], SOL_SOCKET, SO_ZEROCOPY, &one, sizeof(one)) != 0)
+		diag("SO_ZEROCOPY: %s", strerror(errno));
+	return true;
+}
+
+/* Receive @len bytes on @fd: are they the first @len bytes of a block of
+ * pattern @seed? */
+static bool received(int fd, size_t len, uint64_t seed)
+{
+	static char r[ZC_LEN * 2];
+	size_t got = 0;
+
+	while (got < len) {
+		ssize_t n = recv(fd, r + got, len - got, 0);
+
+		if (n <= 0) {
+			diag("recv: %zd (%s)", n, n < 0 ? strerror(errno) : "closed");
+			return false;
+		}
+		got += (size_t)n;
+	}
+	for (size_t off = 0; off < len; off += PAGE)
+		if (!tu_check(r + off, PAGE, seed + off / PAGE))
+			return false;
+	return true;
+}
+
+/* The send's result, the sent range off the frames, the block intact and
+ * the data received. */
+static bool zc_sent(ssize_t n, const char *b, uint64_t seed, int rfd)
+{
+	/* Received first, whatever else fails: the next case reads on. */
+	bool got = n == (ssize_t)ZC_LEN && received(rfd, ZC_LEN, seed);
+
+	if (n != (ssize_t)ZC_LEN)
+		diag("sent %zd (%s)", n, n < 0 ? strerror(errno) : "");
+	return got && !any_on_frame(b, ZC_LEN) && block_good(b, seed);
+}
+
+static void zc_sends(int sv[2])
+{
+	char *b[5];
+	ssize_t n;
+
+	for (int i = 0; i < 5; i++)
+		b[i] = lent_block(ZC_SEEDS + (uint64_t)i);
+	n = b[0] ? send(sv[0], b[0], ZC_LEN, MSG_ZEROCOPY) : -1;
+	ok(zc_sent(n, b[0], ZC_SEEDS, sv[1]),
+	   "send(MSG_ZEROCOPY) from a lent block: the sent range is off the frames when it "
+	   "returns, data intact and received");
+	n = b[1] ? send(sv[0], b[1], ZC_LEN, 0) : -1;
+	ok(n == (ssize_t)ZC_LEN && received(sv[1], ZC_LEN, ZC_SEEDS + 1) && tu_on_frame(b[1]),
+	   "send() without MSG_ZEROCOPY copies: the block stays lent (%zd)", n);
+	n = b[2] ? syscall(SYS_sendto, sv[0], b[2], ZC_LEN, MSG_ZEROCOPY, NULL, 0) : -1;
+	ok(zc_sent(n, b[2], ZC_SEEDS + 2, sv[1]), "syscall(SYS_sendto, MSG_ZEROCOPY) the same");
+	{
+		struct iovec v[2] = { { b[3], ZC_LEN / 2 }, { b[3] + ZC_LEN / 2, ZC_LEN / 2 } };
+		struct msghdr m = { .msg_iov = v, .msg_iovlen = 2 };
+
+		n = b[3] ? sendmsg(sv[0], &m, MSG_ZEROCOPY) : -1;
+		ok(zc_sent(n, b[3], ZC_SEEDS + 3, sv[1]),
+		   "sendmsg(MSG_ZEROCOPY) of two iovecs the same");
+	}
+	{
+		struct iovec v = { b[4], ZC_LEN };
+		struct mmsghdr mm = { .msg_hdr = { .msg_iov = &v, .msg_iovlen = 1 } };
+		int k = b[4] ? sendmmsg(sv[0], &mm, 1, MSG_ZEROCOPY) : -1;
+
+		ok(k == 1 && zc_sent((ssize_t)mm.msg_len, b[4], ZC_SEEDS + 4, sv[1]),
+		   "sendmmsg(MSG_ZEROCOPY) the same (%d)", k);
+	}
+	release_blocks(b, 5);
+}
+
+static void zc_vmsplice(void)
+{
+	char *b = lent_block(ZC_SEEDS + 5);
+	struct iovec v = { b, ZC_LEN };
+	int p[2];
+	ssize_t n = -1;
+	char *area = NULL;
+	static char r[ZC_LEN];
+	size_t got = 0;
+
+	if (pipe(p) != 0) {
+		skip(2, "pipe: %s", strerror(errno));
+		release_blocks(&b, 1);
+		return;
+	}
+	if (b)
+		n = vmsplice(p[1], &v, 1, 0);
+	ok(n == (ssize_t)ZC_LEN && !any_on_frame(b, ZC_LEN) && block_good(b, ZC_SEEDS + 5),
+	   "vmsplice() of a lent block into a pipe: off the frames when it returns (%zd)", n);
+	if (n > 0)
+		area = whole_area();
+	if (area)
+		memset(area, 0x5a, cma_size);
+	while (area && got < (size_t)n) {
+		ssize_t k = read(p[0], r + got, (size_t)n - got);
+
+		if (k <= 0)
+			break;
+		got += (size_t)k;
+	}
+	for (size_t off = 0; area && got == ZC_LEN && off < ZC_LEN; off += PAGE)
+		if (!tu_check(r + off, PAGE, ZC_SEEDS + 5 + off / PAGE))
+			got = 0;
+	ok(area && got == ZC_LEN,
+	   "after ucma_alloc() of the whole area, written over, the pipe gives what was "
+	   "spliced (%zu bytes good)", got);
+	ucma_release(area);
+	close(p[0]);
+	close(p[1]);
+	release_blocks(&b, 1);
+}
+
+#ifdef HAVE_LIBURING
+/* Submit what @ring holds and reap @want completions: the send's result
+ * (the first completion without IORING_CQE_F_NOTIF), or -1. */
+static int uring_send(struct io_uring *ring, int want)
+{
+	struct io_uring_cqe *cqe;
+	int res = -1, rc = io_uring_submit(ring);
+
+	if (rc != 1) {
+		diag("io_uring_submit: %d", rc);
+		return -1;
+	}
+	for (int i = 0; i < want; i++) {
+		if (io_uring_wait_cqe(ring, &cqe) != 0)
+			return -1;
+		if (!(cqe->flags & IORING_CQE_F_NOTIF))
+			res = cqe->res;
+		/* A kernel without zero-copy sends: no notification follows. */
+		if (cqe->res < 0 || !(cqe->flags & IORING_CQE_F_MORE))
+			want = i + 1;
+		io_uring_cqe_seen(ring, cqe);
+	}
+	return res;
+}
+
+static void zc_uring(int sv[2])
+{
+	struct io_uring ring;
+	char *b[3];
+	int res;
+
+	if (io_uring_queue_init(8, &ring, 0) != 0) {
+		skip(3, "io_uring_queue_init failed");
+		return;
+	}
+	for (int i = 0; i < 3; i++)
+		b[i] = lent_block(ZC_SEEDS + 10 + (uint64_t)i);
+	if (b[0]) {
+		io_uring_prep_send_zc(io_uring_get_sqe(&ring), sv[0], b[0], ZC_LEN, 0, 0);
+		res = uring_send(&ring, 2);
+	} else {
+		res = -1;
+	}
+	ok(zc_sent(res, b[0], ZC_SEEDS + 10, sv[1]),
+	   "io_uring SEND_ZC from a lent block: off the frames once submitted, data intact and "
+	   "received (res %d)", res);
+	if (b[1]) {
+		struct iovec v[2] = { { b[1], ZC_LEN / 2 }, { b[1] + ZC_LEN / 2, ZC_LEN / 2 } };
+		struct msghdr m = { .msg_iov = v, .msg_iovlen = 2 };
+
+		io_uring_prep_sendmsg_zc(io_uring_get_sqe(&ring), sv[0], &m, 0);
+		res = uring_send(&ring, 2);
+	} else {
+		res = -1;
+	}
+	ok(zc_sent(res, b[1], ZC_SEEDS + 11, sv[1]),
+	   "io_uring SENDMSG_ZC of two iovecs the same (res %d)", res);
+	if (b[2]) {
+		io_uring_prep_send(io_uring_get_sqe(&ring), sv[0], b[2], ZC_LEN, 0);
+		res = uring_send(&ring, 1);
+	} else {
+		res = -1;
+	}
+	ok(res == (int)ZC_LEN && received(sv[1], ZC_LEN, ZC_SEEDS + 12) && tu_on_frame(b[2]),
+	   "io_uring SEND without MSG_ZEROCOPY copies: the block stays lent (res %d)", res);
+	io_uring_queue_exit(&ring);
+	release_blocks(b, 3);
+}
+#endif
+
+static void case_zerocopy(void)
+{
+	int sv[2];
+
+	if (!tcp_pair(sv)) {
+		skip(8, "no loopback TCP connection");
+	} else {
+		zc_sends(sv);
+#ifdef HAVE_LIBURING
+		zc_uring(sv);
+#else
+		skip(3, "liburing is not installed");
+#endif
+		close(sv[0]);
+		close(sv[1]);
+	}
+	zc_vmsplice();
+}
 static void case_raw_fork(void)
 {
 	char *later;
@@ -1221,6 +1468,7 @@ int main(void)
 	case_madvise();
 	case_direct_io();
 	case_io_uring_direct();
+	case_zerocopy();
 	case_raw_fork();
 	case_mlockall();
 	free_kept();
