@@ -20,8 +20,9 @@
  *    (ucma_alloc_for_malloc(), falling back to the malloc family when that
  *    fails); such buffers start on a page, carry a mark on their head page
  *    (ucma_malloc_contig_size() knows them, and only them: a buffer of the
- *    program's own ucma_alloc() call is not free()'s to take), and they
- *    go back through ucma_release().  realloc() asks about them first
+ *    program's own ucma_alloc() call is not free()'s to take, nor is one
+ *    of these ucma_release()'s), and they go back through
+ *    ucma_release_for_malloc().  realloc() asks about them first
  *    because they lie in the arena, and ucma_owns() is true for any address
  *    there; free() asks only once ucma_free_or() found no slab or large
  *    block there (the common case needs no look-up);
@@ -417,15 +418,15 @@ static void free_not_family(void *ptr)
 		return;
 	}
 	saved = errno;
-	ucma_release(ptr);
+	ucma_release_for_malloc(ptr);
 	errno = saved;
 }
 
 /*
  * free() leaves errno alone, as glibc's does since 2.33 (and POSIX asks):
  * ucma_free_or() and __libc_free() promise it, free_not_family() saves it
- * around ucma_release().  The malloc family's blocks, the common case, are
- * freed before anything else is asked.
+ * around ucma_release_for_malloc().  The malloc family's blocks, the
+ * common case, are freed before anything else is asked.
  */
 PRELOAD_EXPORT void free(void *ptr)
 {
@@ -465,7 +466,7 @@ static void *contig_realloc(void *ptr, size_t old, size_t size)
 	if (!p)
 		return NULL;
 	memcpy(p, ptr, old < size ? old : size);
-	ucma_release(ptr);
+	ucma_release_for_malloc(ptr);
 	return p;
 }
 

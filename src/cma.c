@@ -613,8 +613,16 @@ void *ucma_alloc(size_t size, size_t align, unsigned flags)
 			       align, flags);
 }
 
-/* The area owning the contiguous buffer that starts at @ptr, or NULL. */
-static struct ucma_cma_area *contig_owner(struct ucma_arena *a, const void *ptr, uint32_t *pfn)
+/*
+ * The area owning the live contiguous buffer that starts at @ptr, or
+ * NULL.  @from_malloc picks which buffers: those the preload library's
+ * malloc() made (true), which only free() and realloc() give back, or
+ * those of ucma_alloc() (false).  Neither side takes the other's: a
+ * ucma_release() of a malloc() block freed it under its owner, who then
+ * freed whoever got the address next.
+ */
+static struct ucma_cma_area *contig_owner(struct ucma_arena *a, const void *ptr, uint32_t *pfn,
+					  bool from_malloc)
 {
 	struct ucma_page *p;
 
@@ -623,18 +631,15 @@ static struct ucma_cma_area *contig_owner(struct ucma_arena *a, const void *ptr,
 	*pfn = ucma_addr_to_pfn(a, ptr);
 	p = &a->pages[*pfn];
 	if (UCMA_PG_GET(p, kind) != UCMA_PK_RUN ||
-	    __atomic_load_n(&p->owner_type, __ATOMIC_ACQUIRE) != UCMA_OWN_CONTIG)
+	    __atomic_load_n(&p->owner_type, __ATOMIC_ACQUIRE) != UCMA_OWN_CONTIG ||
+	    ((__atomic_load_n(&p->flags, __ATOMIC_RELAXED) & UCMA_PF_FROM_MALLOC) != 0) != from_malloc)
 		return NULL;
 	return (struct ucma_cma_area *)(uintptr_t)UCMA_PG_GET(p, owner);
 }
 
-/**
- * ucma_release() - give a buffer from ucma_alloc() back to its area, where
- * it is lent to movable objects again.
- * Return: 0, or -1 with errno EINVAL for anything that is not such a
- * buffer (including a buffer already released).
- */
-int ucma_release(void *ptr)
+/* ucma_release() of a buffer of ucma_alloc() (@from_malloc false) or of
+ * the preload library's malloc() (true). */
+static int release_contig(void *ptr, bool from_malloc)
 {
 	struct ucma_arena *a = ucma_arena_peek();
 	struct ucma_cma_area *area;
@@ -649,7 +654,7 @@ int ucma_release(void *ptr)
 	/* Check and unmark under the zone lock, so a double release racing
 	 * with itself is caught once. */
 	ucma_mutex_lock(&z->lock);
-	area = contig_owner(a, ptr, &pfn);
+	area = contig_owner(a, ptr, &pfn, from_malloc);
 	if (!area) {
 		ucma_mutex_unlock(&z->lock);
 		errno = EINVAL;
@@ -674,6 +679,23 @@ int ucma_release(void *ptr)
 	return 0;
 }
 
+/**
+ * ucma_release() - give a buffer from ucma_alloc() back to its area, where
+ * it is lent to movable objects again.
+ * Return: 0, or -1 with errno EINVAL for anything that is not such a
+ * buffer (including a buffer already released, and a contiguous block
+ * that malloc() made: free() takes that back).
+ */
+int ucma_release(void *ptr)
+{
+	return release_contig(ptr, false);
+}
+
+int ucma_release_for_malloc(void *ptr)
+{
+	return release_contig(ptr, true);
+}
+
 void *ucma_alloc_for_malloc(size_t size, unsigned flags)
 {
 	void *p = ucma_alloc(size, 0, flags);
@@ -694,19 +716,32 @@ size_t ucma_malloc_contig_size(const void *ptr)
 	struct ucma_arena *a = ucma_arena_peek();
 	uint32_t pfn;
 
-	if (!contig_owner(a, ptr, &pfn) ||
-	    !(__atomic_load_n(&a->pages[pfn].flags, __ATOMIC_RELAXED) & UCMA_PF_FROM_MALLOC))
+	if (!contig_owner(a, ptr, &pfn, true))
 		return 0;
 	return (size_t)UCMA_PG_GET(&a->pages[pfn], aux) << UCMA_PAGE_SHIFT;
 }
 
-/** ucma_alloc_size() - size of the ucma_alloc() buffer at @ptr, or 0/EINVAL. */
+bool ucma_contig_from_malloc(const void *ptr)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+	uint32_t pfn;
+
+	if (!a || !ucma_addr_in_arena(a, ptr))
+		return false;
+	pfn = ucma_run_head(a, ucma_addr_to_pfn(a, ptr));
+	return pfn != UCMA_PFN_NONE &&
+	       __atomic_load_n(&a->pages[pfn].owner_type, __ATOMIC_ACQUIRE) == UCMA_OWN_CONTIG &&
+	       (__atomic_load_n(&a->pages[pfn].flags, __ATOMIC_RELAXED) & UCMA_PF_FROM_MALLOC) != 0;
+}
+
+/** ucma_alloc_size() - size of the ucma_alloc() buffer at @ptr, or 0/EINVAL
+ * (also for a contiguous block that malloc() made). */
 size_t ucma_alloc_size(const void *ptr)
 {
 	struct ucma_arena *a = ucma_arena_peek();
 	uint32_t pfn;
 
-	if (!contig_owner(a, ptr, &pfn)) {
+	if (!contig_owner(a, ptr, &pfn, false)) {
 		errno = EINVAL;
 		return 0;
 	}

@@ -43,7 +43,8 @@ UCMA_INTERNAL bool ucma_addr_is_ours(const void *p);
  * ucma_alloc_for_malloc() - ucma_alloc(@size, 0, @flags), marked as made by
  * the interposer's malloc(): free() and realloc() take back such buffers
  * and no others (a buffer of the program's own ucma_alloc() call goes back
- * through ucma_release(), and free() of it is reported).
+ * through ucma_release(), and free() of it is reported; ucma_release()
+ * and ucma_alloc_size() refuse these).
  */
 UCMA_INTERNAL void *ucma_alloc_for_malloc(size_t size, unsigned flags);
 
@@ -53,5 +54,16 @@ UCMA_INTERNAL void *ucma_alloc_for_malloc(size_t size, unsigned flags);
  * alone.
  */
 UCMA_INTERNAL size_t ucma_malloc_contig_size(const void *ptr);
+
+/*
+ * ucma_release_for_malloc() - ucma_release() of a buffer that
+ * ucma_alloc_for_malloc() made (ucma_release() refuses those, as it
+ * refuses anything else that ucma_alloc() did not hand out).
+ */
+UCMA_INTERNAL int ucma_release_for_malloc(void *ptr);
+
+/* Is @ptr inside a live contiguous buffer that ucma_alloc_for_malloc()
+ * made?  For messages. */
+UCMA_INTERNAL bool ucma_contig_from_malloc(const void *ptr);
 
 #endif /* UCMA_MALLOC_HOOKS_H */

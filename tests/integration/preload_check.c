@@ -345,6 +345,44 @@ static void check_threads_and_fork(void)
 
 static void expect_ucma_abort(const char *what, void (*fn)(void), const char *needle);
 static void free_contig(void);
+static void realloc_inside_malloc_contig(void);
+
+/* The size of the contiguous block of malloc() at @p, else 0: a block
+ * of the preloaded malloc() that is not of ucma's malloc family
+ * (ucma_owns() is false for contiguous buffers), starting on a page.
+ * ucma_alloc_size() is for the program's own ucma_alloc() buffers. */
+static size_t contig_of_malloc(void *p)
+{
+	return p && !ucma_owns(p) && !((uintptr_t)p & 4095) ? malloc_usable_size(p) : 0;
+}
+
+/* A contiguous block of malloc() is free()'s alone: ucma_release() and
+ * ucma_alloc_size() refuse it.  ucma_release() used to free it under its
+ * owner, whose free() then freed the next owner of the address. */
+static void contig_not_released(void)
+{
+	char *p = malloc(2 * MiB), *q;
+	size_t n;
+	int rc, err;
+
+	if (p)
+		tu_fill(p, 2 * MiB, 9);
+	errno = 0;
+	rc = p ? ucma_release(p) : 0;
+	err = errno;
+	ok(p && rc == -1 && err == EINVAL, "ucma_release() of a contiguous block of malloc: "
+	   "EINVAL (rc %d, %s)", rc, strerror(err));
+	errno = 0;
+	n = p ? ucma_alloc_size(p) : 1;
+	ok(n == 0 && errno == EINVAL, "ucma_alloc_size() of it: 0, EINVAL (%zu)", n);
+	q = malloc(2 * MiB);
+	ok(p && q && q != p && contig_of_malloc(p) >= 2 * MiB && tu_check(p, 2 * MiB, 9),
+	   "the block stays its owner's: the next malloc() gets another address, data intact");
+	free(q);
+	free(p);
+	expect_ucma_abort("realloc() inside a contiguous block of malloc",
+			  realloc_inside_malloc_contig, "inside a contiguous block of malloc");
+}
 
 static void check_contig(void)
 {
@@ -360,13 +398,14 @@ static void check_contig(void)
 	ucma_stat("cma_release", &rel0);
 
 	p = malloc(2 * MiB);
-	n = p ? ucma_alloc_size(p) : 0;
-	ok(n >= 2 * MiB, "malloc(2 MiB) is a contiguous CMA buffer (ucma_alloc_size %zu)", n);
+	n = p ? contig_of_malloc(p) : 0;
+	ok(n >= 2 * MiB, "malloc(2 MiB) is a contiguous CMA buffer (%zu bytes)", n);
 	ok(p && ucma_usable_size(p) == 0, "... not a block of the malloc family");
-	ok(malloc_usable_size(p) == n, "malloc_usable_size of it is its size");
+	ok(malloc_usable_size(p) == n && n == (n & ~(size_t)4095),
+	   "malloc_usable_size of it is its size, in whole pages");
 	tu_fill(p, 2 * MiB, 1);
 	q = realloc(p, 3 * MiB);
-	ok(q && ucma_alloc_size(q) >= 3 * MiB && tu_check(q, 2 * MiB, 1),
+	ok(q && contig_of_malloc(q) >= 3 * MiB && tu_check(q, 2 * MiB, 1),
 	   "realloc grows it to a contiguous 3 MiB with its contents");
 	p = realloc(q, 2 * MiB);
 	ok(p == q, "realloc shrinking by a third keeps it in place");
@@ -376,12 +415,12 @@ static void check_contig(void)
 	free(q);
 
 	p = malloc(MiB);
-	ok(p && ucma_alloc_size(p) >= MiB, "malloc of exactly the threshold is contiguous");
+	ok(p && contig_of_malloc(p) >= MiB, "malloc of exactly the threshold is contiguous");
 	free(p);
 	p = malloc(MiB - 1);
-	ok(p && ucma_owns(p) && ucma_alloc_size(p) == 0, "malloc below the threshold is not");
+	ok(p && ucma_owns(p) && contig_of_malloc(p) == 0, "malloc below the threshold is not");
 	q = realloc(p, 3 * MiB);
-	ok(q && ucma_alloc_size(q) >= 3 * MiB, "realloc growing past the threshold becomes "
+	ok(q && contig_of_malloc(q) >= 3 * MiB, "realloc growing past the threshold becomes "
 	   "contiguous");
 	free(q);
 	p = malloc(100);
@@ -391,7 +430,7 @@ static void check_contig(void)
 	z = calloc(4, MiB);
 	for (i = 0; z && i < 4 * MiB; i += 511)
 		zero &= z[i] == 0;
-	ok(z && ucma_alloc_size(z) >= 4 * MiB && zero, "calloc(4, 1 MiB) is contiguous and zero");
+	ok(z && contig_of_malloc(z) >= 4 * MiB && zero, "calloc(4, 1 MiB) is contiguous and zero");
 	free(z);
 
 	/* more than any CMA area holds: served by the malloc family instead */
@@ -408,6 +447,7 @@ static void check_contig(void)
 	ok(p && malloc_usable_size(p) == 0 && ucma_release(p) == 0,
 	   "malloc_usable_size does not take the program's own buffer for malloc's");
 
+	contig_not_released();
 	ucma_stat("cma_alloc_success", &succ1);
 	ucma_stat("cma_release", &rel1);
 	ok(succ1 - succ0 >= 5 && rel1 - rel0 >= 5,
@@ -498,6 +538,18 @@ static void free_contig(void)
 	if (!b)
 		_exit(3);
 	free(b);
+}
+
+/* A page into a contiguous block that malloc() made. */
+static void realloc_inside_malloc_contig(void)
+{
+	char *b = malloc(2 * MiB);
+	void *volatile q;
+
+	if (!b || !contig_of_malloc(b))
+		_exit(3);
+	q = realloc(b + 4096, 100);
+	(void)q;
 }
 
 /* Inside a ucma_alloc() buffer, behind 16 bytes that look like the header
