@@ -69,6 +69,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "ucma.h"
@@ -204,7 +205,9 @@ static size_t contig_min_parse(void)
 		klen = (size_t)(eq - item);
 		while (klen && is_blank(item[klen - 1]))
 			klen--;
-		if (klen != sizeof(key) - 1 || memcmp(item, key, klen) != 0)
+		/* Any case, as config.c matches the keys (and reports them in
+		 * effect). */
+		if (klen != sizeof(key) - 1 || strncasecmp(item, key, klen) != 0)
 			continue;
 		for (eq++; eq < end && is_blank(*eq); eq++)
 			;

@@ -9,10 +9,10 @@
  * that glibc's own allocator made (freed, resized and measured through the
  * interposer), threads and fork.
  *
- * With the argument "contig" (and UCMA_PRELOAD_CONTIG_MIN=1M in the
- * environment) it checks instead that large requests become contiguous
- * buffers of a CMA area and that free/realloc/malloc_usable_size handle
- * them.
+ * With the argument "contig" (and UCMA_PRELOAD_CONTIG_MIN=1M, or its
+ * UCMA_CONF key, in the environment) it checks instead that large
+ * requests become contiguous buffers of a CMA area and that
+ * free/realloc/malloc_usable_size handle them.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -386,14 +386,14 @@ static void contig_not_released(void)
 
 static void check_contig(void)
 {
-	const char *min = getenv("UCMA_PRELOAD_CONTIG_MIN");
+	const char *min = getenv("UCMA_PRELOAD_CONTIG_MIN"), *conf = getenv("UCMA_CONF");
 	uint64_t succ0 = 0, succ1 = 0, rel0 = 0, rel1 = 0;
 	char *p, *q, *z;
 	size_t i, n;
 	int zero = 1;
 
-	if (!min || strcmp(min, "1M") != 0)
-		bail_out("run this with UCMA_PRELOAD_CONTIG_MIN=1M");
+	if ((!min || strcmp(min, "1M") != 0) && (!conf || !strcasestr(conf, "preload_contig_min=1M")))
+		bail_out("run this with UCMA_PRELOAD_CONTIG_MIN=1M or UCMA_CONF=preload_contig_min=1M");
 	ucma_stat("cma_alloc_success", &succ0);
 	ucma_stat("cma_release", &rel0);
 
