@@ -620,6 +620,13 @@ static int parse_areas(const char *s, struct opt_value *v, struct opt_err *e)
 				return -1;
 			}
 		}
+		/* ucma_backing_name() takes these for the zones. */
+		if ((nlen == 6 && memcmp(s, "normal", 6) == 0) ||
+		    (nlen == 3 && memcmp(s, "cma", 3) == 0)) {
+			snprintf(e->problem, sizeof(e->problem),
+				 "area name '%s' is a zone's (normal, cma)", q);
+			return -1;
+		}
 		for (int i = 0; i < v->nr_areas; i++) {
 			char name[UCMA_AREA_NAME_MAX], clash[64];
 

@@ -260,6 +260,12 @@ static void test_areas(void)
 	GOOD("UCMA_CMA_AREAS", "a_b:4M,a_c:4M", o.nr_areas == 2);
 	BAD("UCMA_CMA_AREAS", "a b:4M", o.nr_areas == 0, "bad area name 'a b'");
 	BAD("UCMA_CMA_AREAS", "x!:4M", o.nr_areas == 0, "bad area name 'x!'");
+	/* ucma_backing_name() answered for the NORMAL zone for area "normal". */
+	BAD("UCMA_CMA_AREAS", "normal:4M,x:4M", o.nr_areas == 0,
+	    "area name 'normal' is a zone's (normal, cma)");
+	BAD("UCMA_CMA_AREAS", "x:4M,cma:4M", o.nr_areas == 0,
+	    "area name 'cma' is a zone's (normal, cma)");
+	GOOD("UCMA_CMA_AREAS", "Normal:4M,cma2:4M", o.nr_areas == 2);
 	BAD("UCMA_CMA_AREAS", "a:0", o.nr_areas == 0 && o.cma_size == M(256),
 	    "area 'a' has size 0");
 	BAD("UCMA_CMA_AREAS", "a", o.nr_areas == 0, "area 'a' has no size");
