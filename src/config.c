@@ -877,6 +877,7 @@ static void opt_commit(struct parse_ctx *c, const struct opt_def *d, const char 
 	opt_store(c->o, d, v);
 	if (d->flags & F_CMA) {
 		c->cma_default = false;
+		c->o->cma_chosen = true;
 		snprintf(c->cma_subject, sizeof(c->cma_subject), "%s", subject);
 	} else if (d == &opt_table[O_ARENA]) {
 		snprintf(c->arena_subject, sizeof(c->arena_subject), "%s", subject);
@@ -937,10 +938,12 @@ static void ctx_init(struct parse_ctx *c, struct ucma_options *o)
 	memset(c, 0, sizeof(*c));
 	c->o = o;
 	/*
-	 * A CMA size equal to what the default rule gives for the current
-	 * arena is treated as the default: it follows the arena silently.
+	 * A CMA size nobody gave follows the arena silently.  Whether one was
+	 * given is remembered, not guessed from the value: a size chosen
+	 * equal to the default for the arena of the moment used to change
+	 * with a later arena size.
 	 */
-	c->cma_default = o->nr_areas == 0 && o->cma_size == default_cma(o->arena_size);
+	c->cma_default = !o->cma_chosen;
 }
 
 /*
@@ -984,6 +987,7 @@ static void cma_cross_check(struct parse_ctx *c)
 	report(c, subject, why, accepted, outcome);
 	o->cma_size = def;
 	o->nr_areas = 0;
+	o->cma_chosen = false;	/* the default rule's now: it follows the arena */
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1318,14 +1322,47 @@ int ucma_options_from_config(struct ucma_options *o, const struct ucma_config *c
 	return c.bad;
 }
 
+/* The longest area list, as format_areas() writes it. */
+#define AREAS_TEXT_MAX (UCMA_MAX_CMA_AREAS * (UCMA_AREA_NAME_MAX + 24))
+
 /*
- * The area list handed out by ucma_config_from_env(), in the form
- * ucma_options_from_config() reads.  It is rewritten only when its text
- * changes, so results of earlier calls stay valid while the environment
- * stays the same.
+ * The area lists handed out by ucma_config_from_env(), in the form
+ * ucma_options_from_config() reads, each kept for the life of the
+ * process: a result stays valid whatever later calls return.  (One buffer
+ * rewritten by each call changed the areas of an earlier result under its
+ * caller.)  Equal lists share one copy, so a program asking again and
+ * again keeps one per distinct list.
  */
-static char env_areas[UCMA_MAX_CMA_AREAS * (UCMA_AREA_NAME_MAX + 24)];
+struct env_areas {
+	struct env_areas *next;
+	char text[];
+};
+static struct env_areas *env_areas_list;	/* env_areas_lock */
 static pthread_mutex_t env_areas_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The kept copy of @text, or NULL with errno ENOMEM. */
+static const char *env_areas_keep(const char *text)
+{
+	struct env_areas *e;
+
+	ucma_mutex_lock(&env_areas_lock);
+	for (e = env_areas_list; e && strcmp(e->text, text) != 0; e = e->next)
+		;
+	if (!e) {
+		e = malloc(sizeof(*e) + strlen(text) + 1);
+		if (e) {
+			strcpy(e->text, text);
+			e->next = env_areas_list;
+			env_areas_list = e;
+		}
+	}
+	ucma_mutex_unlock(&env_areas_lock);
+	if (!e) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	return e->text;
+}
 
 int ucma_config_from_env(struct ucma_config *cfg)
 {
@@ -1346,16 +1383,14 @@ int ucma_config_from_env(struct ucma_config *cfg)
 	 * changes arena_size afterwards gets the default for the new size
 	 * instead of a complaint about a value it never set.
 	 */
-	cfg->cma_size = o.nr_areas == 0 && o.cma_size == default_cma(o.arena_size) ? 0 : o.cma_size;
+	cfg->cma_size = o.nr_areas == 0 && !o.cma_chosen ? 0 : o.cma_size;
 	if (o.nr_areas) {
-		char areas[sizeof(env_areas)];
+		char areas[AREAS_TEXT_MAX];
 
 		format_areas(areas, sizeof(areas), &o);
-		ucma_mutex_lock(&env_areas_lock);
-		if (strcmp(env_areas, areas) != 0)
-			memcpy(env_areas, areas, sizeof(areas));
-		ucma_mutex_unlock(&env_areas_lock);
-		cfg->cma_areas = env_areas;
+		cfg->cma_areas = env_areas_keep(areas);
+		if (!cfg->cma_areas)
+			return -1;
 	}
 	cfg->hugepages = o.hugepages;
 	cfg->hugepages_normal = o.hugepages_normal;
@@ -1375,7 +1410,7 @@ int ucma_config_from_env(struct ucma_config *cfg)
 void ucma_options_print(int fd, const struct ucma_options *o)
 {
 	for (int i = 0; i < O_NR; i++) {
-		char val[sizeof(env_areas)], line[sizeof(env_areas) + 64];
+		char val[AREAS_TEXT_MAX], line[AREAS_TEXT_MAX + 64];
 		int n;
 
 		opt_format(&opt_table[i], o, val, sizeof(val));

@@ -590,6 +590,7 @@ struct ucma_options {
 	size_t cma_size;
 	struct ucma_area_spec areas[UCMA_MAX_CMA_AREAS];
 	int nr_areas;			/* 0: one area "default" of cma_size */
+	bool cma_chosen;		/* CMA size or areas given; else they follow the arena */
 	int hugepages;			/* enum ucma_backing, CMA areas */
 	int hugepages_normal;		/* enum ucma_backing, NORMAL */
 	int node;			/* >= 0 or UCMA_NODE_* */

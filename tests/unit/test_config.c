@@ -705,6 +705,54 @@ static void test_config_from_env(void)
 	ok(rc == 0 && cfg.cma_areas && strcmp(cfg.cma_areas, "x:4M,y:4M") == 0,
 	   "areas from UCMA_CONF come back with ','");
 
+	{
+		/* Each result keeps its areas: they lived in one buffer that
+		 * the next call rewrote, and ucma_init() of the first result
+		 * made the second's areas. */
+		struct ucma_config first, second;
+
+		clear_env();
+		setenv("UCMA_CMA_AREAS", "video:64M", 1);
+		rc = ucma_config_from_env(&first);
+		setenv("UCMA_CMA_AREAS", "net:8M", 1);
+		rc |= ucma_config_from_env(&second);
+		ok(rc == 0 && first.cma_areas && strcmp(first.cma_areas, "video:64M") == 0 &&
+			   second.cma_areas && strcmp(second.cma_areas, "net:8M") == 0,
+		   "a later ucma_config_from_env leaves an earlier result's areas alone");
+		setenv("UCMA_CMA_AREAS", "video:64M", 1);
+		rc = ucma_config_from_env(&second);
+		ok(rc == 0 && second.cma_areas == first.cma_areas,
+		   "the same list again shares the copy kept");
+	}
+
+	/* A CMA size that was chosen is kept whatever its value: 128M is
+	 * also the default for a 512M arena, and used to be taken for it. */
+	clear_env();
+	setenv("UCMA_ARENA_SIZE", "512M", 1);
+	setenv("UCMA_CMA_SIZE", "128M", 1);
+	cap_begin();
+	rc = ucma_config_from_env(&cfg);
+	cap_end();
+	ok(rc == 0 && nlines == 0 && cfg.cma_size == M(128),
+	   "a chosen CMA size equal to the default comes back (%zu)", cfg.cma_size);
+	{
+		struct ucma_config k;
+
+		memset(&k, 0, sizeof(k));
+		k.arena_size = G(4);
+		cap_begin();
+		ucma_options_defaults(&back);
+		rc = ucma_options_from_env(&back);
+		rc += ucma_options_from_config(&back, &k);
+		cap_end();
+		ok(rc == 0 && nlines == 0 && back.arena_size == G(4) && back.cma_size == M(128),
+		   "... and stays when ucma_config changes the arena (%zu)", back.cma_size);
+	}
+	clear_env();
+	setenv("UCMA_ARENA_SIZE", "512M", 1);
+	rc = ucma_config_from_env(&cfg);
+	ok(rc == 0 && cfg.cma_size == 0, "a CMA size nobody chose is left 0");
+
 	clear_env();
 	setenv("UCMA_TEST_CONFIG_X", "abc", 1);
 	v = ucma_getenv("UCMA_TEST_CONFIG_X");
