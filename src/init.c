@@ -140,8 +140,10 @@ static void after_start(void)
 	ucma_mem_event_deliver();
 	if (__atomic_exchange_n(&published, true, __ATOMIC_ACQ_REL))
 		return;
-	if (!__atomic_exchange_n(&atexit_done, true, __ATOMIC_ACQ_REL))
+	if (!__atomic_exchange_n(&atexit_done, true, __ATOMIC_ACQ_REL)) {
+		ucma_stats_keep_stderr();
 		atexit(ucma_stats_at_exit);
+	}
 	ucma_shm_publish();
 }
 

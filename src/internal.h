@@ -570,6 +570,8 @@ UCMA_INTERNAL int ucma_thread_start(pthread_t *t, const pthread_attr_t *attr,
 UCMA_INTERNAL unsigned ucma_cpus_allowed(void);
 /* close(2) as the raw system call (see os.c). */
 UCMA_INTERNAL int ucma_os_close(int fd);
+/* fcntl(@fd, F_DUPFD_CLOEXEC, @min) as the raw system call (see os.c). */
+UCMA_INTERNAL int ucma_os_dup_cloexec(int fd, int min);
 
 /* ------------------------------------------------------------------------ */
 /* Options (config.c)                                                        */
@@ -718,6 +720,8 @@ static inline uint64_t ucma_vmstat_read(enum ucma_vmstat_item i)
  * fragmentation formulas (also for compaction), and the walk over every
  * statistic that the live statistics segment publishes. */
 UCMA_INTERNAL void ucma_stats_at_exit(void);
+/* Keep a copy of descriptor 2 for the report at exit (UCMA_STATS=1). */
+UCMA_INTERNAL void ucma_stats_keep_stderr(void);
 /* Would CMA areas named @a and @b give two statistics the same name
  * (area "a" and area "a_frame" both have cma_a_frame_size)?  The name
  * goes to @clash when they would. */

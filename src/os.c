@@ -282,6 +282,13 @@ int ucma_os_close(int fd)
 	return (int)syscall(SYS_close, fd);
 }
 
+/* The raw system call too: the preloaded fcntl() looks up the C
+ * library's on first use, which must not happen inside the first malloc. */
+int ucma_os_dup_cloexec(int fd, int min)
+{
+	return (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, min);
+}
+
 long ucma_os_hugetlb_free_pages(size_t page_size)
 {
 	return ucma_os.hugetlb_free_pages(page_size);

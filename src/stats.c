@@ -831,6 +831,7 @@ unsigned ucma_stats_foreach(struct ucma_arena *a, const uint64_t (*pageblocks)[U
 struct sink {
 	FILE *f;
 	int fd;
+	int fallback;	/* written to when @fd is found closed, or -1 */
 	int err;	/* the first write error, 0 if none */
 	size_t len;
 	char buf[4096];
@@ -845,6 +846,11 @@ static void sink_flush(struct sink *k)
 
 		if (w < 0 && errno == EINTR)
 			continue;
+		if (w < 0 && errno == EBADF && k->fallback >= 0) {
+			k->fd = k->fallback;
+			k->fallback = -1;
+			continue;
+		}
 		if (w <= 0) {
 			if (!k->err)
 				k->err = w < 0 ? errno : EIO;
@@ -1060,7 +1066,7 @@ int ucma_stats_refresh(void)
 
 void ucma_stats_print(FILE *f)
 {
-	struct sink k = { .f = f, .fd = -1 };
+	struct sink k = { .f = f, .fd = -1, .fallback = -1 };
 
 	if (!f) {
 		errno = EINVAL;
@@ -1104,6 +1110,23 @@ static bool expand_path(const char *pattern, char *out, size_t outlen)
 	return true;
 }
 
+/*
+ * The standard error the process started with, for the report at exit:
+ * programs that check their output close descriptor 2 at exit, before
+ * atexit handlers registered earlier run (GNU ls and sort do), and the
+ * report went nowhere.  Written to only when descriptor 2 is found
+ * closed, so a program that redirects its standard error still gets the
+ * report where it sent it.  Above the low numbers programs expect to
+ * get from open(); close-on-exec.
+ */
+static int stats_stderr = -1;
+
+void ucma_stats_keep_stderr(void)
+{
+	if (ucma_opt.stats && !ucma_opt.stats_file[0] && stats_stderr < 0)
+		stats_stderr = ucma_os_dup_cloexec(2, 256);
+}
+
 /**
  * ucma_stats_at_exit() - print the report at exit when UCMA_STATS=1 or
  * UCMA_STATS_FILE is set: to stderr, or to the file (created or truncated,
@@ -1113,7 +1136,7 @@ static bool expand_path(const char *pattern, char *out, size_t outlen)
 void ucma_stats_at_exit(void)
 {
 	char path[PATH_MAX];
-	struct sink k = { .f = NULL, .fd = 2 };
+	struct sink k = { .f = NULL, .fd = 2, .fallback = stats_stderr };
 
 	if (!ucma_opt.stats && !ucma_opt.stats_file[0])
 		return;
@@ -1125,6 +1148,7 @@ void ucma_stats_at_exit(void)
 		/* Without a reader, opening a FIFO would block the exiting
 		 * program for good: O_NONBLOCK makes it fail (ENXIO) instead,
 		 * and is taken off again for the writes. */
+		k.fallback = -1;
 		k.fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NONBLOCK, 0644);
 		if (k.fd < 0) {
 			ucma_log("UCMA_STATS_FILE: cannot write %s: %s%s", path, strerror(errno),

@@ -5,7 +5,8 @@
 # program, and a C program that forks while its threads allocate.  Also:
 # sort's malloc and free really bind to the preload library, a bad
 # UCMA_ARENA_SIZE gives one message while the program still runs right,
-# and libnuma is loaded only when UCMA_NODE asks for a placement.
+# UCMA_STATS=1 reports at exit though ls closes its standard error, and
+# libnuma is loaded only when UCMA_NODE asks for a placement.
 #
 # SPDX-License-Identifier: MIT
 . "${top_srcdir:-.}/tests/integration/common.sh"
@@ -126,6 +127,21 @@ else
 	ok 1 "UCMA_ARENA_SIZE=junk: one message, and the program runs as before"
 	diag "status $rc, $nmsg lines naming UCMA_ARENA_SIZE"
 	diag_file "$T/junk.preload.err"
+fi
+
+# ---- the report at exit of a program that closes its standard error ---------
+# ls(1) closes descriptor 2 at exit (gnulib's close_stdout), before the
+# report of UCMA_STATS=1 is written: the report goes to the standard error
+# the program started with.
+UCMA_STATS=1 preloaded ls "$T" >/dev/null 2>"$T/stats_ls.err"
+rc=$?
+n=$(grep -c '^compact_stall ' "$T/stats_ls.err")
+if [ "$rc" -eq 0 ] && [ "$n" -eq 1 ]; then
+	ok 0 "UCMA_STATS=1 ls: the report reaches standard error though ls closed it"
+else
+	ok 1 "UCMA_STATS=1 ls: the report reaches standard error though ls closed it"
+	diag "status $rc, $n report lines seen"
+	diag_file "$T/stats_ls.err"
 fi
 
 # ---- NUMA placement ---------------------------------------------------------
