@@ -1,8 +1,8 @@
 /*
  * interpose.h - what the preloaded interposers share (preload/longterm.c
  * defines most of these; futex_guard.c, lend_guard.c, dio_guard.c,
- * zc_guard.c and iouring_guard.c the calls that longterm.c's syscall()
- * hands to them).
+ * zc_guard.c, device_guard.c and iouring_guard.c the calls that
+ * longterm.c's syscall() hands to them).
  *
  * SPDX-License-Identifier: MIT
  */
@@ -93,6 +93,10 @@ UCMA_PRELOAD_HIDDEN bool ucma_preload_guard_syscall(long nr, const long a[6], lo
  */
 UCMA_PRELOAD_HIDDEN bool ucma_preload_dio_syscall(long nr, const long a[6], long *ret);
 
+/* The end of those syscall() hands-offs: the call @nr with @a made (when
+ * its buffers are @good) or refused with -1 (errno set), in *@ret; true. */
+UCMA_PRELOAD_HIDDEN bool ucma_preload_made(bool good, long nr, const long a[6], long *ret);
+
 /*
  * syscall() of a send call (sendto, sendmsg, sendmmsg) or vmsplice: the
  * buffers of a zero-copy send (MSG_ZEROCOPY) and of vmsplice leave the
@@ -100,6 +104,14 @@ UCMA_PRELOAD_HIDDEN bool ucma_preload_dio_syscall(long nr, const long a[6], long
  * failure) in *@ret; false for any other call @nr.
  */
 UCMA_PRELOAD_HIDDEN bool ucma_preload_zc_syscall(long nr, const long a[6], long *ret);
+
+/*
+ * syscall() of ioctl or setsockopt: the memory that VFIO_IOMMU_MAP_DMA,
+ * IOMMU_IOAS_MAP and XDP_UMEM_REG hand to a device leaves the lent frames
+ * first (device_guard.c).  True with the result (-1 and errno on failure)
+ * in *@ret; false for any other call @nr.
+ */
+UCMA_PRELOAD_HIDDEN bool ucma_preload_device_syscall(long nr, const long a[6], long *ret);
 
 /* Descriptors @first to @last were closed or replaced: what dio_guard.c
  * knew of their status flags no longer holds, nor what iouring_guard.c

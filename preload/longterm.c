@@ -74,10 +74,10 @@
  * library starts (its first syscall() can come from the first malloc,
  * before libc is ready).  Where that instruction is not written out
  * (architectures other than x86-64 and AArch64) none of this is compiled,
- * and ucma(7) says so.  What cannot be seen here at all (a driver's
- * ioctl(), ibv_reg_mr(), statically linked libraries) is listed in
- * ucma_unlend(3); UCMA_CMA_POLICY=lend-handles is the setting for such
- * programs.
+ * and ucma(7) says so.  What cannot be seen here at all (most drivers'
+ * ioctl(), libibverbs looked up by dlsym(), statically linked libraries)
+ * is listed in ucma_unlend(3); UCMA_CMA_POLICY=lend-handles is the
+ * setting for such programs.
  *
  * Locking: none here; ucma_unlend() takes what it needs.
  *
@@ -376,6 +376,13 @@ static enum unlend_result unlend_io_uring(unsigned opcode, const void *arg, unsi
 /* The interposed calls                                                      */
 /* ------------------------------------------------------------------------ */
 
+bool ucma_preload_made(bool good, long nr, const long a[6], long *ret)
+{
+	*ret = good ? ucma_raw_result(ucma_raw_syscall6(nr, a[0], a[1], a[2], a[3], a[4], a[5]))
+		    : -1;
+	return true;
+}
+
 bool ucma_preload_unlend(const void *addr, size_t len)
 {
 	if (!len || ucma_unlend(addr, len) == 0 || errno == EINVAL)
@@ -529,8 +536,9 @@ LONGTERM_EXPORT int mlockall(int flags)
  * must not be on a lent frame (futex_guard.c), close and dup calls, kept
  * off the library's descriptors (lend_guard.c), read, write and
  * io_submit calls whose direct I/O must not reach a lent frame
- * (dio_guard.c), and zero-copy sends and vmsplice (zc_guard.c);
- * everything else forwarded as is.
+ * (dio_guard.c), zero-copy sends and vmsplice (zc_guard.c), and the
+ * ioctl and setsockopt calls that map memory for a device
+ * (device_guard.c); everything else forwarded as is.
  * Like the C library's, it reads six arguments whatever the call takes.
  */
 LONGTERM_EXPORT long syscall(long nr, ...)
@@ -579,6 +587,9 @@ LONGTERM_EXPORT long syscall(long nr, ...)
 			return rc;
 		/* Zero-copy sends and vmsplice of heap memory (zc_guard.c). */
 		if (ucma_preload_zc_syscall(nr, a, &rc))
+			return rc;
+		/* Device DMA mappings of heap memory (device_guard.c). */
+		if (ucma_preload_device_syscall(nr, a, &rc))
 			return rc;
 		/* The futex calls' shared words first (futex_guard.c): 0 for
 		 * any other call. */

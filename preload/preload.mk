@@ -18,12 +18,15 @@
 ## dio_guard.c keeps direct I/O (O_DIRECT reads and writes, io_submit())
 ## off them, iouring_guard.c the direct reads and writes and the zero-copy
 ## sends that io_uring submits, zc_guard.c zero-copy sends (MSG_ZEROCOPY)
-## and vmsplice() (interpose.h: what longterm.c shares with them).
+## and vmsplice(), device_guard.c RDMA regions, VFIO and iommufd DMA
+## mappings and AF_XDP areas (interpose.h: what longterm.c shares with
+## them).
 ## UCMA_PRELOAD: the library's own memory calls do not go through those
 ## interposers at all (src/os.c).
 lib_LTLIBRARIES += libucma-preload.la
 libucma_preload_la_SOURCES = $(UCMA_SOURCES) preload/preload.c preload/longterm.c \
 	preload/lend_guard.c preload/futex_guard.c preload/dio_guard.c preload/zc_guard.c \
+	preload/device_guard.c \
 	preload/iouring_guard.c \
 	preload/interpose.h
 libucma_preload_la_CFLAGS = $(AM_CFLAGS) $(NUMA_CFLAGS) $(URCU_CFLAGS) -fvisibility=hidden -DUCMA_PRELOAD=1 \

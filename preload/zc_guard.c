@@ -138,12 +138,7 @@ bool ucma_preload_zc_syscall(long nr, const long a[6], long *ret)
 	default:
 		return false;
 	}
-	if (!good) {
-		*ret = -1;
-		return true;
-	}
-	*ret = ucma_raw_result(ucma_raw_syscall6(nr, a[0], a[1], a[2], a[3], a[4], a[5]));
-	return true;
+	return ucma_preload_made(good, nr, a, ret);
 }
 
 /* ------------------------------------------------------------------------ */

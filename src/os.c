@@ -37,9 +37,9 @@
 #include <unistd.h>
 
 /*
- * The preloaded library's madvise(), mremap(), munmap(), mlock(), pread()
- * and pwrite() (preload/) take lent frames back before the program's
- * calls, and must let the library's own calls through.  Compiled into the
+ * The preloaded library's madvise(), mremap(), munmap(), mlock(), pread(),
+ * pwrite() and ioctl() (preload/) take lent frames back before the
+ * program's calls, and must let the library's own calls through.  Compiled into the
  * preloaded library (UCMA_PRELOAD), the library makes those calls with the
  * system call instruction, so they never reach them.  A mark set around
  * the call, as before, had a window: a signal that arrives during the
@@ -150,7 +150,8 @@ static int os_userfaultfd(int flags)
 		errno = err;
 		return -1;
 	}
-	fd = ioctl(dev, USERFAULTFD_IOC_NEW, flags);
+	fd = (int)OS_MEM(ioctl(dev, USERFAULTFD_IOC_NEW, flags), SYS_ioctl, dev,
+			 USERFAULTFD_IOC_NEW, flags, 0, 0, 0);
 	err = errno;
 	ucma_os_close(dev);
 	errno = err;
@@ -159,7 +160,7 @@ static int os_userfaultfd(int flags)
 
 static int os_uffd_ioctl(int fd, unsigned long request, void *arg)
 {
-	return ioctl(fd, request, arg);
+	return (int)OS_MEM(ioctl(fd, request, arg), SYS_ioctl, fd, request, arg, 0, 0, 0);
 }
 
 /* The start of the kernel file at @path, as a string in @buf of @len

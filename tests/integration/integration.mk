@@ -29,6 +29,24 @@ tests_integration_preload_lendguard_CFLAGS = $(AM_CFLAGS) -fno-builtin
 tests_integration_preload_lendguard_LDADD = libucma.la
 tests_integration_preload_lendguard_LDFLAGS = -no-install
 
+## preload_verbs links a stand-in for libibverbs (fake_verbs.c), built as
+## a shared library with libibverbs's symbol versions: no RDMA device or
+## rdma-core is needed.  -rpath makes libtool build it shared.
+check_LTLIBRARIES += tests/integration/libfake_verbs.la
+tests_integration_libfake_verbs_la_SOURCES = tests/integration/fake_verbs.c \
+	tests/integration/fake_verbs.h
+tests_integration_libfake_verbs_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests
+tests_integration_libfake_verbs_la_LDFLAGS = -avoid-version -rpath /nowhere \
+	-Wl,--version-script=$(top_srcdir)/tests/integration/fake_verbs.map
+EXTRA_tests_integration_libfake_verbs_la_DEPENDENCIES = tests/integration/fake_verbs.map
+
+check_PROGRAMS += tests/integration/preload_verbs
+tests_integration_preload_verbs_SOURCES = tests/integration/preload_verbs.c
+tests_integration_preload_verbs_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests
+tests_integration_preload_verbs_CFLAGS = $(AM_CFLAGS) -fno-builtin
+tests_integration_preload_verbs_LDADD = libucma.la tests/integration/libfake_verbs.la -ldl
+tests_integration_preload_verbs_LDFLAGS = -no-install
+
 check_PROGRAMS += tests/integration/preload_futex
 tests_integration_preload_futex_SOURCES = tests/integration/preload_futex.c
 tests_integration_preload_futex_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests
@@ -52,6 +70,7 @@ tests_integration_cxx_workload_CXXFLAGS = $(AM_CXXFLAGS) -std=gnu++17 -Wall -Wex
 TESTS += \
 	tests/integration/preload_api.sh \
 	tests/integration/preload_longterm.sh \
+	tests/integration/preload_verbs.sh \
 	tests/integration/preload_lendguard.sh \
 	tests/integration/preload_futex.sh \
 	tests/integration/preload_sighandler.sh \
@@ -61,6 +80,8 @@ TESTS += \
 	tests/integration/preload_lend.sh \
 	tests/integration/preload_compilers.sh
 EXTRA_DIST += \
+	tests/integration/fake_verbs.map \
+	tests/integration/preload_verbs.sh \
 	tests/integration/common.sh \
 	tests/integration/lent.h \
 	tests/integration/py_workload.py \

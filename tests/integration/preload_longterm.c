@@ -23,7 +23,8 @@
  * ring itself (128-byte entries without an SQ array too), and on a ring
  * number closed and reused, from the ring it names now.  Zero-copy sends
  * (MSG_ZEROCOPY, io_uring's SEND_ZC and SENDMSG_ZC) and vmsplice() must
- * take their buffers back before the call.  A TAP program;
+ * take their buffers back before the call, and so must AF_XDP UMEM
+ * registration and VFIO and iommufd DMA map requests.  A TAP program;
  * preload_longterm.sh runs it.
  *
  * SPDX-License-Identifier: MIT
@@ -43,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -1421,6 +1423,137 @@ static void case_zerocopy(void)
 	}
 	zc_vmsplice();
 }
+
+/*
+ * Memory mapped for a device by ioctl() and setsockopt()
+ * (preload/device_guard.c): an AF_XDP UMEM area, which the kernel pins
+ * for good (FOLL_LONGTERM), must be off the frames once XDP_UMEM_REG
+ * returns; a VFIO or iommufd DMA map request takes its range back before
+ * the driver sees it (here on /dev/null, which refuses it: no IOMMU here
+ * to map with); other requests leave their memory lent.
+ */
+#define DEV_SEEDS 90
+#ifndef AF_XDP
+#define AF_XDP 44
+#endif
+#ifndef SOL_XDP
+#define SOL_XDP 283
+#endif
+#define XDP_UMEM_REG 4
+#define VFIO_IOMMU_MAP_DMA_REQ 0x3b71ul	/* _IO(';', 113) */
+#define IOMMU_IOAS_MAP_REQ 0x3b85ul	/* _IO(';', 0x85) */
+
+/* struct xdp_umem_reg's leading fields; VFIO_IOMMU_MAP_DMA's and
+ * IOMMU_IOAS_MAP's arguments (linux/if_xdp.h, linux/vfio.h,
+ * linux/iommufd.h: not every system has the last). */
+struct t_umem_reg {
+	uint64_t addr, len;
+	uint32_t chunk_size, headroom, flags, tx_metadata_len;
+};
+struct t_dma_map {
+	uint32_t argsz, flags;
+	uint64_t vaddr, iova, size;
+};
+struct t_ioas_map {
+	uint32_t size, flags, ioas_id, reserved;
+	uint64_t user_va, length, iova;
+};
+
+static void dev_xdp(void)
+{
+	char *b[2];
+	int rc[2] = { -1, -1 }, s[2];
+
+	s[0] = socket(AF_XDP, SOCK_RAW | SOCK_CLOEXEC, 0);
+	s[1] = socket(AF_XDP, SOCK_RAW | SOCK_CLOEXEC, 0);
+	if (s[0] < 0 || s[1] < 0) {
+		skip(2, "no AF_XDP socket here (%s)", strerror(errno));
+		if (s[0] >= 0)
+			close(s[0]);
+		return;
+	}
+	for (int i = 0; i < 2; i++) {
+		struct t_umem_reg r = { 0 };
+
+		b[i] = lent_block(DEV_SEEDS + (uint64_t)i);
+		r.addr = (uintptr_t)b[i];
+		r.len = ZC_LEN;
+		r.chunk_size = (uint32_t)PAGE;
+		if (!b[i])
+			continue;
+		if (i == 0)
+			rc[i] = setsockopt(s[i], SOL_XDP, XDP_UMEM_REG, &r, sizeof(r));
+		else
+			rc[i] = (int)syscall(SYS_setsockopt, s[i], SOL_XDP, XDP_UMEM_REG, &r,
+					     sizeof(r));
+		if (rc[i] != 0)
+			diag("XDP_UMEM_REG: %s", strerror(errno));
+	}
+	ok(rc[0] == 0 && !any_on_frame(b[0], ZC_LEN) && block_good(b[0], DEV_SEEDS),
+	   "setsockopt(XDP_UMEM_REG) of a lent block: the area is off the frames when the "
+	   "kernel pins it, data intact");
+	ok(rc[1] == 0 && !any_on_frame(b[1], ZC_LEN) && block_good(b[1], DEV_SEEDS + 1),
+	   "syscall(SYS_setsockopt, XDP_UMEM_REG) the same");
+	close(s[0]);
+	close(s[1]);
+	release_blocks(b, 2);
+}
+
+static void dev_vfio(void)
+{
+	char *b[4];
+	int fd = open("/dev/null", O_RDWR | O_CLOEXEC), p[2], rc[4], err[4], avail = -1;
+
+	for (int i = 0; i < 4; i++)
+		b[i] = lent_block(DEV_SEEDS + 2 + (uint64_t)i);
+	if (fd < 0 || pipe(p) != 0 || !b[0] || !b[1] || !b[2] || !b[3]) {
+		skip(4, "no /dev/null, pipe or lent blocks");
+		if (fd >= 0)
+			close(fd);
+		release_blocks(b, 4);
+		return;
+	}
+	{
+		struct t_dma_map m = { sizeof(m), 3, (uintptr_t)b[0], 0, ZC_LEN };
+		struct t_ioas_map n = { sizeof(n), 0, 1, 0, (uintptr_t)b[1], ZC_LEN, 0 };
+		struct t_dma_map m2 = { sizeof(m2), 3, (uintptr_t)b[2], 0, ZC_LEN };
+
+		errno = 0;
+		rc[0] = ioctl(fd, VFIO_IOMMU_MAP_DMA_REQ, &m);
+		err[0] = errno;
+		errno = 0;
+		rc[1] = ioctl(fd, IOMMU_IOAS_MAP_REQ, &n);
+		err[1] = errno;
+		errno = 0;
+		rc[2] = (int)syscall(SYS_ioctl, fd, VFIO_IOMMU_MAP_DMA_REQ, &m2);
+		err[2] = errno;
+		/* FIONREAD writes an int into the lent block: nothing to pin. */
+		rc[3] = ioctl(p[0], FIONREAD, (int *)(void *)(b[3] + 64));
+		if (rc[3] == 0)
+			avail = *(int *)(void *)(b[3] + 64);
+	}
+	ok(rc[0] == -1 && err[0] == ENOTTY && !any_on_frame(b[0], ZC_LEN) &&
+		   block_good(b[0], DEV_SEEDS + 2),
+	   "ioctl(VFIO_IOMMU_MAP_DMA) of a lent range: taken back before the driver sees it "
+	   "(/dev/null then refuses it: %s)", strerror(err[0]));
+	ok(rc[1] == -1 && err[1] == ENOTTY && !any_on_frame(b[1], ZC_LEN) &&
+		   block_good(b[1], DEV_SEEDS + 3),
+	   "ioctl(IOMMU_IOAS_MAP) the same (%s)", strerror(err[1]));
+	ok(rc[2] == -1 && err[2] == ENOTTY && !any_on_frame(b[2], ZC_LEN),
+	   "syscall(SYS_ioctl, VFIO_IOMMU_MAP_DMA) the same (%s)", strerror(err[2]));
+	ok(rc[3] == 0 && avail == 0 && tu_on_frame(b[3]),
+	   "another ioctl (FIONREAD into a lent block) leaves it lent");
+	close(p[0]);
+	close(p[1]);
+	close(fd);
+	release_blocks(b, 4);
+}
+
+static void case_device(void)
+{
+	dev_xdp();
+	dev_vfio();
+}
 static void case_raw_fork(void)
 {
 	char *later;
@@ -1469,6 +1602,7 @@ int main(void)
 	case_direct_io();
 	case_io_uring_direct();
 	case_zerocopy();
+	case_device();
 	case_raw_fork();
 	case_mlockall();
 	free_kept();

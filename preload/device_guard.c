@@ -1,0 +1,331 @@
+/*
+ * device_guard.c - malloc memory registered with a device kept off the
+ * CMA frames lent to the heap.
+ *
+ * An RDMA memory region, a VFIO or iommufd DMA mapping and an AF_XDP
+ * UMEM area pin the program's pages for a device as long as they last:
+ * the device reads and writes the frames behind them on its own, with no
+ * call of the program in between.  A take-back (lend.c) copies a lent
+ * pageblock to memory of its own and gives the frame to ucma_alloc(): the
+ * device would go on writing into someone's contiguous buffer, and read
+ * it.  The kernel's own CMA migration refuses to move such long-term pins
+ * (FOLL_LONGTERM migrates the pages out of CMA before pinning them); a
+ * take-back cannot see them.  So the memory is taken back before the
+ * registration, as for mlock() and io_uring buffers (longterm.c): a
+ * pageblock holding live blocks is never lent again.
+ *
+ * Covered:
+ *   RDMA        ibv_reg_mr(), ibv_reg_mr_iova(), ibv_reg_mr_iova2() and
+ *               ibv_rereg_mr() with IBV_REREG_MR_CHANGE_TRANSLATION, of
+ *               libibverbs, by name, under libibverbs's own symbol
+ *               versions (preload.map): a program built against
+ *               libibverbs binds to these, and one built for its first
+ *               ABI (IBVERBS_1.0, whose structures differ) goes to
+ *               libibverbs directly.  (The inline __ibv_reg_mr() of
+ *               <infiniband/verbs.h> calls ibv_reg_mr() or
+ *               ibv_reg_mr_iova2().)  An on-demand paging region
+ *               (IBV_ACCESS_ON_DEMAND) pins nothing: the device follows
+ *               the kernel's page tables, which a take-back changes as any
+ *               migration does, so it is left lent.
+ *   VFIO        ioctl(VFIO_IOMMU_MAP_DMA) of a container (struct
+ *               vfio_iommu_type1_dma_map: vaddr, size) and
+ *               ioctl(IOMMU_IOAS_MAP) of /dev/iommu (struct
+ *               iommu_ioas_map: user_va, length).  The request numbers
+ *               are looked at whatever the descriptor: another driver's
+ *               request of the same number costs a take-back, never the
+ *               call.
+ *   AF_XDP      setsockopt(SOL_XDP, XDP_UMEM_REG) (struct xdp_umem_reg:
+ *               addr, len).
+ * By name, and by number through syscall() (longterm.c hands SYS_ioctl
+ * and SYS_setsockopt here).
+ *
+ * When a pageblock stays lent the call does nothing and fails with ENOMEM,
+ * the kernel's own answer when it cannot pin the memory (ibv_reg_mr()
+ * returns NULL, ibv_rereg_mr() IBV_REREG_MR_ERR_INPUT, which leaves the
+ * region as it was).  A description that cannot be read is forwarded:
+ * the kernel refuses it (EFAULT).
+ *
+ * Not seen (ucma_unlend(3)): a library that looks the functions up in
+ * libibverbs's handle itself (dlopen() and dlsym(): NCCL does), the
+ * providers' direct commands, CUDA's host registration, other drivers'
+ * ioctls (V4L2 user pointers, DRM userptr) and calls made with the
+ * system call instruction.
+ *
+ * Cost: an ioctl() or setsockopt() of another request, one comparison;
+ * a registration while nothing is lent, one load more.
+ *
+ * Locking: none here; ucma_unlend() takes what it needs.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "config.h"
+
+#include <stdbool.h>
+
+#include "interpose.h"
+
+#if defined(__x86_64__) || defined(__aarch64__)
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+
+#include "internal.h"
+#include "lend.h"
+#include "raw_syscall.h"
+
+#define DEVICE_EXPORT __attribute__((visibility("default")))
+
+/* The kernel's ABI, spelled out so that the build needs none of the
+ * headers (linux/vfio.h, linux/iommufd.h, linux/if_xdp.h). */
+#define VFIO_IOMMU_MAP_DMA_NR	0x3b71ul	/* _IO(';', 100 + 13) */
+#define IOMMU_IOAS_MAP_NR	0x3b85ul	/* _IO(';', 0x85), Linux 6.2 */
+#define SOL_XDP_NR		283
+#define XDP_UMEM_REG_NR		4
+
+/* The leading fields of struct vfio_iommu_type1_dma_map. */
+struct vfio_dma_map {
+	uint32_t argsz, flags;
+	uint64_t vaddr, iova, size;
+};
+
+/* The leading fields of struct iommu_ioas_map. */
+struct ioas_map {
+	uint32_t size, flags, ioas_id, reserved;
+	uint64_t user_va, length, iova;
+};
+
+/* The leading fields of struct xdp_umem_reg. */
+struct xdp_umem {
+	uint64_t addr, len;
+};
+
+/* libibverbs: IBV_ACCESS_ON_DEMAND, IBV_REREG_MR_CHANGE_TRANSLATION and
+ * IBV_REREG_MR_ERR_INPUT of <infiniband/verbs.h>. */
+#define IBV_ON_DEMAND		(1 << 6)
+#define IBV_REREG_TRANSLATION	(1 << 0)
+#define IBV_REREG_ACCESS	(1 << 2)
+#define IBV_REREG_ERR_INPUT	(-1)
+
+/* Take back @len bytes at @addr: false with errno ENOMEM when a
+ * pageblock stays lent. */
+static bool unlend_pinned(uint64_t addr, uint64_t len)
+{
+	if (!addr || !len || !ucma_lend_any_borrowed())
+		return true;
+	if (len > SIZE_MAX - addr)
+		len = SIZE_MAX - addr;
+	if (!ucma_lend_range_borrowed((const void *)(uintptr_t)addr, (size_t)len) ||
+	    ucma_preload_unlend((const void *)(uintptr_t)addr, (size_t)len))
+		return true;
+	errno = ENOMEM;
+	return false;
+}
+
+/* The buffer that ioctl @request with @arg maps for a device, taken back;
+ * false with errno when it stays lent. */
+static bool ioctl_unlend(unsigned long request, const void *arg)
+{
+	if (request == VFIO_IOMMU_MAP_DMA_NR) {
+		struct vfio_dma_map m;
+
+		return !arg || !ucma_preload_read_user(&m, arg, sizeof(m)) ||
+		       unlend_pinned(m.vaddr, m.size);
+	}
+	if (request == IOMMU_IOAS_MAP_NR) {
+		struct ioas_map m;
+
+		return !arg || !ucma_preload_read_user(&m, arg, sizeof(m)) ||
+		       unlend_pinned(m.user_va, m.length);
+	}
+	return true;
+}
+
+static inline bool ioctl_wanted(unsigned long request)
+{
+	return UCMA_UNLIKELY(request == VFIO_IOMMU_MAP_DMA_NR || request == IOMMU_IOAS_MAP_NR) &&
+	       ucma_lend_any_borrowed();
+}
+
+/* The same for setsockopt(@level, @name) with @val of @len bytes. */
+static bool sockopt_unlend(const void *val, socklen_t len)
+{
+	struct xdp_umem u;
+
+	return !val || len < sizeof(u) || !ucma_preload_read_user(&u, val, sizeof(u)) ||
+	       unlend_pinned(u.addr, u.len);
+}
+
+static inline bool sockopt_wanted(int level, int name)
+{
+	return UCMA_UNLIKELY(level == SOL_XDP_NR && name == XDP_UMEM_REG_NR) &&
+	       ucma_lend_any_borrowed();
+}
+
+bool ucma_preload_device_syscall(long nr, const long a[6], long *ret)
+{
+	bool good;
+
+	switch (nr) {
+	case SYS_ioctl:
+		good = !ioctl_wanted((unsigned long)a[1]) ||
+		       ioctl_unlend((unsigned long)a[1], (const void *)a[2]);
+		break;
+	case SYS_setsockopt:
+		good = !sockopt_wanted((int)a[1], (int)a[2]) ||
+		       sockopt_unlend((const void *)a[3], (socklen_t)a[4]);
+		break;
+	default:
+		return false;
+	}
+	return ucma_preload_made(good, nr, a, ret);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The interposed functions                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef int (*ioctl_fn)(int, unsigned long, ...);
+typedef int (*setsockopt_fn)(int, int, int, const void *, socklen_t);
+
+static void *next_ioctl, *next_setsockopt;
+
+/* Each calls the C library's own; found on first use (the library's own
+ * ioctls are system calls, src/os.c). */
+DEVICE_EXPORT int ioctl(int fd, unsigned long request, ...)
+{
+	ioctl_fn fn = UCMA_NEXT(ioctl_fn, ioctl);
+	va_list ap;
+	void *arg;
+
+	va_start(ap, request);
+	arg = va_arg(ap, void *);
+	va_end(ap);
+	if (!fn)
+		UCMA_NO_NEXT();
+	if (ioctl_wanted(request) && !ioctl_unlend(request, arg))
+		return -1;
+	return fn(fd, request, arg);
+}
+
+DEVICE_EXPORT int setsockopt(int fd, int level, int name, const void *val, socklen_t len)
+{
+	setsockopt_fn fn = UCMA_NEXT(setsockopt_fn, setsockopt);
+
+	if (!fn)
+		UCMA_NO_NEXT();
+	if (sockopt_wanted(level, name) && !sockopt_unlend(val, len))
+		return -1;
+	return fn(fd, level, name, val, len);
+}
+
+/*
+ * libibverbs, under the versions its current ABI gives these names
+ * (preload.map); the next definitions are looked up under the same ones.
+ * struct ibv_pd and struct ibv_mr are passed through untouched.
+ */
+struct ibv_pd;
+struct ibv_mr;
+
+typedef struct ibv_mr *(*reg_mr_fn)(struct ibv_pd *, void *, size_t, int);
+typedef struct ibv_mr *(*reg_mr_iova_fn)(struct ibv_pd *, void *, size_t, uint64_t, int);
+typedef struct ibv_mr *(*reg_mr_iova2_fn)(struct ibv_pd *, void *, size_t, uint64_t, unsigned);
+typedef int (*rereg_mr_fn)(struct ibv_mr *, int, struct ibv_pd *, void *, size_t, int);
+
+static void *verbs_next(void **cache, const char *name, const char *version)
+{
+	void *fn = __atomic_load_n(cache, __ATOMIC_ACQUIRE);
+
+	if (!fn) {
+		fn = dlvsym(RTLD_NEXT, name, version);
+		__atomic_store_n(cache, fn, __ATOMIC_RELEASE);
+	}
+	return fn;
+}
+
+#define VERBS_NEXT(type, name, version)                          \
+	({                                                       \
+		static void *cache_;                             \
+		(type)verbs_next(&cache_, #name, version);       \
+	})
+
+/* A region of @len bytes at @addr with @access: off the lent frames,
+ * unless the device follows the page tables (on-demand paging). */
+static bool mr_unlend(const void *addr, size_t len, unsigned access)
+{
+	return (access & IBV_ON_DEMAND) || unlend_pinned((uintptr_t)addr, len);
+}
+
+struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access);
+struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova,
+			       int access);
+struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova,
+				unsigned access);
+int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr, size_t len,
+		 int access);
+
+DEVICE_EXPORT struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access)
+{
+	reg_mr_fn fn = VERBS_NEXT(reg_mr_fn, ibv_reg_mr, "IBVERBS_1.1");
+
+	if (!fn) {
+		errno = ENOSYS;
+		return NULL;
+	}
+	if (!mr_unlend(addr, len, (unsigned)access))
+		return NULL;
+	return fn(pd, addr, len, access);
+}
+
+DEVICE_EXPORT struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t len,
+					     uint64_t iova, int access)
+{
+	reg_mr_iova_fn fn = VERBS_NEXT(reg_mr_iova_fn, ibv_reg_mr_iova, "IBVERBS_1.7");
+
+	if (!fn) {
+		errno = ENOSYS;
+		return NULL;
+	}
+	if (!mr_unlend(addr, len, (unsigned)access))
+		return NULL;
+	return fn(pd, addr, len, iova, access);
+}
+
+DEVICE_EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len,
+					      uint64_t iova, unsigned access)
+{
+	reg_mr_iova2_fn fn = VERBS_NEXT(reg_mr_iova2_fn, ibv_reg_mr_iova2, "IBVERBS_1.8");
+
+	if (!fn) {
+		errno = ENOSYS;
+		return NULL;
+	}
+	if (!mr_unlend(addr, len, access))
+		return NULL;
+	return fn(pd, addr, len, iova, access);
+}
+
+DEVICE_EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, void *addr,
+			       size_t len, int access)
+{
+	rereg_mr_fn fn = VERBS_NEXT(rereg_mr_fn, ibv_rereg_mr, "IBVERBS_1.1");
+
+	if (!fn) {
+		errno = ENOSYS;
+		return IBV_REREG_ERR_INPUT;
+	}
+	/* Without IBV_REREG_MR_CHANGE_ACCESS @access says nothing: whether
+	 * the region is on-demand is not known, so it is taken back. */
+	if ((flags & IBV_REREG_TRANSLATION) &&
+	    !mr_unlend(addr, len, (flags & IBV_REREG_ACCESS) ? (unsigned)access : 0))
+		return IBV_REREG_ERR_INPUT;
+	return fn(mr, flags, pd, addr, len, access);
+}
+
+#endif /* __x86_64__ || __aarch64__ */
