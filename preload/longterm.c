@@ -30,6 +30,12 @@
  *                             the frame's page, MADV_DOFORK would share
  *                             the frame with a child, and a take-back
  *                             would drop the fork advice given to it;
+ *   mprotect, pkey_mprotect   the range, whatever the protection: a
+ *                             take-back maps memory of its own at the
+ *                             address readable and writable, so a guard
+ *                             page made with PROT_NONE or a page made
+ *                             read-only on a lent frame lost that when
+ *                             taken back (measured);
  *   io_uring_setup            with IORING_SETUP_NO_MMAP, the program's
  *                             memory for the rings and the SQEs, which the
  *                             kernel pins for the ring's life; with
@@ -53,8 +59,9 @@
  *                             io_uring_register_ifq(): liburing makes its
  *                             system calls itself, not through syscall().
  * When a pageblock cannot be taken back, the call fails (EAGAIN for the
- * mlock family, ENOMEM for mlockall, EBUSY for io_uring) rather than pin
- * memory that a later ucma_alloc() would copy away under the kernel.
+ * mlock family, ENOMEM for mlockall, mprotect and pkey_mprotect, EBUSY
+ * for io_uring) rather than pin memory that a later ucma_alloc() would
+ * copy away under the kernel, or protect pages a take-back would unprotect.
  *
  * Forks that skip the fork handlers are here too: syscall() with
  * SYS_fork, or SYS_clone or SYS_clone3 without CLONE_VM, clone() and
@@ -516,6 +523,31 @@ LONGTERM_EXPORT int madvise(void *addr, size_t len, int advice)
 	return (int)madvise_range(addr, len, advice);
 }
 
+/*
+ * mprotect() and pkey_mprotect() (SYS_mprotect, SYS_pkey_mprotect): the
+ * range first, ENOMEM when it stays lent.  A length that wraps is the
+ * kernel's to refuse.
+ */
+static long mprotect_range(long nr, void *addr, size_t len, int prot, int pkey)
+{
+	if (ucma_lend_any_borrowed() && len <= SIZE_MAX - (uintptr_t)addr &&
+	    !ucma_preload_unlend(addr, len)) {
+		errno = ENOMEM;
+		return -1;
+	}
+	return ucma_raw_result(ucma_raw_syscall6(nr, (long)addr, (long)len, prot, pkey, 0, 0));
+}
+
+LONGTERM_EXPORT int mprotect(void *addr, size_t len, int prot)
+{
+	return (int)mprotect_range(SYS_mprotect, addr, len, prot, 0);
+}
+
+LONGTERM_EXPORT int pkey_mprotect(void *addr, size_t len, int prot, int pkey)
+{
+	return (int)mprotect_range(SYS_pkey_mprotect, addr, len, prot, pkey);
+}
+
 LONGTERM_EXPORT int mlock(const void *addr, size_t len)
 {
 	return (int)mlock_range(SYS_mlock, addr, len, 0);
@@ -558,6 +590,9 @@ LONGTERM_EXPORT long syscall(long nr, ...)
 		return mlock_all((int)a[0]);
 	case SYS_madvise:
 		return madvise_range((void *)a[0], (size_t)a[1], (int)a[2]);
+	case SYS_mprotect:
+	case SYS_pkey_mprotect:
+		return mprotect_range(nr, (void *)a[0], (size_t)a[1], (int)a[2], (int)a[3]);
 	case SYS_io_uring_register:
 		return ucma_raw_result(io_uring_register_raw(a[0], (unsigned)a[1], (const void *)a[2],
 							 (unsigned)a[3]));

@@ -24,7 +24,8 @@
  * number closed and reused, from the ring it names now.  Zero-copy sends
  * (MSG_ZEROCOPY, io_uring's SEND_ZC and SENDMSG_ZC) and vmsplice() must
  * take their buffers back before the call, and so must AF_XDP UMEM
- * registration and VFIO and iommufd DMA map requests.  A TAP program;
+ * registration and VFIO and iommufd DMA map requests, and mprotect() its
+ * range (a take-back maps memory readable and writable).  A TAP program;
  * preload_longterm.sh runs it.
  *
  * SPDX-License-Identifier: MIT
@@ -38,6 +39,7 @@
 #include <malloc.h>
 #include <netinet/in.h>
 #include <sched.h>
+#include <setjmp.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -485,6 +487,81 @@ static void release_blocks(char **b, int n)
 	for (int i = 0; i < n; i++)
 		free(b[i]);
 	malloc_trim(0);
+}
+
+/*
+ * mprotect() and pkey_mprotect() of heap memory: a take-back maps memory
+ * of its own at the address, readable and writable, so a page protected
+ * on a lent frame came back unprotected after ucma_alloc() took the frame
+ * (a read-only page writable, a PROT_NONE guard readable).  The range is
+ * taken back first instead, and keeps its protection.
+ */
+static sigjmp_buf fault_jmp;
+
+static void on_fault(int sig)
+{
+	(void)sig;
+	siglongjmp(fault_jmp, 1);
+}
+
+/* Does a write (@write) or a read of the byte at @p fault? */
+static bool faults(volatile char *p, bool write)
+{
+	struct sigaction sa = { 0 }, old_segv, old_bus;
+	volatile bool faulted = false;
+
+	sa.sa_handler = on_fault;
+	sigaction(SIGSEGV, &sa, &old_segv);
+	sigaction(SIGBUS, &sa, &old_bus);
+	if (sigsetjmp(fault_jmp, 1) == 0) {
+		if (write)
+			*p = *p;
+		else
+			(void)*p;
+	} else {
+		faulted = true;
+	}
+	sigaction(SIGSEGV, &old_segv, NULL);
+	sigaction(SIGBUS, &old_bus, NULL);
+	return faulted;
+}
+
+static void case_mprotect(void)
+{
+	char *b = lent_block(40), *c = lent_block(41), *d = lent_block(42);
+	int rc[3] = { -1, -1, -1 };
+	void *area;
+
+	if (b)
+		rc[0] = mprotect(b + PAGE, PAGE, PROT_READ);
+	if (c)
+		rc[1] = (int)syscall(SYS_mprotect, c + PAGE, PAGE, PROT_NONE);
+	if (d) {
+		rc[2] = pkey_mprotect(d + PAGE, PAGE, PROT_READ, -1);
+		if (rc[2] != 0 && errno == ENOSYS)
+			rc[2] = mprotect(d + PAGE, PAGE, PROT_READ);
+	}
+	ok(rc[0] == 0 && !any_on_frame(b, 2 * PAGE) && !faults(b + PAGE, false) &&
+		   faults(b + PAGE, true),
+	   "mprotect(PROT_READ) of a page of a lent block: taken back first, read-only");
+	ok(rc[1] == 0 && !any_on_frame(c, 2 * PAGE) && faults(c + PAGE, false),
+	   "syscall(SYS_mprotect, PROT_NONE): taken back first, a guard page");
+	ok(rc[2] == 0 && !any_on_frame(d, 2 * PAGE) && faults(d + PAGE, true),
+	   "pkey_mprotect(PROT_READ, no key): taken back first, read-only");
+	area = whole_area();
+	ok(area && b && c && d && faults(b + PAGE, true) && !faults(b + PAGE, false) &&
+		   faults(c + PAGE, false) && faults(d + PAGE, true) && !faults(b, true),
+	   "after ucma_alloc() of the whole area every page keeps its protection");
+	ucma_release(area);
+	if (b)
+		mprotect(b + PAGE, PAGE, PROT_READ | PROT_WRITE);
+	if (c)
+		mprotect(c + PAGE, PAGE, PROT_READ | PROT_WRITE);
+	if (d)
+		mprotect(d + PAGE, PAGE, PROT_READ | PROT_WRITE);
+	ok(b && c && d && block_good(b, 40) && block_good(c, 41) && block_good(d, 42),
+	   "unprotected again, the data is intact");
+	release_blocks((char *[]){ b, c, d }, 3);
 }
 
 /*
@@ -1599,6 +1676,7 @@ int main(void)
 	skip(6, "liburing is not installed");
 #endif
 	case_madvise();
+	case_mprotect();
 	case_direct_io();
 	case_io_uring_direct();
 	case_zerocopy();
