@@ -106,8 +106,12 @@
  * (liburing's functions return -EBUSY), as longterm.c refuses io_uring
  * registration: the entries stay in the ring, nothing was submitted.
  *
- * Not seen: IORING_OP_URING_CMD (NVMe passthrough names its buffer in
- * the command), buffers of a provided-buffer ring used by a buffered read
+ * NVMe passthrough (URING_CMD with an NVMe command in a 128-byte entry)
+ * maps the command's data and metadata buffers for the device while it
+ * runs: taken back.
+ *
+ * Not seen: other drivers' URING_CMD commands that would pin memory,
+ * buffers of a provided-buffer ring used by a buffered read
  * that later turns direct,
  * entries written after the submission by a program that makes an
  * SQPOLL ring's tail itself from liburing's structure, liburing linked
@@ -187,6 +191,7 @@
 #define OP_SEND			26
 #define OP_SEND_ZC		47	/* Linux 6.0 */
 #define OP_SENDMSG_ZC		48	/* Linux 6.1 */
+#define OP_URING_CMD		46	/* Linux 5.19 */
 #define OP_READ_MULTISHOT	49	/* Linux 6.7 */
 #define MSG_ZEROCOPY_FLAG	0x4000000	/* MSG_ZEROCOPY, in rw_flags */
 #define SQE_FIXED_FILE		(1u << 0)
@@ -255,9 +260,16 @@ _Static_assert(offsetof(struct io_uring_sqe, addr) == offsetof(struct sqe, addr)
 /* One entry                                                                 */
 /* ------------------------------------------------------------------------ */
 
-/* One scan of a submission: has everything been taken back already? */
+/*
+ * One scan of a submission: has everything been taken back already, and
+ * where does the entry being looked at lie (@at: in memory that
+ * ucma_preload_read_user() reads, NULL when not known; @big: a 128-byte
+ * entry, whose second half a URING_CMD's command fills)?
+ */
 struct scan {
 	bool all;
+	bool big;
+	const char *at;
 };
 
 /* Every borrowed pageblock back (the entry's buffer is not known). */
@@ -330,9 +342,58 @@ static bool send_unlend(const struct sqe *s, struct scan *sc)
 		return unlend_everything(sc);
 	if (s->opcode == OP_SEND || s->opcode == OP_SEND_ZC)
 		return unlend_buffer(s, false, s->addr, s->len, sc);
-	if (!s->addr || !ucma_preload_read_user(&m, (const void *)(uintptr_t)s->addr, sizeof(m)))
+	/* More iovecs than UIO_MAXIOV: the kernel refuses the message. */
+	if (!s->addr || !ucma_preload_read_user(&m, (const void *)(uintptr_t)s->addr, sizeof(m)) ||
+	    m.msg_iovlen > 1024)
 		return true;
 	return unlend_iovs(s, false, (uintptr_t)m.msg_iov, m.msg_iovlen, sc);
+}
+
+/*
+ * NVMe passthrough: IORING_OP_URING_CMD with an NVMe command, on a
+ * namespace's generic character device (/dev/ngXnY).  The command, in the
+ * second half of a 128-byte entry (the kernel refuses it in a 64-byte
+ * one), names the data buffer (an iovec array with the _VEC commands;
+ * with IORING_URING_CMD_FIXED, a registered buffer, taken back when it was
+ * registered) and the metadata buffer, which the driver maps for the
+ * device while the command runs.  Other commands (a socket's, ublk's)
+ * name no such buffer.  An entry whose place is not known: every
+ * borrowed pageblock back.
+ */
+#define NVME_CMD_IO		0xc0484e80u	/* NVME_URING_CMD_IO, linux/nvme_ioctl.h */
+#define NVME_CMD_IO_VEC		0xc0484e81u
+#define NVME_CMD_ADMIN		0xc0484e82u
+#define NVME_CMD_ADMIN_VEC	0xc0484e83u
+#define URING_CMD_FIXED		(1u << 0)
+
+/* The leading fields of struct nvme_uring_cmd. */
+struct nvme_cmd {
+	uint8_t opcode, flags;
+	uint16_t rsvd1;
+	uint32_t nsid, cdw2, cdw3;
+	uint64_t metadata, addr;
+	uint32_t metadata_len, data_len;
+};
+
+static bool cmd_unlend(const struct sqe *s, struct scan *sc)
+{
+	uint32_t op = (uint32_t)s->off;	/* cmd_op */
+	struct nvme_cmd c;
+
+	if (op != NVME_CMD_IO && op != NVME_CMD_IO_VEC && op != NVME_CMD_ADMIN &&
+	    op != NVME_CMD_ADMIN_VEC)
+		return true;
+	if (!sc->at)
+		return unlend_everything(sc);
+	if (!sc->big || !ucma_preload_read_user(&c, sc->at + 48, sizeof(c)))
+		return true;
+	if (!unlend_buffer(s, false, c.metadata, c.metadata_len, sc))
+		return false;
+	if (s->rw_flags & URING_CMD_FIXED)
+		return true;
+	if (op == NVME_CMD_IO_VEC || op == NVME_CMD_ADMIN_VEC)
+		return c.data_len > 1024 || unlend_iovs(s, false, c.addr, c.data_len, sc);
+	return unlend_buffer(s, false, c.addr, c.data_len, sc);
 }
 
 /*
@@ -358,6 +419,8 @@ static bool sqe_unlend(const struct sqe *s, struct scan *sc)
 	case OP_SEND_ZC:
 	case OP_SENDMSG_ZC:
 		return sc->all || send_unlend(s, sc);
+	case OP_URING_CMD:
+		return sc->all || cmd_unlend(s, sc);
 	default:
 		return true;
 	}
@@ -395,13 +458,14 @@ static const struct sqe *uring_sqe(const struct uring *r, unsigned idx)
 static bool uring_unlend(const void *ring)
 {
 	const struct uring *r = ring;
-	struct scan sc = { false };
+	struct scan sc = { false, false, NULL };
 	unsigned mask, entries, head, ktail, n = 0;
 
 	if (!guard_wanted() || !r)
 		return true;
 	mask = *r->sq.kring_mask;
 	entries = *r->sq.kring_entries;
+	sc.big = (r->flags & SETUP_SQE128) != 0;
 	head = __atomic_load_n(r->sq.khead, __ATOMIC_ACQUIRE);
 	ktail = *r->sq.ktail;
 	/* Flushed to the kernel's tail, not taken yet: through the SQ array,
@@ -411,13 +475,18 @@ static bool uring_unlend(const void *ring)
 				       __atomic_load_n(&r->sq.array[p & mask], __ATOMIC_RELAXED) :
 				       p & mask;
 
-		if (idx <= mask && !sqe_unlend(uring_sqe(r, idx), &sc))
+		if (idx > mask)
+			continue;
+		sc.at = (const char *)uring_sqe(r, idx);
+		if (!sqe_unlend(uring_sqe(r, idx), &sc))
 			return false;
 	}
 	/* Prepared, to be flushed by the call: where liburing put them. */
-	for (unsigned p = r->sq.sqe_head; p != r->sq.sqe_tail && n < entries; p++, n++)
+	for (unsigned p = r->sq.sqe_head; p != r->sq.sqe_tail && n < entries; p++, n++) {
+		sc.at = (const char *)uring_sqe(r, p & mask);
 		if (!sqe_unlend(uring_sqe(r, p & mask), &sc))
 			return false;
+	}
 	return true;
 }
 
@@ -554,8 +623,9 @@ static bool parse_listed(const char *line, struct listed *e)
 /* Could the listed opcode @op pin a buffer (or close a descriptor)? */
 static bool listed_matters(const char *op)
 {
-	static const char *const ops[] = { "READ", "WRITE", "READV", "WRITEV", "READ_MULTISHOT",
-					   "CLOSE" };
+	static const char *const ops[] = { "READ",	 "WRITE",   "READV",   "WRITEV",
+					   "READ_MULTISHOT", "CLOSE",   "SEND",    "SENDMSG",
+					   "SEND_ZC",	 "SENDMSG_ZC", "URING_CMD" };
 
 	for (size_t i = 0; i < sizeof(ops) / sizeof(ops[0]); i++)
 		if (strcmp(op, ops[i]) == 0)
@@ -564,8 +634,10 @@ static bool listed_matters(const char *op)
 }
 
 /* The entry at index @e->idx of ring @fd (inode @ino), read from its SQE
- * array into @s, and checked against the listing.  False: not found. */
-static bool fetch_sqe(int fd, uint64_t ino, const struct listed *e, struct sqe *s)
+ * array into @s, and checked against the listing; where it lies, and its
+ * size, in @sc.  False: not found. */
+static bool fetch_sqe(int fd, uint64_t ino, const struct listed *e, struct sqe *s,
+		      struct scan *sc)
 {
 	struct ring_cache *c = &ring_cache[(unsigned)fd % RING_CACHE];
 
@@ -589,8 +661,11 @@ static bool fetch_sqe(int fd, uint64_t ino, const struct listed *e, struct sqe *
 			if (off + sizeof(*s) <= len &&
 			    ucma_preload_read_user(s, (const void *)(at + off), sizeof(*s)) &&
 			    s->fd == e->fd && s->flags == e->flags && s->addr == e->addr &&
-			    s->user_data == e->user_data)
+			    s->user_data == e->user_data) {
+				sc->at = (const char *)(at + off);
+				sc->big = shift == 7;
 				return true;
+			}
 		}
 	}
 	return false;
@@ -606,13 +681,16 @@ static bool listed_unlend(int fd, uint64_t ino, const char *line, struct scan *s
 		return unlend_everything(sc);
 	if (!listed_matters(e.op))
 		return true;
-	if (fetch_sqe(fd, ino, &e, &s))
+	if (fetch_sqe(fd, ino, &e, &s, sc))
 		return sqe_unlend(&s, sc);
 	if (strcmp(e.op, "CLOSE") == 0) {
 		if (e.fd >= 0)
 			ucma_preload_dio_forget((unsigned)e.fd, (unsigned)e.fd);
 		return true;
 	}
+	/* A send or command whose buffers are not known. */
+	if (strncmp(e.op, "SEND", 4) == 0 || strcmp(e.op, "URING_CMD") == 0)
+		return unlend_everything(sc);
 	/* A read or write whose length is not known. */
 	s = (struct sqe){ .flags = (uint8_t)e.flags, .fd = e.fd };
 	return !sqe_direct(&s) || unlend_everything(sc);
@@ -946,6 +1024,8 @@ static int ring_scan(const struct ring_map *m, unsigned to_submit, struct scan *
 		}
 		if (!ring_read(m, &s, m->sqes + ((uintptr_t)idx << shift), sizeof(s)))
 			return -1;
+		sc->at = (const char *)(m->sqes + ((uintptr_t)idx << shift));
+		sc->big = shift == 7;
 		if (!sqe_unlend(&s, sc))
 			return 0;
 	}

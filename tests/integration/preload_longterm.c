@@ -1444,7 +1444,7 @@ static void zc_uring(int sv[2])
 	int res;
 
 	if (io_uring_queue_init(8, &ring, 0) != 0) {
-		skip(3, "io_uring_queue_init failed");
+		skip(4, "io_uring_queue_init failed");
 		return;
 	}
 	for (int i = 0; i < 3; i++)
@@ -1477,6 +1477,37 @@ static void zc_uring(int sv[2])
 	}
 	ok(res == (int)ZC_LEN && received(sv[1], ZC_LEN, ZC_SEEDS + 12) && tu_on_frame(b[2]),
 	   "io_uring SEND without MSG_ZEROCOPY copies: the block stays lent (res %d)", res);
+	{
+		/* The entry flushed to the kernel's tail by hand and submitted
+		 * with syscall(SYS_io_uring_enter): liburing set the ring up
+		 * unseen, so the guard reads it from the kernel's listing. */
+		uint64_t by_fdinfo = stat_of("lend_iouring_enter_fdinfo");
+		char *c = lent_block(ZC_SEEDS + 13);
+		struct io_uring_cqe *cqe;
+		long rc = -1;
+
+		if (c) {
+			io_uring_prep_send_zc(io_uring_get_sqe(&ring), sv[0], c, ZC_LEN, 0, 0);
+			__atomic_store_n(ring.sq.ktail, ring.sq.sqe_tail, __ATOMIC_RELEASE);
+			ring.sq.sqe_head = ring.sq.sqe_tail;
+			rc = syscall(SYS_io_uring_enter, ring.ring_fd, 1, 0, 0, NULL, 0);
+		}
+		res = -1;
+		for (int i = 0; rc == 1 && i < 2 && io_uring_wait_cqe(&ring, &cqe) == 0; i++) {
+			bool more = (cqe->flags & IORING_CQE_F_MORE) != 0;
+
+			if (!(cqe->flags & IORING_CQE_F_NOTIF))
+				res = cqe->res;
+			io_uring_cqe_seen(&ring, cqe);
+			if (!more)
+				break;
+		}
+		ok(rc == 1 && stat_of("lend_iouring_enter_fdinfo") > by_fdinfo &&
+			   zc_sent(res, c, ZC_SEEDS + 13, sv[1]),
+		   "io_uring_enter(2) of a SEND_ZC on a ring set up unseen, read from the "
+		   "kernel's listing: the same (rc %ld, res %d)", rc, res);
+		release_blocks(&c, 1);
+	}
 	io_uring_queue_exit(&ring);
 	release_blocks(b, 3);
 }
@@ -1487,13 +1518,13 @@ static void case_zerocopy(void)
 	int sv[2];
 
 	if (!tcp_pair(sv)) {
-		skip(8, "no loopback TCP connection");
+		skip(9, "no loopback TCP connection");
 	} else {
 		zc_sends(sv);
 #ifdef HAVE_LIBURING
 		zc_uring(sv);
 #else
-		skip(3, "liburing is not installed");
+		skip(4, "liburing is not installed");
 #endif
 		close(sv[0]);
 		close(sv[1]);
@@ -1626,10 +1657,108 @@ static void dev_vfio(void)
 	release_blocks(b, 4);
 }
 
+#ifdef HAVE_LIBURING
+/*
+ * NVMe passthrough (IORING_OP_URING_CMD with an NVMe command, in the
+ * second half of a 128-byte entry): the data buffer (or, with the _VEC
+ * commands, each iovec's) and the metadata buffer are mapped for the
+ * device while the command runs, so they leave the frames before the
+ * submission.  No NVMe device here: the commands go to /dev/null, which
+ * refuses them (the guard has looked before).  Another command leaves its
+ * memory lent.  Through liburing and through io_uring_enter(2) on a ring
+ * set up with syscall().
+ */
+#define T_NVME_CMD_IO 0xc0484e80u	/* NVME_URING_CMD_IO, linux/nvme_ioctl.h */
+#define T_NVME_CMD_IO_VEC 0xc0484e81u
+
+/* struct nvme_uring_cmd's leading fields. */
+struct t_nvme_cmd {
+	uint8_t opcode, flags;
+	uint16_t rsvd1;
+	uint32_t nsid, cdw2, cdw3;
+	uint64_t metadata, addr;
+	uint32_t metadata_len, data_len;
+};
+
+static void nvme_cmd_fill(struct io_uring_sqe *sqe, int fd, uint32_t op, uint64_t addr,
+			  uint32_t len, const void *meta, uint32_t meta_len, uint64_t ud)
+{
+	struct t_nvme_cmd c = { 0 };
+
+	memset(sqe, 0, 128);
+	sqe->opcode = IORING_OP_URING_CMD;
+	sqe->fd = fd;
+	sqe->off = op;		/* cmd_op */
+	sqe->user_data = ud;
+	c.addr = addr;
+	c.data_len = len;
+	c.metadata = (uintptr_t)meta;
+	c.metadata_len = meta_len;
+	memcpy((char *)sqe + 48, &c, sizeof(c));
+}
+
+static void case_nvme_cmd(void)
+{
+	struct io_uring ring;
+	struct io_uring_cqe *cqe;
+	struct raw_ring r;
+	char *b[5];
+	int fd = open("/dev/null", O_RDWR | O_CLOEXEC), rc;
+
+	if (fd < 0 || io_uring_queue_init(8, &ring, IORING_SETUP_SQE128) != 0) {
+		skip(3, "no /dev/null or no ring of 128-byte entries");
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	for (int i = 0; i < 5; i++)
+		b[i] = lent_block(DEV_SEEDS + 10 + (uint64_t)i);
+	rc = -1;
+	if (b[0] && b[1]) {
+		nvme_cmd_fill(io_uring_get_sqe(&ring), fd, T_NVME_CMD_IO, (uintptr_t)b[0],
+			      (uint32_t)ZC_LEN, b[1], (uint32_t)PAGE, 1);
+		nvme_cmd_fill(io_uring_get_sqe(&ring), fd, 0x1234u, (uintptr_t)b[2],
+			      (uint32_t)ZC_LEN, NULL, 0, 2);
+		rc = io_uring_submit(&ring);
+	}
+	ok(rc == 2 && !any_on_frame(b[0], ZC_LEN) && !any_on_frame(b[1], PAGE) &&
+		   block_good(b[0], DEV_SEEDS + 10) && block_good(b[1], DEV_SEEDS + 11),
+	   "liburing: an NVMe passthrough command's data and metadata buffers leave the frames "
+	   "before the submission (rc %d)", rc);
+	ok(rc == 2 && tu_on_frame(b[2]), "another URING_CMD command leaves its memory lent");
+	for (int i = 0; i < rc; i++)
+		if (io_uring_wait_cqe(&ring, &cqe) == 0)
+			io_uring_cqe_seen(&ring, cqe);
+	io_uring_queue_exit(&ring);
+
+	rc = -1;
+	if (b[3] && b[4] && raw_ring_setup(&r, 8, IORING_SETUP_SQE128)) {
+		struct iovec v[2] = { { b[3], ZC_LEN }, { b[4], ZC_LEN } };
+		unsigned idx = *raw_word(r.sq, r.p.sq_off.tail) & *raw_word(r.sq, r.p.sq_off.ring_mask);
+
+		raw_queue(&r, IORING_OP_URING_CMD, fd, NULL, 0, 0, 3);
+		nvme_cmd_fill((void *)((char *)r.sqes + ((size_t)idx << r.shift)), fd,
+			      T_NVME_CMD_IO_VEC, (uintptr_t)v, 2, NULL, 0, 3);
+		rc = (int)raw_submit(&r, 1);
+		raw_reap(&r, rc > 0 ? rc : 0, -EOPNOTSUPP);
+		raw_ring_exit(&r);
+	}
+	ok(rc == 1 && !any_on_frame(b[3], ZC_LEN) && !any_on_frame(b[4], ZC_LEN),
+	   "io_uring_enter(2): an NVMe _VEC command's iovec buffers the same (rc %d)", rc);
+	close(fd);
+	release_blocks(b, 5);
+}
+#endif
+
 static void case_device(void)
 {
 	dev_xdp();
 	dev_vfio();
+#ifdef HAVE_LIBURING
+	case_nvme_cmd();
+#else
+	skip(3, "liburing is not installed");
+#endif
 }
 static void case_raw_fork(void)
 {
