@@ -196,6 +196,13 @@ typedef int (*setsockopt_fn)(int, int, int, const void *, socklen_t);
 
 static void *next_ioctl, *next_setsockopt;
 
+/* Looked up at load (see zc_guard.c's zc_resolve()). */
+__attribute__((constructor)) static void device_resolve(void)
+{
+	(void)ucma_preload_next(&next_ioctl, "ioctl");
+	(void)ucma_preload_next(&next_setsockopt, "setsockopt");
+}
+
 /* Each calls the C library's own; found on first use (the library's own
  * ioctls are system calls, src/os.c). */
 DEVICE_EXPORT int ioctl(int fd, unsigned long request, ...)

@@ -314,6 +314,21 @@ typedef ssize_t (*piov2_fn)(int, const struct iovec *, int, off_t, int);
 static void *next_readv, *next_writev, *next_preadv, *next_pwritev, *next_preadv2,
 	*next_pwritev2, *next_io_submit;
 
+/* Looked up at load, once the C library is ready: a read or write made
+ * first in a signal handler then calls no dlsym(), which is not
+ * async-signal-safe.  One still missing (libaio's io_submit(), loaded
+ * later) is looked up on first use. */
+__attribute__((constructor)) static void dio_resolve(void)
+{
+	(void)ucma_preload_next(&next_readv, "readv");
+	(void)ucma_preload_next(&next_writev, "writev");
+	(void)ucma_preload_next(&next_preadv, "preadv");
+	(void)ucma_preload_next(&next_pwritev, "pwritev");
+	(void)ucma_preload_next(&next_preadv2, "preadv2");
+	(void)ucma_preload_next(&next_pwritev2, "pwritev2");
+	(void)ucma_preload_next(&next_io_submit, "io_submit");
+}
+
 DIO_EXPORT ssize_t readv(int fd, const struct iovec *iov, int n)
 {
 	iov_fn fn = UCMA_NEXT(iov_fn, readv);

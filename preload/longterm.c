@@ -215,9 +215,10 @@ enum unlend_result ucma_preload_unlend_iovecs(const struct iovec *uiov, unsigned
 
 		if (!ucma_preload_read_user(v, uiov + i, n * sizeof(v[0])))
 			return UNLEND_BAD;
+		/* A range that wraps (EINVAL) is the kernel's to refuse. */
 		for (size_t k = 0; k < n; k++)
 			if (v[k].iov_base && v[k].iov_len &&
-			    ucma_unlend(v[k].iov_base, v[k].iov_len) != 0)
+			    ucma_unlend(v[k].iov_base, v[k].iov_len) != 0 && errno != EINVAL)
 				return UNLEND_FAILED;
 		i += n;
 	}

@@ -148,23 +148,34 @@ bool ucma_preload_zc_syscall(long nr, const long a[6], long *ret)
 /* Each calls the C library's own, so that the blocking calls stay
  * cancellation points; found on first use (the library itself never
  * sends). */
-typedef ssize_t (*send_fn)(int, const void *, size_t, int);
 typedef ssize_t (*sendto_fn)(int, const void *, size_t, int, const struct sockaddr *, socklen_t);
 typedef ssize_t (*sendmsg_fn)(int, const struct msghdr *, int);
 typedef int (*sendmmsg_fn)(int, struct mmsghdr *, unsigned int, int);
 typedef ssize_t (*vmsplice_fn)(int, const struct iovec *, size_t, unsigned int);
 
-static void *next_send, *next_sendto, *next_sendmsg, *next_sendmmsg, *next_vmsplice;
+static void *next_sendto, *next_sendmsg, *next_sendmmsg, *next_vmsplice;
+
+/*
+ * Looked up at load, once the C library is ready: a send made first in a
+ * signal handler (crash reporters send) then calls no dlsym(), which is
+ * not async-signal-safe.  One still missing is looked up on first use.
+ */
+__attribute__((constructor)) static void zc_resolve(void)
+{
+	(void)ucma_preload_next(&next_sendto, "sendto");
+	(void)ucma_preload_next(&next_sendmsg, "sendmsg");
+	(void)ucma_preload_next(&next_sendmmsg, "sendmmsg");
+	(void)ucma_preload_next(&next_vmsplice, "vmsplice");
+}
+
+/* The C library's send() under its exported alias: no look-up at all. */
+ssize_t __send(int fd, const void *buf, size_t len, int flags);
 
 ZC_EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
 {
-	send_fn fn = UCMA_NEXT(send_fn, send);
-
-	if (!fn)
-		UCMA_NO_NEXT();
 	if (zc_wanted(flags) && !unlend_buf(buf, len, ENOBUFS))
 		return -1;
-	return fn(fd, buf, len, flags);
+	return __send(fd, buf, len, flags);
 }
 
 ZC_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags,

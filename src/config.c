@@ -1340,23 +1340,32 @@ struct env_areas {
 static struct env_areas *env_areas_list;	/* env_areas_lock */
 static pthread_mutex_t env_areas_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* The kept copy of @text, or NULL with errno ENOMEM. */
+/* The kept copy of @text, or NULL with errno ENOMEM.  The lock is held
+ * for the search and the link only, never across malloc() (a fork while
+ * another thread held it across malloc's fork locks left the child's
+ * next call waiting for good). */
 static const char *env_areas_keep(const char *text)
 {
-	struct env_areas *e;
+	struct env_areas *e, *fresh = NULL;
 
-	ucma_mutex_lock(&env_areas_lock);
-	for (e = env_areas_list; e && strcmp(e->text, text) != 0; e = e->next)
-		;
-	if (!e) {
-		e = malloc(sizeof(*e) + strlen(text) + 1);
-		if (e) {
-			strcpy(e->text, text);
-			e->next = env_areas_list;
-			env_areas_list = e;
+	for (int pass = 0; pass < 2; pass++) {
+		ucma_mutex_lock(&env_areas_lock);
+		for (e = env_areas_list; e && strcmp(e->text, text) != 0; e = e->next)
+			;
+		if (!e && fresh) {
+			fresh->next = env_areas_list;
+			env_areas_list = e = fresh;
+			fresh = NULL;
 		}
+		ucma_mutex_unlock(&env_areas_lock);
+		if (e || pass)
+			break;
+		fresh = malloc(sizeof(*fresh) + strlen(text) + 1);
+		if (!fresh)
+			break;
+		strcpy(fresh->text, text);
 	}
-	ucma_mutex_unlock(&env_areas_lock);
+	free(fresh);	/* another thread kept the same list meanwhile */
 	if (!e) {
 		errno = ENOMEM;
 		return NULL;

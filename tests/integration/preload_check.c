@@ -346,6 +346,7 @@ static void check_threads_and_fork(void)
 static void expect_ucma_abort(const char *what, void (*fn)(void), const char *needle);
 static void free_contig(void);
 static void realloc_inside_malloc_contig(void);
+static void ucma_free_malloc_contig(void);
 
 /* The size of the contiguous block of malloc() at @p, else 0: a block
  * of the preloaded malloc() that is not of ucma's malloc family
@@ -382,6 +383,8 @@ static void contig_not_released(void)
 	free(p);
 	expect_ucma_abort("realloc() inside a contiguous block of malloc",
 			  realloc_inside_malloc_contig, "inside a contiguous block of malloc");
+	expect_ucma_abort("ucma_free() of a contiguous block of malloc",
+			  ucma_free_malloc_contig, "preloaded malloc: free() takes it back");
 }
 
 static void check_contig(void)
@@ -538,6 +541,17 @@ static void free_contig(void)
 	if (!b)
 		_exit(3);
 	free(b);
+}
+
+/* ucma_free() of the start of a contiguous block that malloc() made:
+ * free()'s to take, and said so (not "inside" it). */
+static void ucma_free_malloc_contig(void)
+{
+	char *b = malloc(2 * MiB);
+
+	if (!b || !contig_of_malloc(b))
+		_exit(3);
+	ucma_free(b);
 }
 
 /* A page into a contiguous block that malloc() made. */
