@@ -570,8 +570,8 @@ UCMA_INTERNAL int ucma_thread_start(pthread_t *t, const pthread_attr_t *attr,
 UCMA_INTERNAL unsigned ucma_cpus_allowed(void);
 /* close(2) as the raw system call (see os.c). */
 UCMA_INTERNAL int ucma_os_close(int fd);
-/* fcntl(@fd, F_DUPFD_CLOEXEC, @min) as the raw system call (see os.c). */
-UCMA_INTERNAL int ucma_os_dup_cloexec(int fd, int min);
+/* A close-on-exec copy of @fd numbered 256 or so (see os.c); -1 with errno. */
+UCMA_INTERNAL int ucma_os_dup_high(int fd);
 
 /* ------------------------------------------------------------------------ */
 /* Options (config.c)                                                        */

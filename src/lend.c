@@ -1371,24 +1371,6 @@ int ucma_lend_owned_fds(int *fds)
 	return n;
 }
 
-/* The lowest free descriptor number from 256 on (out of the way of
- * programs that expect low numbers, and not so high that the kernel's
- * descriptor table grows for it), or from half of RLIMIT_NOFILE when that
- * is lower, or any free one; -1 with errno. */
-static int dup_high(int fd)
-{
-	struct rlimit rl;
-	int high = 256, to;
-
-	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-	    rl.rlim_cur / 2 < (rlim_t)high)
-		high = (int)(rl.rlim_cur / 2);
-	to = fcntl(fd, F_DUPFD_CLOEXEC, high > 3 ? high : 3);
-	if (to < 0 && (errno == EINVAL || errno == EMFILE))
-		to = fcntl(fd, F_DUPFD_CLOEXEC, 3);
-	return to;
-}
-
 /*
  * Under lend.lock, the only lock under which the library uses its
  * descriptors once it runs (take-backs, and mapping frames at the heap),
@@ -1411,7 +1393,7 @@ int ucma_lend_move_fd(int fd)
 
 		if (cur != fd)
 			continue;
-		to = dup_high(fd);
+		to = ucma_os_dup_high(fd);
 		if (to < 0) {
 			rc = -1;
 			err = errno;

@@ -32,6 +32,7 @@
 #include <linux/userfaultfd.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -283,11 +284,26 @@ int ucma_os_close(int fd)
 	return (int)syscall(SYS_close, fd);
 }
 
-/* The raw system call too: the preloaded fcntl() looks up the C
- * library's on first use, which must not happen inside the first malloc. */
-int ucma_os_dup_cloexec(int fd, int min)
+/*
+ * A close-on-exec copy of @fd at the lowest free number from 256 on (out
+ * of the way of programs that expect low numbers, and not so high that
+ * the kernel's descriptor table grows for it), or from half of
+ * RLIMIT_NOFILE when that is lower, or any free one from 3; -1 with
+ * errno.  The raw system call: the preloaded fcntl() looks up the C
+ * library's, which must not happen inside the first malloc.
+ */
+int ucma_os_dup_high(int fd)
 {
-	return (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, min);
+	struct rlimit rl;
+	int high = 256, to;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    rl.rlim_cur / 2 < (rlim_t)high)
+		high = (int)(rl.rlim_cur / 2);
+	to = (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, high > 3 ? high : 3);
+	if (to < 0 && (errno == EINVAL || errno == EMFILE))
+		to = (int)syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, 3);
+	return to;
 }
 
 long ucma_os_hugetlb_free_pages(size_t page_size)

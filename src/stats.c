@@ -35,6 +35,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -1116,15 +1117,35 @@ static bool expand_path(const char *pattern, char *out, size_t outlen)
  * atexit handlers registered earlier run (GNU ls and sort do), and the
  * report went nowhere.  Written to only when descriptor 2 is found
  * closed, so a program that redirects its standard error still gets the
- * report where it sent it.  Above the low numbers programs expect to
- * get from open(); close-on-exec.
+ * report where it sent it.  Above the low numbers programs expect to get
+ * from open() (ucma_os_dup_high()); close-on-exec.  The program may close
+ * the copy (closefrom()) and get the number back for a file of its own:
+ * the report goes there only while the number still names the file the
+ * copy was made of (@stats_stderr_id).
  */
 static int stats_stderr = -1;
+static struct stat stats_stderr_id;
 
 void ucma_stats_keep_stderr(void)
 {
-	if (ucma_opt.stats && !ucma_opt.stats_file[0] && stats_stderr < 0)
-		stats_stderr = ucma_os_dup_cloexec(2, 256);
+	if (!ucma_opt.stats || ucma_opt.stats_file[0] || stats_stderr >= 0)
+		return;
+	stats_stderr = ucma_os_dup_high(2);
+	if (stats_stderr >= 0 && fstat(stats_stderr, &stats_stderr_id) != 0) {
+		ucma_os_close(stats_stderr);
+		stats_stderr = -1;
+	}
+}
+
+/* The copy of the standard error, if it still is one, else -1. */
+static int stats_stderr_still(void)
+{
+	struct stat st;
+
+	if (stats_stderr < 0 || fstat(stats_stderr, &st) != 0 ||
+	    st.st_dev != stats_stderr_id.st_dev || st.st_ino != stats_stderr_id.st_ino)
+		return -1;
+	return stats_stderr;
 }
 
 /**
@@ -1136,7 +1157,7 @@ void ucma_stats_keep_stderr(void)
 void ucma_stats_at_exit(void)
 {
 	char path[PATH_MAX];
-	struct sink k = { .f = NULL, .fd = 2, .fallback = stats_stderr };
+	struct sink k = { .f = NULL, .fd = 2, .fallback = stats_stderr_still() };
 
 	if (!ucma_opt.stats && !ucma_opt.stats_file[0])
 		return;

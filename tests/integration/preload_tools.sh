@@ -144,6 +144,20 @@ else
 	diag_file "$T/stats_ls.err"
 fi
 
+# The program closes the library's copy of standard error and puts a file
+# of its own at its number (256) before it closes descriptor 2: the report
+# must not land in the program's file.
+UCMA_STATS=1 preloaded "$IT_BIN/preload_check" stats_fd "$T/stats_fd.out" \
+	2>"$T/stats_fd.err"
+rc=$?
+if [ "$rc" -eq 0 ] && [ "$(cat "$T/stats_fd.out")" = "program data" ]; then
+	ok 0 "UCMA_STATS=1: a file the program put at the number of the library's copy of standard error gets no report"
+else
+	ok 1 "UCMA_STATS=1: a file the program put at the number of the library's copy of standard error gets no report"
+	diag "status $rc; the program's file:"
+	diag_file "$T/stats_fd.out" 5
+fi
+
 # ---- NUMA placement ---------------------------------------------------------
 # libnuma is opened only when UCMA_NODE asks for a placement: its start-up
 # (stdio reads of /proc and sysfs) made every preloaded program larger.
