@@ -31,8 +31,12 @@
  * array that cannot be read is forwarded: the kernel refuses it (EFAULT).
  *
  * Cost: a send without MSG_ZEROCOPY, nothing but the test of its flags;
- * with it, and vmsplice(), one load while nothing is lent.  Otherwise a
- * look at the borrowed state of each 2 MiB of the buffers.
+ * with it, and vmsplice(), one load while nothing is lent.  Otherwise the
+ * program's descriptions are read as the kernel reads them, each read two
+ * system calls (ucma_preload_read_user()): sendmsg() its header and its
+ * iovec array, sendmmsg() its headers 16 at a time and each message's
+ * iovecs, vmsplice() its iovecs; then a look at the borrowed state of
+ * each 2 MiB of the buffers.
  *
  * Locking: none here; ucma_unlend() takes what it needs.
  *
@@ -97,6 +101,12 @@ static bool unlend_iov(const struct iovec *uiov, unsigned long n, int err)
 	return false;
 }
 
+/* The iovecs of message header @m, read already. */
+static bool unlend_msg_read(const struct msghdr *m)
+{
+	return unlend_iov(m->msg_iov, (unsigned long)m->msg_iovlen, ENOBUFS);
+}
+
 /* The iovecs of the message header at @umsg, the program's memory. */
 static bool unlend_msg(const struct msghdr *umsg)
 {
@@ -104,15 +114,27 @@ static bool unlend_msg(const struct msghdr *umsg)
 
 	if (!umsg || !ucma_preload_read_user(&m, umsg, sizeof(m)))
 		return true;
-	return unlend_iov(m.msg_iov, (unsigned long)m.msg_iovlen, ENOBUFS);
+	return unlend_msg_read(&m);
 }
 
-/* The message headers of @n mmsghdrs at @uvec (sendmmsg()). */
+/* The message headers of @n mmsghdrs at @uvec (sendmmsg()), read 16 at a
+ * time: each read of the program's memory is a system call. */
 static bool unlend_mmsg(const struct mmsghdr *uvec, unsigned long n)
 {
-	for (unsigned long i = 0; uvec && i < n && i < UIO_MAXIOV; i++)
-		if (!unlend_msg(&uvec[i].msg_hdr))
-			return false;
+	struct mmsghdr v[16];
+
+	if (n > UIO_MAXIOV)
+		n = UIO_MAXIOV;
+	for (unsigned long i = 0; uvec && i < n;) {
+		unsigned long k = n - i < 16 ? n - i : 16;
+
+		if (!ucma_preload_read_user(v, uvec + i, k * sizeof(v[0])))
+			return true;
+		for (unsigned long j = 0; j < k; j++)
+			if (!unlend_msg_read(&v[j].msg_hdr))
+				return false;
+		i += k;
+	}
 	return true;
 }
 
