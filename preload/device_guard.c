@@ -2,8 +2,9 @@
  * device_guard.c - malloc memory registered with a device kept off the
  * CMA frames lent to the heap.
  *
- * An RDMA memory region, a VFIO or iommufd DMA mapping and an AF_XDP
- * UMEM area pin the program's pages for a device as long as they last:
+ * An RDMA memory region, a VFIO or iommufd DMA mapping, a V4L2 user
+ * pointer buffer and an AF_XDP UMEM area pin the program's pages for a
+ * device as long as they last (the V4L2 buffer while it is queued):
  * the device reads and writes the frames behind them on its own, with no
  * call of the program in between.  A take-back (lend.c) copies a lent
  * pageblock to memory of its own and gives the frame to ucma_alloc(): the
@@ -34,6 +35,10 @@
  *               are looked at whatever the descriptor: another driver's
  *               request of the same number costs a take-back, never the
  *               call.
+ *   V4L2        ioctl(VIDIOC_QBUF) and ioctl(VIDIOC_PREPARE_BUF) of a
+ *               user-pointer buffer (V4L2_MEMORY_USERPTR: m.userptr and
+ *               length, or each plane's of a multi-planar buffer), which
+ *               videobuf2 pins while the buffer is queued.
  *   AF_XDP      setsockopt(SOL_XDP, XDP_UMEM_REG) (struct xdp_umem_reg:
  *               addr, len).
  * By name, and by number through syscall() (longterm.c hands SYS_ioctl
@@ -48,8 +53,8 @@
  * Not seen (ucma_unlend(3)): a library that looks the functions up in
  * libibverbs's handle itself (dlopen() and dlsym(): NCCL does), the
  * providers' direct commands, CUDA's host registration, other drivers'
- * ioctls (V4L2 user pointers, DRM userptr) and calls made with the
- * system call instruction.
+ * ioctls (DRM userptr, which follows the page tables on current kernels)
+ * and calls made with the system call instruction.
  *
  * Cost: an ioctl() or setsockopt() of another request, one comparison;
  * a registration while nothing is lent, one load more.
@@ -86,6 +91,11 @@
  * headers (linux/vfio.h, linux/iommufd.h, linux/if_xdp.h). */
 #define VFIO_IOMMU_MAP_DMA_NR	0x3b71ul	/* _IO(';', 100 + 13) */
 #define IOMMU_IOAS_MAP_NR	0x3b85ul	/* _IO(';', 0x85), Linux 6.2 */
+#define VIDIOC_QBUF_NR		0xc058560ful	/* _IOWR('V', 15, struct v4l2_buffer), LP64 */
+#define VIDIOC_PREPARE_BUF_NR	0xc058565dul	/* _IOWR('V', 93, ...) */
+#define V4L2_USERPTR		2		/* V4L2_MEMORY_USERPTR */
+#define V4L2_CAPTURE_MPLANE	9		/* V4L2_BUF_TYPE_VIDEO_CAPTURE_MPLANE */
+#define V4L2_OUTPUT_MPLANE	10
 #define SOL_XDP_NR		283
 #define XDP_UMEM_REG_NR		4
 
@@ -100,6 +110,28 @@ struct ioas_map {
 	uint32_t size, flags, ioas_id, reserved;
 	uint64_t user_va, length, iova;
 };
+
+/* struct v4l2_buffer (LP64: 88 bytes) and struct v4l2_plane (64), as
+ * far as they are read. */
+struct v4l2_buf {
+	uint32_t index, type, bytesused, flags, field, pad;
+	uint64_t timestamp[2];
+	uint32_t timecode[4];
+	uint32_t sequence, memory;
+	uint64_t m;			/* userptr, or the planes' array */
+	uint32_t length;		/* bytes, or the planes */
+	uint32_t reserved2, request_fd, reserved;
+};
+_Static_assert(sizeof(struct v4l2_buf) == 88 && offsetof(struct v4l2_buf, memory) == 60 &&
+		       offsetof(struct v4l2_buf, m) == 64,
+	       "struct v4l2_buffer is not as read here");
+
+struct v4l2_plane_head {
+	uint32_t bytesused, length;
+	uint64_t userptr;
+	uint32_t data_offset, reserved[11];
+};
+_Static_assert(sizeof(struct v4l2_plane_head) == 64, "struct v4l2_plane is not as read here");
 
 /* The leading fields of struct xdp_umem_reg. */
 struct xdp_umem {
@@ -128,6 +160,27 @@ static bool unlend_pinned(uint64_t addr, uint64_t len)
 	return false;
 }
 
+/* A user-pointer buffer that VIDIOC_QBUF or VIDIOC_PREPARE_BUF queues. */
+static bool v4l2_unlend(const void *arg)
+{
+	struct v4l2_plane_head planes[8];
+	struct v4l2_buf b;
+
+	if (!arg || !ucma_preload_read_user(&b, arg, sizeof(b)) || b.memory != V4L2_USERPTR)
+		return true;
+	if (b.type != V4L2_CAPTURE_MPLANE && b.type != V4L2_OUTPUT_MPLANE)
+		return unlend_pinned(b.m, b.length);
+	/* VIDEO_MAX_PLANES is 8: the driver refuses more. */
+	if (!b.m || b.length > 8 ||
+	    !ucma_preload_read_user(planes, (const void *)(uintptr_t)b.m,
+				    b.length * sizeof(planes[0])))
+		return true;
+	for (uint32_t i = 0; i < b.length; i++)
+		if (!unlend_pinned(planes[i].userptr, planes[i].length))
+			return false;
+	return true;
+}
+
 /* The buffer that ioctl @request with @arg maps for a device, taken back;
  * false with errno when it stays lent. */
 static bool ioctl_unlend(unsigned long request, const void *arg)
@@ -144,12 +197,15 @@ static bool ioctl_unlend(unsigned long request, const void *arg)
 		return !arg || !ucma_preload_read_user(&m, arg, sizeof(m)) ||
 		       unlend_pinned(m.user_va, m.length);
 	}
+	if (request == VIDIOC_QBUF_NR || request == VIDIOC_PREPARE_BUF_NR)
+		return v4l2_unlend(arg);
 	return true;
 }
 
 static inline bool ioctl_wanted(unsigned long request)
 {
-	return UCMA_UNLIKELY(request == VFIO_IOMMU_MAP_DMA_NR || request == IOMMU_IOAS_MAP_NR) &&
+	return UCMA_UNLIKELY(request == VFIO_IOMMU_MAP_DMA_NR || request == IOMMU_IOAS_MAP_NR ||
+			     request == VIDIOC_QBUF_NR || request == VIDIOC_PREPARE_BUF_NR) &&
 	       ucma_lend_any_borrowed();
 }
 

@@ -24,7 +24,8 @@
  * number closed and reused, from the ring it names now.  Zero-copy sends
  * (MSG_ZEROCOPY, io_uring's SEND_ZC and SENDMSG_ZC) and vmsplice() must
  * take their buffers back before the call, and so must AF_XDP UMEM
- * registration and VFIO and iommufd DMA map requests, and mprotect() its
+ * registration, VFIO and iommufd DMA map requests, V4L2 user-pointer
+ * buffers and NVMe passthrough commands, and mprotect() its
  * range (a take-back maps memory readable and writable).  A TAP program;
  * preload_longterm.sh runs it.
  *
@@ -1671,6 +1672,64 @@ static void dev_vfio(void)
 	release_blocks(b, 4);
 }
 
+/* V4L2 user-pointer buffers (VIDIOC_QBUF, VIDIOC_PREPARE_BUF), which
+ * videobuf2 pins while they are queued: to /dev/null again. */
+#define T_VIDIOC_QBUF 0xc058560ful
+#define T_VIDIOC_PREPARE_BUF 0xc058565dul
+
+struct t_v4l2_buffer {
+	uint32_t index, type, bytesused, flags, field, pad;
+	uint64_t timestamp[2];
+	uint32_t timecode[4];
+	uint32_t sequence, memory;
+	uint64_t m;
+	uint32_t length, reserved2, request_fd, reserved;
+};
+
+struct t_v4l2_plane {
+	uint32_t bytesused, length;
+	uint64_t userptr;
+	uint32_t data_offset, reserved[11];
+};
+
+static void dev_v4l2(void)
+{
+	char *b[4];
+	int fd = open("/dev/null", O_RDWR | O_CLOEXEC), rc[3] = { 0, 0, 0 };
+
+	for (int i = 0; i < 4; i++)
+		b[i] = lent_block(DEV_SEEDS + 20 + (uint64_t)i);
+	if (fd < 0 || !b[0] || !b[1] || !b[2] || !b[3]) {
+		skip(3, "no /dev/null or lent blocks");
+		if (fd >= 0)
+			close(fd);
+		release_blocks(b, 4);
+		return;
+	}
+	{
+		struct t_v4l2_buffer one = { .type = 1, .memory = 2, .m = (uintptr_t)b[0],
+					     .length = (uint32_t)ZC_LEN };
+		struct t_v4l2_plane pl[2] = { { .length = (uint32_t)ZC_LEN, .userptr = (uintptr_t)b[1] },
+					      { .length = (uint32_t)ZC_LEN, .userptr = (uintptr_t)b[2] } };
+		struct t_v4l2_buffer multi = { .type = 9, .memory = 2, .m = (uintptr_t)pl,
+					       .length = 2 };
+		struct t_v4l2_buffer mapped = { .type = 1, .memory = 1, .m = (uintptr_t)b[3],
+						.length = (uint32_t)ZC_LEN };
+
+		rc[0] = ioctl(fd, T_VIDIOC_QBUF, &one);
+		rc[1] = ioctl(fd, T_VIDIOC_PREPARE_BUF, &multi);
+		rc[2] = ioctl(fd, T_VIDIOC_QBUF, &mapped);
+	}
+	ok(rc[0] == -1 && !any_on_frame(b[0], ZC_LEN) && block_good(b[0], DEV_SEEDS + 20),
+	   "ioctl(VIDIOC_QBUF) of a user-pointer buffer in a lent block: taken back first");
+	ok(rc[1] == -1 && !any_on_frame(b[1], ZC_LEN) && !any_on_frame(b[2], ZC_LEN),
+	   "ioctl(VIDIOC_PREPARE_BUF) of a two-plane user-pointer buffer: both planes");
+	ok(rc[2] == -1 && tu_on_frame(b[3]),
+	   "ioctl(VIDIOC_QBUF) of a buffer of another memory type leaves the block lent");
+	close(fd);
+	release_blocks(b, 4);
+}
+
 #ifdef HAVE_LIBURING
 /*
  * NVMe passthrough (IORING_OP_URING_CMD with an NVMe command, in the
@@ -1768,6 +1827,7 @@ static void case_device(void)
 {
 	dev_xdp();
 	dev_vfio();
+	dev_v4l2();
 #ifdef HAVE_LIBURING
 	case_nvme_cmd();
 #else
