@@ -185,6 +185,7 @@ static bool v4l2_unlend(const void *arg)
  * false with errno when it stays lent. */
 static bool ioctl_unlend(unsigned long request, const void *arg)
 {
+	request = (uint32_t)request;
 	if (request == VFIO_IOMMU_MAP_DMA_NR) {
 		struct vfio_dma_map m;
 
@@ -202,8 +203,11 @@ static bool ioctl_unlend(unsigned long request, const void *arg)
 	return true;
 }
 
+/* The kernel takes the request as an unsigned int: a caller that passed
+ * an int may leave anything in the upper half. */
 static inline bool ioctl_wanted(unsigned long request)
 {
+	request = (uint32_t)request;
 	return UCMA_UNLIKELY(request == VFIO_IOMMU_MAP_DMA_NR || request == IOMMU_IOAS_MAP_NR ||
 			     request == VIDIOC_QBUF_NR || request == VIDIOC_PREPARE_BUF_NR) &&
 	       ucma_lend_any_borrowed();
@@ -296,26 +300,67 @@ DEVICE_EXPORT int setsockopt(int fd, int level, int name, const void *val, sockl
 struct ibv_pd;
 struct ibv_mr;
 
+/* The leading fields of struct ibv_mr (<infiniband/verbs.h>). */
+struct ibv_mr_head {
+	void *context, *pd;
+	uint64_t addr;
+	uint64_t length;
+};
+
 typedef struct ibv_mr *(*reg_mr_fn)(struct ibv_pd *, void *, size_t, int);
 typedef struct ibv_mr *(*reg_mr_iova_fn)(struct ibv_pd *, void *, size_t, uint64_t, int);
 typedef struct ibv_mr *(*reg_mr_iova2_fn)(struct ibv_pd *, void *, size_t, uint64_t, unsigned);
 typedef int (*rereg_mr_fn)(struct ibv_mr *, int, struct ibv_pd *, void *, size_t, int);
 
-static void *verbs_next(void **cache, const char *name, const char *version)
+/*
+ * The next definition: the one after this library in the global scope,
+ * or, when libibverbs was loaded by dlopen() without RTLD_GLOBAL (by a
+ * plug-in linked to it, or by the program itself), libibverbs's own: its
+ * ibv_reg_mr() calls ibv_reg_mr_iova2() through its PLT, which binds here,
+ * and RTLD_NEXT does not see it.  Only a definition found is kept.
+ */
+static void *verbs_in(const char *object, const char *name, const char *version, void *self)
+{
+	void *h = object ? dlopen(object, RTLD_LAZY | RTLD_NOLOAD) : NULL, *fn = NULL;
+
+	if (h) {
+		fn = dlvsym(h, name, version);
+		dlclose(h);
+	}
+	return fn == self ? NULL : fn;	/* (the program's scope holds this library) */
+}
+
+/*
+ * The next definition: the one after this library in the global scope;
+ * else, when libibverbs was loaded by dlopen() without RTLD_GLOBAL (by a
+ * plug-in linked to it, or by the program itself), the one the caller's
+ * object sees among its own dependencies (libibverbs's ibv_reg_mr() calls
+ * ibv_reg_mr_iova2() through its PLT, which binds here), or libibverbs's
+ * by its name.  Only a definition found is kept.
+ */
+static void *verbs_next(void **cache, const char *name, const char *version, void *self,
+			const void *caller)
 {
 	void *fn = __atomic_load_n(cache, __ATOMIC_ACQUIRE);
+	Dl_info info;
 
-	if (!fn) {
-		fn = dlvsym(RTLD_NEXT, name, version);
+	if (fn)
+		return fn;
+	fn = dlvsym(RTLD_NEXT, name, version);
+	if (!fn && dladdr(caller, &info) && info.dli_fname)
+		fn = verbs_in(info.dli_fname, name, version, self);
+	if (!fn)
+		fn = verbs_in("libibverbs.so.1", name, version, self);
+	if (fn)
 		__atomic_store_n(cache, fn, __ATOMIC_RELEASE);
-	}
 	return fn;
 }
 
-#define VERBS_NEXT(type, name, version)                          \
-	({                                                       \
-		static void *cache_;                             \
-		(type)verbs_next(&cache_, #name, version);       \
+#define VERBS_NEXT(type, name, version)                                                 \
+	({                                                                              \
+		static void *cache_;                                                    \
+		(type)verbs_next(&cache_, #name, version, (void *)name,                 \
+				 __builtin_extract_return_addr(__builtin_return_address(0))); \
 	})
 
 /* A region of @len bytes at @addr with @access: off the lent frames,
@@ -384,10 +429,19 @@ DEVICE_EXPORT int ibv_rereg_mr(struct ibv_mr *mr, int flags, struct ibv_pd *pd, 
 		return IBV_REREG_ERR_INPUT;
 	}
 	/* Without IBV_REREG_MR_CHANGE_ACCESS @access says nothing: whether
-	 * the region is on-demand is not known, so it is taken back. */
+	 * the region is on-demand is not known, so it is taken back.  A
+	 * change of access alone may turn an on-demand region into a pinned
+	 * one over its present range (the region's addr and length). */
 	if ((flags & IBV_REREG_TRANSLATION) &&
 	    !mr_unlend(addr, len, (flags & IBV_REREG_ACCESS) ? (unsigned)access : 0))
 		return IBV_REREG_ERR_INPUT;
+	if (!(flags & IBV_REREG_TRANSLATION) && (flags & IBV_REREG_ACCESS) && mr &&
+	    !(access & IBV_ON_DEMAND)) {
+		struct ibv_mr_head r;
+
+		if (ucma_preload_read_user(&r, mr, sizeof(r)) && !unlend_pinned(r.addr, r.length))
+			return IBV_REREG_ERR_INPUT;
+	}
 	return fn(mr, flags, pd, addr, len, access);
 }
 

@@ -375,13 +375,18 @@ struct nvme_cmd {
 	uint32_t metadata_len, data_len;
 };
 
+static bool nvme_op(uint32_t op)
+{
+	return op == NVME_CMD_IO || op == NVME_CMD_IO_VEC || op == NVME_CMD_ADMIN ||
+	       op == NVME_CMD_ADMIN_VEC;
+}
+
 static bool cmd_unlend(const struct sqe *s, struct scan *sc)
 {
 	uint32_t op = (uint32_t)s->off;	/* cmd_op */
 	struct nvme_cmd c;
 
-	if (op != NVME_CMD_IO && op != NVME_CMD_IO_VEC && op != NVME_CMD_ADMIN &&
-	    op != NVME_CMD_ADMIN_VEC)
+	if (!nvme_op(op))
 		return true;
 	if (!sc->at)
 		return unlend_everything(sc);
@@ -585,7 +590,9 @@ struct listed {
 	unsigned idx;
 	int fd;
 	unsigned flags;
-	uint64_t addr, user_data;
+	uint64_t off, addr, user_data;
+	uint32_t rw_flags;
+	bool big;		/* the line lists e0: and on, a 128-byte entry's rest */
 	char op[24];
 };
 
@@ -611,12 +618,19 @@ static bool parse_listed(const char *line, struct listed *e)
 	if (!(p = strstr(p, "flags:")))
 		return false;
 	e->flags = (unsigned)strtoul(p + 6, NULL, 16);
+	if (!(p = strstr(p, "off:")))
+		return false;
+	e->off = strtoull(p + 4, NULL, 10);
 	if (!(p = strstr(p, "addr:")))
 		return false;
 	e->addr = strtoull(p + 5, NULL, 16);
+	if (!(p = strstr(p, "rw_flags:")))
+		return false;
+	e->rw_flags = (uint32_t)strtoul(p + 9, NULL, 16);
 	if (!(p = strstr(p, "user_data:")))
 		return false;
 	e->user_data = strtoull(p + 10, NULL, 10);
+	e->big = strstr(p, ", e0:") != NULL;
 	return true;
 }
 
@@ -654,8 +668,10 @@ static bool fetch_sqe(int fd, uint64_t ino, const struct listed *e, struct sqe *
 			atomic_store_explicit(&c->ino, ino, memory_order_relaxed);
 			atomic_store_explicit(&c->fd, fd, memory_order_relaxed);
 		}
-		/* 64-byte entries, or 128-byte ones (IORING_SETUP_SQE128). */
-		for (unsigned shift = 6; shift <= 7; shift++) {
+		/* 64-byte entries, or 128-byte ones (IORING_SETUP_SQE128),
+		 * which the listing shows by their rest (e0: and on): at
+		 * index 0 both sizes find the same entry. */
+		for (unsigned shift = e->big ? 7 : 6; shift <= 7; shift++) {
 			size_t off = (size_t)e->idx << shift;
 
 			if (off + sizeof(*s) <= len &&
@@ -688,9 +704,14 @@ static bool listed_unlend(int fd, uint64_t ino, const char *line, struct scan *s
 			ucma_preload_dio_forget((unsigned)e.fd, (unsigned)e.fd);
 		return true;
 	}
-	/* A send or command whose buffers are not known. */
-	if (strncmp(e.op, "SEND", 4) == 0 || strcmp(e.op, "URING_CMD") == 0)
+	/* A send or command whose buffers are not known: the listing says
+	 * whether it is a zero-copy one, or an NVMe command. */
+	if (strcmp(e.op, "SEND") == 0 || strcmp(e.op, "SENDMSG") == 0)
+		return !(e.rw_flags & MSG_ZEROCOPY_FLAG) || unlend_everything(sc);
+	if (strncmp(e.op, "SEND", 4) == 0)
 		return unlend_everything(sc);
+	if (strcmp(e.op, "URING_CMD") == 0)
+		return !nvme_op((uint32_t)e.off) || unlend_everything(sc);
 	/* A read or write whose length is not known. */
 	s = (struct sqe){ .flags = (uint8_t)e.flags, .fd = e.fd };
 	return !sqe_direct(&s) || unlend_everything(sc);

@@ -544,9 +544,12 @@ LONGTERM_EXPORT int mprotect(void *addr, size_t len, int prot)
 	return (int)mprotect_range(SYS_mprotect, addr, len, prot, 0);
 }
 
+/* Key -1 is plain mprotect(), as the C library makes it: kernels (and
+ * sandboxes) without protection keys have no pkey_mprotect. */
 LONGTERM_EXPORT int pkey_mprotect(void *addr, size_t len, int prot, int pkey)
 {
-	return (int)mprotect_range(SYS_pkey_mprotect, addr, len, prot, pkey);
+	return (int)mprotect_range(pkey == -1 ? SYS_mprotect : SYS_pkey_mprotect, addr, len,
+				   prot, pkey);
 }
 
 LONGTERM_EXPORT int mlock(const void *addr, size_t len)

@@ -128,8 +128,16 @@ static bool unlend_mmsg(const struct mmsghdr *uvec, unsigned long n)
 	for (unsigned long i = 0; uvec && i < n;) {
 		unsigned long k = n - i < 16 ? n - i : 16;
 
-		if (!ucma_preload_read_user(v, uvec + i, k * sizeof(v[0])))
+		/* A batch running into unmapped memory: one header at a
+		 * time up to there (the kernel sends the readable ones). */
+		if (!ucma_preload_read_user(v, uvec + i, k * sizeof(v[0]))) {
+			for (; i < n; i++)
+				if (!ucma_preload_read_user(v, uvec + i, sizeof(v[0])))
+					return true;
+				else if (!unlend_msg_read(&v[0].msg_hdr))
+					return false;
 			return true;
+		}
 		for (unsigned long j = 0; j < k; j++)
 			if (!unlend_msg_read(&v[j].msg_hdr))
 				return false;
@@ -170,12 +178,13 @@ bool ucma_preload_zc_syscall(long nr, const long a[6], long *ret)
 /* Each calls the C library's own, so that the blocking calls stay
  * cancellation points; found on first use (the library itself never
  * sends). */
+typedef ssize_t (*send_fn)(int, const void *, size_t, int);
 typedef ssize_t (*sendto_fn)(int, const void *, size_t, int, const struct sockaddr *, socklen_t);
 typedef ssize_t (*sendmsg_fn)(int, const struct msghdr *, int);
 typedef int (*sendmmsg_fn)(int, struct mmsghdr *, unsigned int, int);
 typedef ssize_t (*vmsplice_fn)(int, const struct iovec *, size_t, unsigned int);
 
-static void *next_sendto, *next_sendmsg, *next_sendmmsg, *next_vmsplice;
+static void *next_send, *next_sendto, *next_sendmsg, *next_sendmmsg, *next_vmsplice;
 
 /*
  * Looked up at load, once the C library is ready: a send made first in a
@@ -184,20 +193,24 @@ static void *next_sendto, *next_sendmsg, *next_sendmmsg, *next_vmsplice;
  */
 __attribute__((constructor)) static void zc_resolve(void)
 {
+	(void)ucma_preload_next(&next_send, "send");
 	(void)ucma_preload_next(&next_sendto, "sendto");
 	(void)ucma_preload_next(&next_sendmsg, "sendmsg");
 	(void)ucma_preload_next(&next_sendmmsg, "sendmmsg");
 	(void)ucma_preload_next(&next_vmsplice, "vmsplice");
 }
 
-/* The C library's send() under its exported alias: no look-up at all. */
-ssize_t __send(int fd, const void *buf, size_t len, int flags);
-
+/* (The next send(), not the C library's __send(): another interposer
+ * loaded after this library must see it too.) */
 ZC_EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
 {
+	send_fn fn = UCMA_NEXT(send_fn, send);
+
+	if (!fn)
+		UCMA_NO_NEXT();
 	if (zc_wanted(flags) && !unlend_buf(buf, len, ENOBUFS))
 		return -1;
-	return __send(fd, buf, len, flags);
+	return fn(fd, buf, len, flags);
 }
 
 ZC_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags,

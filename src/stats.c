@@ -1180,7 +1180,8 @@ void ucma_stats_at_exit(void)
 	}
 	report(&k, ucma_arena_peek());
 	sink_flush(&k);
-	if (k.fd != 2) {
+	/* (Not the copy of standard error the sink may have moved to.) */
+	if (ucma_opt.stats_file[0]) {
 		if (close(k.fd) != 0 && !k.err && errno != EINTR)
 			k.err = errno;
 		if (k.err)

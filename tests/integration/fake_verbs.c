@@ -55,13 +55,18 @@ struct ibv_mr *fake_reg_mr_1_0(struct ibv_pd *pd, void *addr, size_t len, int ac
 	return (struct ibv_mr *)(void *)fake_mr;
 }
 
+/* Through ibv_reg_mr_iova2() and the PLT, as libibverbs passes its
+ * older entry points on to the newest: that call binds to the preload
+ * library, which must find this library's ibv_reg_mr_iova2() next even
+ * when this library was loaded by dlopen() without RTLD_GLOBAL. */
 struct ibv_mr *ibv_reg_mr_iova(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova,
 			       int access)
 {
-	(void)pd;
-	(void)iova;
-	record("ibv_reg_mr_iova", addr, len, access);
-	return (struct ibv_mr *)(void *)fake_mr;
+	struct ibv_mr *mr = ibv_reg_mr_iova2(pd, addr, len, iova, (unsigned)access);
+
+	if (mr)
+		record("ibv_reg_mr_iova", addr, len, access);
+	return mr;
 }
 
 struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova,

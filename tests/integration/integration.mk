@@ -47,6 +47,14 @@ tests_integration_preload_verbs_CFLAGS = $(AM_CFLAGS) -fno-builtin
 tests_integration_preload_verbs_LDADD = libucma.la tests/integration/libfake_verbs.la -ldl
 tests_integration_preload_verbs_LDFLAGS = -no-install
 
+check_PROGRAMS += tests/integration/preload_verbs_dl
+tests_integration_preload_verbs_dl_SOURCES = tests/integration/preload_verbs_dl.c
+tests_integration_preload_verbs_dl_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests
+tests_integration_preload_verbs_dl_CFLAGS = $(AM_CFLAGS) -fno-builtin
+tests_integration_preload_verbs_dl_LDADD = libucma.la -ldl
+tests_integration_preload_verbs_dl_LDFLAGS = -no-install
+EXTRA_tests_integration_preload_verbs_dl_DEPENDENCIES = tests/integration/libfake_verbs.la
+
 check_PROGRAMS += tests/integration/preload_futex
 tests_integration_preload_futex_SOURCES = tests/integration/preload_futex.c
 tests_integration_preload_futex_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests
@@ -71,6 +79,7 @@ TESTS += \
 	tests/integration/preload_api.sh \
 	tests/integration/preload_longterm.sh \
 	tests/integration/preload_verbs.sh \
+	tests/integration/preload_verbs_dl.sh \
 	tests/integration/preload_lendguard.sh \
 	tests/integration/preload_futex.sh \
 	tests/integration/preload_sighandler.sh \
@@ -82,6 +91,7 @@ TESTS += \
 EXTRA_DIST += \
 	tests/integration/fake_verbs.map \
 	tests/integration/preload_verbs.sh \
+	tests/integration/preload_verbs_dl.sh \
 	tests/integration/common.sh \
 	tests/integration/lent.h \
 	tests/integration/py_workload.py \

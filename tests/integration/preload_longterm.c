@@ -1779,7 +1779,7 @@ static void case_nvme_cmd(void)
 	int fd = open("/dev/null", O_RDWR | O_CLOEXEC), rc;
 
 	if (fd < 0 || io_uring_queue_init(8, &ring, IORING_SETUP_SQE128) != 0) {
-		skip(3, "no /dev/null or no ring of 128-byte entries");
+		skip(4, "no /dev/null or no ring of 128-byte entries");
 		if (fd >= 0)
 			close(fd);
 		return;
@@ -1818,8 +1818,32 @@ static void case_nvme_cmd(void)
 	}
 	ok(rc == 1 && !any_on_frame(b[3], ZC_LEN) && !any_on_frame(b[4], ZC_LEN),
 	   "io_uring_enter(2): an NVMe _VEC command's iovec buffers the same (rc %d)", rc);
-	close(fd);
 	release_blocks(b, 5);
+
+	/* At index 0 of a ring liburing set up unseen, submitted with
+	 * syscall(): read from the kernel's listing, where a 64-byte and a
+	 * 128-byte entry both lie at offset 0 (the listing's e0: and on
+	 * say which). */
+	rc = -1;
+	b[0] = lent_block(DEV_SEEDS + 16);
+	if (b[0] && io_uring_queue_init(8, &ring, IORING_SETUP_SQE128) == 0) {
+		uint64_t by_fdinfo = stat_of("lend_iouring_enter_fdinfo");
+
+		nvme_cmd_fill(io_uring_get_sqe(&ring), fd, T_NVME_CMD_IO, (uintptr_t)b[0],
+			      (uint32_t)ZC_LEN, NULL, 0, 4);
+		__atomic_store_n(ring.sq.ktail, ring.sq.sqe_tail, __ATOMIC_RELEASE);
+		ring.sq.sqe_head = ring.sq.sqe_tail;
+		rc = (int)syscall(SYS_io_uring_enter, ring.ring_fd, 1, 0, 0, NULL, 0);
+		if (stat_of("lend_iouring_enter_fdinfo") == by_fdinfo)
+			diag("the submission was not read from the listing");
+		if (rc == 1 && io_uring_wait_cqe(&ring, &cqe) == 0)
+			io_uring_cqe_seen(&ring, cqe);
+		io_uring_queue_exit(&ring);
+	}
+	ok(rc == 1 && !any_on_frame(b[0], ZC_LEN),
+	   "an NVMe command at index 0, read from the kernel's listing: the same (rc %d)", rc);
+	release_blocks(b, 1);
+	close(fd);
 }
 #endif
 
@@ -1831,7 +1855,7 @@ static void case_device(void)
 #ifdef HAVE_LIBURING
 	case_nvme_cmd();
 #else
-	skip(3, "liburing is not installed");
+	skip(4, "liburing is not installed");
 #endif
 }
 static void case_raw_fork(void)
