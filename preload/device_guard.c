@@ -145,19 +145,11 @@ struct xdp_umem {
 #define IBV_REREG_ACCESS	(1 << 2)
 #define IBV_REREG_ERR_INPUT	(-1)
 
-/* Take back @len bytes at @addr: false with errno ENOMEM when a
- * pageblock stays lent. */
+/* Take back @len bytes at @addr, as a registration gives them: false
+ * with errno ENOMEM when a pageblock stays lent. */
 static bool unlend_pinned(uint64_t addr, uint64_t len)
 {
-	if (!addr || !len || !ucma_lend_any_borrowed())
-		return true;
-	if (len > SIZE_MAX - addr)
-		len = SIZE_MAX - addr;
-	if (!ucma_lend_range_borrowed((const void *)(uintptr_t)addr, (size_t)len) ||
-	    ucma_preload_unlend((const void *)(uintptr_t)addr, (size_t)len))
-		return true;
-	errno = ENOMEM;
-	return false;
+	return ucma_preload_unlend_or((const void *)(uintptr_t)addr, (size_t)len, ENOMEM);
 }
 
 /* A user-pointer buffer that VIDIOC_QBUF or VIDIOC_PREPARE_BUF queues. */

@@ -25,9 +25,13 @@
  * ucma_unlend() of [@addr, @addr + @len) for a call about to be made on
  * it: false with errno EAGAIN when a pageblock stays lent (the call is
  * refused).  A range that wraps is the kernel's to refuse, with its own
- * error: true (longterm.c).
+ * error: true (longterm.c).  ucma_unlend() itself looks at nothing while
+ * nothing is lent and takes back only the borrowed pageblocks.
  */
 UCMA_PRELOAD_HIDDEN bool ucma_preload_unlend(const void *addr, size_t len);
+/* The same, failing with errno @err: the answer the refused call's
+ * callers are ready for. */
+UCMA_PRELOAD_HIDDEN bool ucma_preload_unlend_or(const void *addr, size_t len, int err);
 
 /*
  * The next definition of @name after this library's (the C library's or

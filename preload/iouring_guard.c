@@ -178,6 +178,10 @@
 #include "lend.h"
 #include "raw_syscall.h"
 
+#ifndef UIO_MAXIOV
+#define UIO_MAXIOV 1024
+#endif
+
 #define IOURING_EXPORT __attribute__((visibility("default")))
 
 /* The kernel's ABI (linux/io_uring.h), spelled out so that the build does
@@ -344,7 +348,7 @@ static bool send_unlend(const struct sqe *s, struct scan *sc)
 		return unlend_buffer(s, false, s->addr, s->len, sc);
 	/* More iovecs than UIO_MAXIOV: the kernel refuses the message. */
 	if (!s->addr || !ucma_preload_read_user(&m, (const void *)(uintptr_t)s->addr, sizeof(m)) ||
-	    m.msg_iovlen > 1024)
+	    m.msg_iovlen > UIO_MAXIOV)
 		return true;
 	return unlend_iovs(s, false, (uintptr_t)m.msg_iov, m.msg_iovlen, sc);
 }
@@ -397,7 +401,7 @@ static bool cmd_unlend(const struct sqe *s, struct scan *sc)
 	if (s->rw_flags & URING_CMD_FIXED)
 		return true;
 	if (op == NVME_CMD_IO_VEC || op == NVME_CMD_ADMIN_VEC)
-		return c.data_len > 1024 || unlend_iovs(s, false, c.addr, c.data_len, sc);
+		return c.data_len > UIO_MAXIOV || unlend_iovs(s, false, c.addr, c.data_len, sc);
 	return unlend_buffer(s, false, c.addr, c.data_len, sc);
 }
 

@@ -391,12 +391,17 @@ bool ucma_preload_made(bool good, long nr, const long a[6], long *ret)
 	return true;
 }
 
-bool ucma_preload_unlend(const void *addr, size_t len)
+bool ucma_preload_unlend_or(const void *addr, size_t len, int err)
 {
 	if (!len || ucma_unlend(addr, len) == 0 || errno == EINVAL)
 		return true;
-	errno = EAGAIN;
+	errno = err;
 	return false;
+}
+
+bool ucma_preload_unlend(const void *addr, size_t len)
+{
+	return ucma_preload_unlend_or(addr, len, EAGAIN);
 }
 
 /* mlock() and mlock2(): the range first; refused with EAGAIN ("could not
@@ -526,16 +531,12 @@ LONGTERM_EXPORT int madvise(void *addr, size_t len, int advice)
 
 /*
  * mprotect() and pkey_mprotect() (SYS_mprotect, SYS_pkey_mprotect): the
- * range first, ENOMEM when it stays lent.  A length that wraps is the
- * kernel's to refuse.
+ * range first, ENOMEM when it stays lent.
  */
 static long mprotect_range(long nr, void *addr, size_t len, int prot, int pkey)
 {
-	if (ucma_lend_any_borrowed() && len <= SIZE_MAX - (uintptr_t)addr &&
-	    !ucma_preload_unlend(addr, len)) {
-		errno = ENOMEM;
+	if (ucma_lend_any_borrowed() && !ucma_preload_unlend_or(addr, len, ENOMEM))
 		return -1;
-	}
 	return ucma_raw_result(ucma_raw_syscall6(nr, (long)addr, (long)len, prot, pkey, 0, 0));
 }
 

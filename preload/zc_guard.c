@@ -80,16 +80,6 @@ static inline bool zc_wanted(long flags)
 	return UCMA_UNLIKELY((flags & MSG_ZEROCOPY) != 0) && ucma_lend_any_borrowed();
 }
 
-/* Take back @len bytes at @buf; false with @err in errno when a
- * pageblock stays lent. */
-static bool unlend_buf(const void *buf, size_t len, int err)
-{
-	if (!buf || !len || !ucma_lend_range_borrowed(buf, len) || ucma_preload_unlend(buf, len))
-		return true;
-	errno = err;
-	return false;
-}
-
 /* The same for @n iovecs at @uiov.  The kernel refuses more than
  * UIO_MAXIOV of them, and sends at most that many messages of a
  * sendmmsg(): no more are looked at. */
@@ -152,7 +142,8 @@ bool ucma_preload_zc_syscall(long nr, const long a[6], long *ret)
 
 	switch (nr) {
 	case SYS_sendto:
-		good = !zc_wanted(a[3]) || unlend_buf((const void *)a[1], (size_t)a[2], ENOBUFS);
+		good = !zc_wanted(a[3]) ||
+		       ucma_preload_unlend_or((const void *)a[1], (size_t)a[2], ENOBUFS);
 		break;
 	case SYS_sendmsg:
 		good = !zc_wanted(a[2]) || unlend_msg((const struct msghdr *)a[1]);
@@ -208,7 +199,7 @@ ZC_EXPORT ssize_t send(int fd, const void *buf, size_t len, int flags)
 
 	if (!fn)
 		UCMA_NO_NEXT();
-	if (zc_wanted(flags) && !unlend_buf(buf, len, ENOBUFS))
+	if (zc_wanted(flags) && !ucma_preload_unlend_or(buf, len, ENOBUFS))
 		return -1;
 	return fn(fd, buf, len, flags);
 }
@@ -220,7 +211,7 @@ ZC_EXPORT ssize_t sendto(int fd, const void *buf, size_t len, int flags,
 
 	if (!fn)
 		UCMA_NO_NEXT();
-	if (zc_wanted(flags) && !unlend_buf(buf, len, ENOBUFS))
+	if (zc_wanted(flags) && !ucma_preload_unlend_or(buf, len, ENOBUFS))
 		return -1;
 	return fn(fd, buf, len, flags, to, tolen);
 }

@@ -305,7 +305,6 @@ struct opt_err {
 struct parse_ctx {
 	struct ucma_options *o;
 	int bad;			/* bad values so far */
-	bool cma_default;		/* CMA size still derived from the arena */
 	char cma_subject[128];		/* who set the CMA zone in this call */
 	char arena_subject[128];	/* who set the arena in this call */
 };
@@ -876,7 +875,6 @@ static void opt_commit(struct parse_ctx *c, const struct opt_def *d, const char 
 {
 	opt_store(c->o, d, v);
 	if (d->flags & F_CMA) {
-		c->cma_default = false;
 		c->o->cma_chosen = true;
 		snprintf(c->cma_subject, sizeof(c->cma_subject), "%s", subject);
 	} else if (d == &opt_table[O_ARENA]) {
@@ -937,13 +935,6 @@ static void ctx_init(struct parse_ctx *c, struct ucma_options *o)
 {
 	memset(c, 0, sizeof(*c));
 	c->o = o;
-	/*
-	 * A CMA size nobody gave follows the arena silently.  Whether one was
-	 * given is remembered, not guessed from the value: a size chosen
-	 * equal to the default for the arena of the moment used to change
-	 * with a later arena size.
-	 */
-	c->cma_default = !o->cma_chosen;
 }
 
 /*
@@ -959,7 +950,11 @@ static void cma_cross_check(struct parse_ctx *c)
 	char accepted[128], outcome[64], why[96], fits[32], defs[32];
 	const char *subject;
 
-	if (c->cma_default) {
+	/* A CMA size nobody gave follows the arena silently.  Whether one
+	 * was given is remembered (cma_chosen), not guessed from the value: a
+	 * size chosen equal to the default for the arena of the moment used
+	 * to change with a later arena size. */
+	if (!o->cma_chosen) {
 		o->cma_size = def;
 		o->nr_areas = 0;
 		return;

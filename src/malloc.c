@@ -332,13 +332,11 @@ static int classify(const void *p, struct ptr_info *pi, const char *who)
 		}
 		/* Name what lies there: a program that mixes up the two
 		 * families learns which call it meant. */
-		if (type == UCMA_OWN_CONTIG && ucma_contig_from_malloc(p) &&
-		    (((uintptr_t)p & (UCMA_PAGE_SIZE - 1)) ||
-		     ucma_run_head(a, pfn) != pfn))
-			why = "inside a contiguous block of malloc: only its start may be "
-			      "freed or resized";
-		else if (type == UCMA_OWN_CONTIG && ucma_contig_from_malloc(p))
-			why = "a contiguous block of the preloaded malloc: free() takes it back";
+		if (type == UCMA_OWN_CONTIG && ucma_contig_from_malloc(p))
+			why = ((uintptr_t)p & (UCMA_PAGE_SIZE - 1)) || ucma_run_head(a, pfn) != pfn ?
+				      "inside a contiguous block of malloc: only its start may be "
+				      "freed or resized" :
+				      "a contiguous block of the preloaded malloc: free() takes it back";
 		else if (type == UCMA_OWN_CONTIG)
 			why = "a ucma_alloc() buffer or inside one, not from malloc: "
 			      "ucma_release() takes it back";
