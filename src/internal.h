@@ -34,6 +34,15 @@
 #define UCMA_INTERNAL __attribute__((visibility("hidden")))
 #define UCMA_LIKELY(x)   __builtin_expect(!!(x), 1)
 #define UCMA_UNLIKELY(x) __builtin_expect(!!(x), 0)
+/* A function its callers know nothing of beyond its declaration (GCC's
+ * noipa: not inlined, and nothing its body implies, such as never
+ * returning, is used at the call).  Clang has no such attribute; it does
+ * not inline it at least. */
+#if defined(__clang__)
+#define UCMA_NOIPA __attribute__((noinline))
+#else
+#define UCMA_NOIPA __attribute__((noipa))
+#endif
 
 #ifdef UCMA_DEBUG
 static const bool ucma_config_debug = true;

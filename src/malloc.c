@@ -744,7 +744,7 @@ static __attribute__((noinline)) void free_slow(void *p)
 
 /* Not declared noreturn, so that the fast path reaches it by a jump and
  * needs no stack frame for a call. */
-static __attribute__((noipa)) void free_interior(void *p)
+static UCMA_NOIPA void free_interior(void *p)
 {
 	ucma_fatal("free(): invalid pointer %p (inside a small object)", p);
 }

@@ -2,9 +2,10 @@
 # run-all.sh - the whole test suite, from a clean checkout, on Debian 12 as
 # root: installs the build dependencies, builds the library in the normal
 # configuration with warnings as errors and runs `make check` (with a
-# one-minute soak), runs the fuzzer for a minute, then `make distcheck`,
-# then the sanitizer builds (AddressSanitizer with UBSan, ThreadSanitizer
-# for the concurrency tests).  Ends with one line
+# one-minute soak), runs the fuzzer for a minute, builds everything with
+# clang and warnings as errors, then `make distcheck`, then the sanitizer
+# builds (AddressSanitizer with UBSan, ThreadSanitizer for the concurrency
+# tests).  Ends with one line
 # "N passed, N failed, N skipped" counted over every run.
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -125,6 +126,19 @@ fuzz_run() {
 }
 step fuzz fuzz_run && pass=$((pass + 1))
 cd "$top" || exit 1
+
+# clang: the library, the tools and every test program built by the other
+# compiler users have, warnings as errors (its warnings differ from
+# GCC's).  The tests themselves run in the GCC builds.  One test.
+clang_build() {
+	mkdir -p "$out/clang" && cd "$out/clang" &&
+		"$top/configure" --enable-werror CC=clang CXX=clang++ &&
+		make -j"$jobs" && make -j"$jobs" check TESTS=
+}
+if [ -z "$quick" ]; then
+	step clang clang_build && pass=$((pass + 1))
+	cd "$top" || exit 1
+fi
 
 if [ -z "$quick" ]; then
 	cd "$out/normal" && step distcheck make -j"$jobs" distcheck && pass=$((pass + 1))

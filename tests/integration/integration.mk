@@ -31,10 +31,14 @@ tests_integration_preload_lendguard_LDFLAGS = -no-install
 
 ## preload_verbs links a stand-in for libibverbs (fake_verbs.c), built as
 ## a shared library with libibverbs's symbol versions: no RDMA device or
-## rdma-core is needed.  -rpath makes libtool build it shared.
+## rdma-core is needed.  -rpath makes libtool build it shared.  Its calls
+## of its own exported functions go through the PLT, as libibverbs's do
+## (built by GCC, which keeps them interposable): clang binds them inside
+## the library otherwise, where the preload library never sees them.
 check_LTLIBRARIES += tests/integration/libfake_verbs.la
 tests_integration_libfake_verbs_la_SOURCES = tests/integration/fake_verbs.c \
 	tests/integration/fake_verbs.h
+tests_integration_libfake_verbs_la_CFLAGS = $(AM_CFLAGS) -fsemantic-interposition
 tests_integration_libfake_verbs_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests
 tests_integration_libfake_verbs_la_LDFLAGS = -avoid-version -rpath /nowhere \
 	-Wl,--version-script=$(top_srcdir)/tests/integration/fake_verbs.map

@@ -42,6 +42,9 @@ extern void *__libc_malloc(size_t size);
 /* Sizes the compiler must not reason about (no -Walloc-size-larger-than). */
 static volatile size_t huge_size = SIZE_MAX;
 static volatile size_t half_huge = SIZE_MAX / 2 + 2;
+/* Alignments that are no powers of two, out of the compiler's sight too
+ * (clang refuses them at compile time otherwise). */
+static volatile size_t align_3 = 3, align_0 = 0, align_48 = 48;
 
 static int aligned_to(const void *p, size_t a)
 {
@@ -137,10 +140,10 @@ static void check_aligned(void)
 	ok(posix_memalign(&q, 64, huge_size) == ENOMEM, "posix_memalign too large: ENOMEM");
 
 	errno = 0;
-	ok(aligned_alloc(3, 16) == NULL && errno == EINVAL,
+	ok(aligned_alloc(align_3, 16) == NULL && errno == EINVAL,
 	   "aligned_alloc(3, ...): NULL, EINVAL (C23, glibc 2.38)");
 	errno = 0;
-	ok(aligned_alloc(0, 16) == NULL && errno == EINVAL, "aligned_alloc(0, ...): EINVAL");
+	ok(aligned_alloc(align_0, 16) == NULL && errno == EINVAL, "aligned_alloc(0, ...): EINVAL");
 	q = aligned_alloc(256, 1000);
 	ok(aligned_to(q, 256) && ucma_owns(q), "aligned_alloc(256, 1000)");
 	free(q);
@@ -151,7 +154,7 @@ static void check_aligned(void)
 	q = memalign(64, 10);
 	ok(aligned_to(q, 64) && ucma_owns(q), "memalign(64, 10)");
 	free(q);
-	q = memalign(48, 10);
+	q = memalign(align_48, 10);
 	ok(aligned_to(q, 64), "memalign(48, ...) rounds the alignment up to 64, as glibc");
 	free(q);
 	errno = 0;

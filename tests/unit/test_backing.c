@@ -414,7 +414,7 @@ static int init_captured(const struct ucma_config *cfg, char *buf, size_t len)
 static void test_node(void)
 {
 	struct ucma_config cfg = base_cfg(16 * MiB, 8 * MiB, UCMA_BACKING_NONE, UCMA_BACKING_NONE);
-	unsigned long mask;
+	unsigned long mask = 0;
 	char msg[2048];
 	int mode;
 
