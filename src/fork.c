@@ -5,7 +5,8 @@
  *
  * One table, fixed at compile time, lists each lock owner's handlers in
  * lock order (outermost first); pthread_atfork() gets one entry that runs
- * the table, registered once when the library first runs.  A table rather
+ * the table, registered once when the library is loaded (or first runs,
+ * where no constructor ran).  A table rather
  * than handlers registered by each file on first use: a lock exists from
  * the start of the process, and a handler registered only with the first
  * use of one feature missed the locks another feature took (a program
@@ -242,4 +243,38 @@ void ucma_fork_init(void)
 		 * which waits at most for a fork() in progress. */
 		sched_yield();
 	}
+}
+
+/*
+ * Registered when the library is loaded, not at its first use: glibc
+ * runs the child handlers in the order they were registered, and a
+ * program's own handler registered before ucma's would run in the child
+ * while the CMA areas and the lent heap are still shared with the parent
+ * (ucma's child handler gives the child its own copies), writing into the
+ * parent's memory; its parent handler would likewise write before the
+ * child has its copy.  Loaded first (a dependency of the program, or
+ * preloaded), ucma registers before the program's constructors and
+ * main() can; only a library initialised before this one can still come
+ * first (ucma(7), "Fork").
+ */
+#ifdef UCMA_PRELOAD
+/* Says that the preloaded library is in the process: see below. */
+__attribute__((visibility("default"))) extern const int ucma_preload_instance;
+const int ucma_preload_instance = 1;
+#else
+__attribute__((weak)) extern const int ucma_preload_instance;
+#endif
+
+__attribute__((constructor)) static void fork_register_at_load(void)
+{
+#ifndef UCMA_PRELOAD
+	/* A program linked with -lucma and run under the preload library has
+	 * two copies of the library, and every call binds to the preloaded
+	 * one (preload.mk): this one must not register handlers of its own
+	 * (two would run liburcu-bp's fork hook twice, and the second would
+	 * wait for the lock the first took). */
+	if (&ucma_preload_instance != NULL)
+		return;
+#endif
+	ucma_fork_init();
 }

@@ -937,6 +937,77 @@ static void case_fork_threads(void)
 }
 
 /*
+ * A program that registered fork handlers before its first call into the
+ * library: the library's own were registered when it was loaded, so its
+ * child handler runs first and gives the child its own heap and CMA area
+ * before the program's handler writes there, and its parent handler waits
+ * for the child's copy before the program's writes.  (Registered at the
+ * first use, the program's handlers ran first: the child wrote its pid
+ * into the parent's memory and saw the parent's increment.)
+ */
+static struct {
+	long *heap;	/* ucma_calloc(): a lent heap pageblock */
+	long *buf;	/* ucma_alloc(): the CMA area */
+} handlers_seen;
+
+static void program_parent_handler(void)
+{
+	if (handlers_seen.heap) {
+		handlers_seen.heap[1]++;
+		handlers_seen.buf[1]++;
+	}
+}
+
+static void program_child_handler(void)
+{
+	if (handlers_seen.heap) {
+		handlers_seen.heap[0] = getpid();
+		handlers_seen.buf[0] = getpid();
+	}
+}
+
+static void case_fork_handlers_first(void)
+{
+	long *heap, *buf;
+	bool lent;
+	pid_t pid;
+	int status = -1;
+
+	if (pthread_atfork(NULL, program_parent_handler, program_child_handler) != 0)
+		bail_out("pthread_atfork");
+	setenv("UCMA_COMPACT", "0", 1);
+	if (!start()) {
+		ok(0, "ucma_init: %s", strerror(errno));
+		return;
+	}
+	heap = ucma_calloc(1, 3 * MiB);
+	buf = ucma_alloc(MiB, 0, UCMA_ALLOC_ZERO);
+	if (!heap || !buf)
+		bail_out("no memory for the blocks");
+	lent = on_frame(heap);
+	heap[0] = buf[0] = getpid();
+	handlers_seen.heap = heap;
+	handlers_seen.buf = buf;
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0)
+		_exit(heap[1] != 0 || buf[1] != 0 || heap[0] != getpid() || buf[0] != getpid());
+	if (pid > 0)
+		waitpid(pid, &status, 0);
+	handlers_seen.heap = NULL;
+	ok(pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	   "fork handlers the program registered first: the child's see its own memory, "
+	   "not the parent's writes after the fork (status 0x%x, heap %s)", status,
+	   lent ? "lent" : "not lent");
+	ok(heap[0] == getpid() && buf[0] == getpid() && heap[1] == 1 && buf[1] == 1,
+	   "and they wrote nothing of the parent's: heap %ld/%ld, CMA buffer %ld/%ld",
+	   heap[0], heap[1], buf[0], buf[1]);
+	ucma_release(buf);
+	ucma_free(heap);
+	unsetenv("UCMA_COMPACT");
+}
+
+/*
  * Fork from a thread whose stack (pthread_attr_setstack) is on a lent
  * pageblock, while another thread writes the same pageblock: records of
  * 64 bytes, each written whole with the next number of one counter, in
@@ -1808,6 +1879,7 @@ int main(void)
 	run("own stack", case_own_stack);
 	run("fork single-threaded", case_fork_single);
 	run("fork with threads", case_fork_threads);
+	run("fork handlers the program registered first", case_fork_handlers_first);
 	run("fork from a heap stack", case_fork_own_stack);
 	run("vfork and posix_spawn", case_vfork_spawn);
 	run("program calls", case_program_calls);
