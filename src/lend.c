@@ -1417,6 +1417,23 @@ int ucma_lend_move_fd(int fd)
 
 
 /*
+ * struct lend_fork - one fork, stage "lend frames" (after frames.c's, with
+ * every zone lock held): the borrowed pageblocks are inherited (DONTFORK
+ * lifted), the child copies them to private memory while the parent
+ * waits on @wait_rd (one byte, or end of file if the child dies).  The
+ * pipe is made at stage "lend", where a process without a descriptor to
+ * spare can still take its heap back instead.  The forking thread's alone
+ * (every other fork waits for lend.lock).
+ */
+static struct lend_fork {
+	bool any;			/* some pageblock is borrowed or reserved */
+	bool copy;			/* some pageblock is borrowed: the child copies */
+	int wait_rd, wait_wr;
+	sigset_t saved;			/* the forking thread's mask, while @copy */
+	bool said_no_pipe;		/* the fallback was said (once per process) */
+} lend_fork = { false, false, -1, -1, { { 0 } }, false };
+
+/*
  * Stage "lend", before the zone locks: no commit or take-back is in
  * flight across the fork (so no userfaultfd is open and no pageblock is
  * write-protected).  In a process with threads, every borrowed pageblock
@@ -1438,8 +1455,25 @@ void ucma_lend_fork_prepare(void)
 
 	/* With other threads: no commit or take-back across the fork. */
 	ucma_fork_lock(&lend.lock);
-	if (!a || !lend.of || atomic_load(&ucma_lend_nr_borrowed) == 0 || ucma_fork_lone())
+	if (!a || !lend.of || atomic_load(&ucma_lend_nr_borrowed) == 0)
 		return;
+	if (ucma_fork_lone()) {
+		int fds[2];
+
+		/* The child copies, the parent waiting on this pipe.  With
+		 * no descriptor to spare, the parent would run on while the
+		 * child copies pageblocks still shared: taken back instead. */
+		if (pipe2(fds, O_CLOEXEC) == 0) {
+			lend_fork.wait_rd = fds[0];
+			lend_fork.wait_wr = fds[1];
+			return;
+		}
+		if (!lend_fork.said_no_pipe) {
+			lend_fork.said_no_pipe = true;
+			ucma_log("fork: no pipe to wait for the child's copy of the heap (%s): "
+				 "the heap is taken back from the CMA frames first", strerror(errno));
+		}
+	}
 	/* As in take_back(): a handler writing a piece being moved would
 	 * wait for this thread. */
 	sigfillset(&all);
@@ -1523,19 +1557,6 @@ void ucma_lend_raw_fork_child(bool shared_files)
 	lend_unlock(&raw_fork_saved);
 }
 
-/*
- * struct lend_fork - one fork, stage "lend frames" (after frames.c's, with
- * every zone lock held): the borrowed pageblocks are inherited (DONTFORK
- * lifted), the child copies them to private memory while the parent
- * waits on @wait_rd (one byte, or end of file if the child dies).
- */
-static struct lend_fork {
-	bool any;			/* some pageblock is borrowed or reserved */
-	bool copy;			/* some pageblock is borrowed: the child copies */
-	int wait_rd, wait_wr;
-	sigset_t saved;			/* the forking thread's mask, while @copy */
-} lend_fork = { false, false, -1, -1, { { 0 } } };
-
 /* Call @fn for every NORMAL pageblock whose state is not none. */
 static void for_each_borrowed(void (*fn)(struct ucma_arena *a, uint32_t pb, uint32_t s))
 {
@@ -1562,34 +1583,44 @@ static void fork_inherit(struct ucma_arena *a, uint32_t pb, uint32_t s)
 	ucma_count(UCMA_STAT_LEND_HEAP_FORK_COPIED, 1);
 }
 
+/* Only the part still on the frame: the pieces an interrupted take-back
+ * moved are private memory, which a later child must inherit once the
+ * take-back is finished. */
 static void fork_hide(struct ucma_arena *a, uint32_t pb, uint32_t s)
 {
-	if (!(s & LEND_RESERVED))
-		ucma_os.madvise(ucma_pfn_to_addr(a, pb_pfn(pb)), UCMA_PAGEBLOCK_SIZE, MADV_DONTFORK);
+	size_t from;
+
+	if (s & LEND_RESERVED)
+		return;
+	from = (size_t)LEND_MOVED_OF(s) * piece_of(a, s & LEND_PB_MASK);
+	ucma_os.madvise(ucma_pfn_to_addr(a, pb_pfn(pb)) + from, UCMA_PAGEBLOCK_SIZE - from,
+			MADV_DONTFORK);
 }
 
 void ucma_lend_frames_fork_prepare(void)
 {
 	sigset_t all;
-	int fds[2];
 
-	if (lend_fork.any || lend_fork.copy || lend_fork.wait_rd >= 0) {
+	if (lend_fork.any || lend_fork.copy) {
 		lend_fork.any = lend_fork.copy = false;
-		lend_fork.wait_rd = lend_fork.wait_wr = -1;
 	}
 	for_each_borrowed(fork_inherit);
-	if (!lend_fork.copy)
+	if (!lend_fork.copy) {
+		/* Nothing to copy (taken back, or only reserved): no wait. */
+		if (lend_fork.wait_rd >= 0) {
+			close(lend_fork.wait_rd);
+			close(lend_fork.wait_wr);
+			lend_fork.wait_rd = lend_fork.wait_wr = -1;
+		}
 		return;
+	}
 	/* The only writer of the heap left while the child copies it is a
 	 * signal handler of this thread: none runs until the copy is made. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_BLOCK, &all, &lend_fork.saved);
-	/* Without a pipe the child still copies, the parent running on:
-	 * fork itself must not fail here. */
-	if (pipe2(fds, O_CLOEXEC) == 0) {
-		lend_fork.wait_rd = fds[0];
-		lend_fork.wait_wr = fds[1];
-	}
+	/* Without a pipe (none could be made and a pageblock could not be
+	 * taken back either, stage "lend") the child still copies, the
+	 * parent running on: fork itself must not fail here. */
 }
 
 void ucma_lend_frames_fork_parent(void)

@@ -1574,6 +1574,109 @@ static void case_uffd_kept(void)
 	ok(uffds_open(&n) == 1 && zones_ok(), "still one userfaultfd; zone invariants hold");
 }
 
+/*
+ * A fork while a take-back that failed half way left a pageblock partly
+ * moved: the child gets all of it, and once the take-back is finished, so
+ * does the child of a later fork (the moved pieces once kept the
+ * MADV_DONTFORK of the frame part, and that child faulted on them).
+ */
+static void case_fork_interrupted_takeback(void)
+{
+	char *blk;
+	pid_t pid;
+	int first = -1, second = -1;
+	bool lent, resumed;
+
+	setenv("UCMA_COMPACT", "0", 1);
+	if (!start()) {
+		ok(0, "ucma_init: %s", strerror(errno));
+		return;
+	}
+	blk = block_new(4 * MiB, 64);
+	lent = blk && on_frame(blk);
+	mremap_fail_at = 4;
+	ucma_os.mremap = fake_mremap;
+	resumed = ucma_unlend(blk, 4 * MiB) == -1;
+	mremap_fail_at = 0;
+	ucma_os.mremap = real.mremap;
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0)
+		_exit(block_good(blk, 4 * MiB, 64) ? 0 : 1);
+	if (pid > 0)
+		waitpid(pid, &first, 0);
+	resumed &= ucma_unlend(blk, 4 * MiB) == 0 && !on_frame(blk);
+	pid = fork();
+	if (pid == 0)
+		_exit(block_good(blk, 4 * MiB, 64) ? 0 : 1);
+	if (pid > 0)
+		waitpid(pid, &second, 0);
+	ok(lent && resumed && WIFEXITED(first) && WEXITSTATUS(first) == 0 && WIFEXITED(second) &&
+		   WEXITSTATUS(second) == 0 && block_good(blk, 4 * MiB, 64),
+	   "fork during a take-back stopped half way, then after it is finished: both children "
+	   "have the whole block (status 0x%x, 0x%x%s)", first, second,
+	   __libc_single_threaded ? "" : "; with threads the fork took it back");
+	ucma_free(blk);
+	unsetenv("UCMA_COMPACT");
+}
+
+/*
+ * A single-threaded fork with its descriptor table full: no pipe for the
+ * parent to wait on while the child copies the lent heap, so the heap is
+ * taken back first; the child does not see what the parent writes after
+ * fork() returns (it did: the parent ran on while the child copied).
+ */
+static void case_fork_no_descriptor(void)
+{
+	_Atomic int *flag;
+	struct rlimit old, low;
+	int fds[256], nfd = 0, status = -1;
+	uint64_t evacuated;
+	char *blk;
+	pid_t pid;
+	bool lent;
+
+	setenv("UCMA_COMPACT", "0", 1);
+	if (!start()) {
+		ok(0, "ucma_init: %s", strerror(errno));
+		return;
+	}
+	flag = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (flag == MAP_FAILED || getrlimit(RLIMIT_NOFILE, &old) != 0)
+		bail_out("mmap or getrlimit: %s", strerror(errno));
+	blk = block_new(4 * MiB, 65);
+	lent = blk && on_frame(blk);
+	evacuated = stat_of("lend_heap_fork_evacuated");
+	low = old;
+	low.rlim_cur = 64;
+	if (setrlimit(RLIMIT_NOFILE, &low) != 0)
+		bail_out("setrlimit: %s", strerror(errno));
+	while (nfd < 256 && (fds[nfd] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0)
+		nfd++;
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		for (int i = 0; i < 5000 && !atomic_load(flag); i++)
+			usleep(1000);
+		_exit(block_good(blk, 4 * MiB, 65) ? 0 : 1);
+	}
+	memset(blk, 0x5a, 4 * MiB);
+	atomic_store(flag, 1);
+	if (pid > 0)
+		waitpid(pid, &status, 0);
+	while (nfd > 0)
+		close(fds[--nfd]);
+	setrlimit(RLIMIT_NOFILE, &old);
+	ok(lent && pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0 &&
+		   stat_of("lend_heap_fork_evacuated") > evacuated,
+	   "fork with no descriptor to spare: the heap is taken back first, the child has it "
+	   "as it was at the fork (status 0x%x, %llu pageblocks taken back)", status,
+	   (unsigned long long)(stat_of("lend_heap_fork_evacuated") - evacuated));
+	munmap((void *)flag, PAGE);
+	ucma_free(blk);
+	unsetenv("UCMA_COMPACT");
+}
+
 static void case_faults(void)
 {
 	char *blk;
@@ -1888,6 +1991,8 @@ int main(void)
 	run("no userfaultfd", case_no_uffd);
 	run("automatic backing without frames", case_auto_no_frames);
 	run("faults", case_faults);
+	run("fork during an interrupted take-back", case_fork_interrupted_takeback);
+	run("fork with no descriptor to spare", case_fork_no_descriptor);
 	run("copy source", case_copy_source);
 	run("writers, heap on huge pages", case_writers_thp);
 	run("one userfaultfd", case_uffd_kept);
