@@ -21,8 +21,11 @@
  * Covered: read, write, pread(64), pwrite(64), readv, writev, preadv(64),
  * pwritev(64), preadv2 and pwritev2 (64v2) on a descriptor whose status
  * flags have O_DIRECT; io_submit() (libaio's, and syscall(SYS_io_submit)):
- * the buffers of every read and write, vectored or not; and syscall() of
- * these by number (longterm.c's syscall() hands them here).  When a
+ * the buffers of every read and write, vectored or not; POSIX AIO's
+ * aio_read(64), aio_write(64) and lio_listio(64) on such a descriptor
+ * (the C library makes their transfers with internal calls, seen nowhere
+ * else); and syscall() of these by number (longterm.c's syscall() hands
+ * them here).  When a
  * pageblock stays lent, the call fails with EAGAIN and does nothing.
  *
  * Cost: while nothing is lent, one load before the C library's function.
@@ -43,7 +46,9 @@
  * Zero-copy sends (MSG_ZEROCOPY) and vmsplice() are zc_guard.c's.
  *
  * Not seen (ucma_unlend(3)): a driver's ioctl(); calls made with the
- * system call instruction.
+ * system call instruction; stdio (fread(), fwrite() and their kin) on a
+ * stream over an O_DIRECT descriptor, whose transfers the C library also
+ * makes with internal calls.
  *
  * Locking: none here; ucma_unlend() takes what it needs.
  *
@@ -57,6 +62,7 @@
 
 #if defined(__x86_64__) || defined(__aarch64__)
 
+#include <aio.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/aio_abi.h>
@@ -312,7 +318,8 @@ typedef ssize_t (*piov_fn)(int, const struct iovec *, int, off_t);
 typedef ssize_t (*piov2_fn)(int, const struct iovec *, int, off_t, int);
 
 static void *next_readv, *next_writev, *next_preadv, *next_pwritev, *next_preadv2,
-	*next_pwritev2, *next_io_submit;
+	*next_pwritev2, *next_io_submit, *next_aio_read, *next_aio_write, *next_lio_listio,
+	*next_aio_read64, *next_aio_write64, *next_lio_listio64;
 
 /* Looked up at load, once the C library is ready: a read or write made
  * first in a signal handler then calls no dlsym(), which is not
@@ -327,6 +334,12 @@ __attribute__((constructor)) static void dio_resolve(void)
 	(void)ucma_preload_next(&next_preadv2, "preadv2");
 	(void)ucma_preload_next(&next_pwritev2, "pwritev2");
 	(void)ucma_preload_next(&next_io_submit, "io_submit");
+	(void)ucma_preload_next(&next_aio_read, "aio_read");
+	(void)ucma_preload_next(&next_aio_write, "aio_write");
+	(void)ucma_preload_next(&next_lio_listio, "lio_listio");
+	(void)ucma_preload_next(&next_aio_read64, "aio_read64");
+	(void)ucma_preload_next(&next_aio_write64, "aio_write64");
+	(void)ucma_preload_next(&next_lio_listio64, "lio_listio64");
 }
 
 DIO_EXPORT ssize_t readv(int fd, const struct iovec *iov, int n)
@@ -456,6 +469,79 @@ DIO_EXPORT int io_submit(aio_context_t ctx, long nr, struct iocb **iocbpp)
 		return (int)ucma_raw_syscall6(SYS_io_submit, (long)ctx, nr, (long)iocbpp, 0, 0, 0);
 	return fn(ctx, nr, iocbpp);
 }
+
+/*
+ * POSIX AIO (aio_read(3), aio_write(3), lio_listio(3)): the C library's
+ * threads make the transfers with its own internal pread() and pwrite(),
+ * which nothing interposes, so the buffers are taken back here, at
+ * submission.  A request whose buffer stays lent is not queued: -1 with
+ * EAGAIN, a documented error of each.  struct aiocb64 is struct aiocb
+ * here (64-bit off_t), so the 64 names are the same functions.
+ */
+typedef int (*aio_fn)(struct aiocb *);
+typedef int (*lio_fn)(int, struct aiocb *const[], int, struct sigevent *);
+_Static_assert(sizeof(struct aiocb64) == sizeof(struct aiocb) &&
+		       offsetof(struct aiocb64, aio_buf) == offsetof(struct aiocb, aio_buf) &&
+		       offsetof(struct aiocb64, aio_nbytes) == offsetof(struct aiocb, aio_nbytes),
+	       "struct aiocb64 is struct aiocb on a 64-bit system");
+
+/* The buffer of the request at @ucb (the program's memory: unreadable,
+ * the C library's EFAULT or crash to give, as without this library). */
+static bool unlend_aiocb(const void *ucb)
+{
+	struct aiocb cb;
+
+	if (!ucb || !ucma_preload_read_user(&cb, ucb, sizeof(cb)))
+		return true;
+	return unlend_buffer(cb.aio_fildes, (uintptr_t)cb.aio_buf, cb.aio_nbytes);
+}
+
+/* lio_listio(): the buffers of the @nent requests at @list. */
+static bool unlend_aiocb_list(const void *list, int nent)
+{
+	for (int i = 0; list && i < nent; i++) {
+		const void *ucb;
+
+		if (!ucma_preload_read_user(&ucb, (const char *)list + (size_t)i * sizeof(ucb),
+					    sizeof(ucb)))
+			break;
+		if (ucb && !unlend_aiocb(ucb))
+			return false;
+	}
+	return true;
+}
+
+#define AIO_GUARD(name, cbtype)                                                         \
+	DIO_EXPORT int name(cbtype *cb)                                                 \
+	{                                                                               \
+		int (*fn)(cbtype *) = UCMA_NEXT(int (*)(cbtype *), name);               \
+                                                                                        \
+		if (!fn)                                                                \
+			UCMA_NO_NEXT();                                                 \
+		if (UCMA_UNLIKELY(ucma_lend_any_borrowed()) && !unlend_aiocb(cb))       \
+			return -1;                                                      \
+		return fn(cb);                                                          \
+	}
+#define LIO_GUARD(name, cbtype)                                                         \
+	DIO_EXPORT int name(int mode, cbtype *const list[], int nent, struct sigevent *sig) \
+	{                                                                               \
+		int (*fn)(int, cbtype *const[], int, struct sigevent *) =               \
+			UCMA_NEXT(int (*)(int, cbtype *const[], int, struct sigevent *), name); \
+                                                                                        \
+		if (!fn)                                                                \
+			UCMA_NO_NEXT();                                                 \
+		if (UCMA_UNLIKELY(ucma_lend_any_borrowed()) &&                          \
+		    !unlend_aiocb_list(list, nent))                                     \
+			return -1;                                                      \
+		return fn(mode, list, nent, sig);                                       \
+	}
+
+AIO_GUARD(aio_read, struct aiocb)
+AIO_GUARD(aio_write, struct aiocb)
+AIO_GUARD(aio_read64, struct aiocb64)
+AIO_GUARD(aio_write64, struct aiocb64)
+LIO_GUARD(lio_listio, struct aiocb)
+LIO_GUARD(lio_listio64, struct aiocb64)
 
 #else /* !(__x86_64__ || __aarch64__) */
 
