@@ -1672,9 +1672,24 @@ static void fork_copy(struct ucma_arena *a, uint32_t pb, uint32_t s)
 		bool populated, huge;
 		char *copy = staging_map(from, normal_advice(z), &populated, &huge);
 
-		if (copy == MAP_FAILED)
-			ucma_fatal("fork: no memory to copy the heap at %p into the child: %s", at,
-				   strerror(errno));
+		if (copy == MAP_FAILED) {
+			/* No address space for a staging copy (RLIMIT_AS): the
+			 * shared pages are replaced in place by private ones,
+			 * which takes none more, and filled from the area's
+			 * file or its mapping, both still the parent's. */
+			int advice = normal_advice(z);
+
+			if (ucma_os.mmap(at + from, len, PROT_READ | PROT_WRITE,
+					 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1,
+					 0) == MAP_FAILED)
+				ucma_fatal("fork: no memory to copy the heap at %p into the child: "
+					   "%s", at, strerror(errno));
+			if (advice >= 0)
+				ucma_os.madvise(at + from, len, advice);
+			copy_piece(at, ucma_pfn_to_addr(a, pb_pfn(cma_pb)), src_fd, file_off, from,
+				   len);
+			goto copied;
+		}
 		copy_piece(copy, ucma_pfn_to_addr(a, pb_pfn(cma_pb)), src_fd, file_off, from, len);
 		if (ucma_os.mremap(copy + from, len, len, MREMAP_MAYMOVE | MREMAP_FIXED,
 				   at + from) == MAP_FAILED)
@@ -1683,6 +1698,7 @@ static void fork_copy(struct ucma_arena *a, uint32_t pb, uint32_t s)
 		if (from)
 			ucma_os.munmap(copy, from);
 	}
+copied:
 	ucma_pages_free_locked(&a->zones[UCMA_ZONE_CMA], pb_pfn(cma_pb));
 	of_set(pb, LEND_NONE);
 }

@@ -1677,6 +1677,66 @@ static void case_fork_no_descriptor(void)
 	unsetenv("UCMA_COMPACT");
 }
 
+/* The process's address space in bytes (VmSize), or 0. */
+static size_t vm_size(void)
+{
+	FILE *f = fopen("/proc/self/status", "r");
+	char line[256];
+	long kb = 0;
+
+	while (f && fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmSize: %ld", &kb) == 1)
+			break;
+	if (f)
+		fclose(f);
+	return (size_t)kb * 1024;
+}
+
+/*
+ * A single-threaded fork with lent heap memory near RLIMIT_AS, where a
+ * plain fork still works (it needs no new address space): the child
+ * replaces the shared pageblock by private memory in place when it has no
+ * room for a staging copy, instead of dying in ucma_fatal().
+ */
+static void case_fork_near_rlimit_as(void)
+{
+#if defined(UCMA_ASAN) || defined(UCMA_TSAN)
+	skip(1, "a sanitizer's runtime needs address space of its own in the child");
+#else
+	struct rlimit old, low;
+	int status = -1;
+	char *blk;
+	pid_t pid;
+	bool lent;
+
+	setenv("UCMA_COMPACT", "0", 1);
+	if (!start()) {
+		ok(0, "ucma_init: %s", strerror(errno));
+		return;
+	}
+	blk = block_new(4 * MiB, 66);
+	lent = blk && on_frame(blk);
+	if (getrlimit(RLIMIT_AS, &old) != 0)
+		bail_out("getrlimit: %s", strerror(errno));
+	low = old;
+	low.rlim_cur = vm_size() + MiB;
+	fflush(NULL);
+	if (setrlimit(RLIMIT_AS, &low) != 0)
+		bail_out("setrlimit: %s", strerror(errno));
+	pid = fork();
+	if (pid == 0)
+		_exit(block_good(blk, 4 * MiB, 66) ? 0 : 1);
+	setrlimit(RLIMIT_AS, &old);
+	if (pid > 0)
+		waitpid(pid, &status, 0);
+	ok(lent && pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	   "fork 1 MiB short of RLIMIT_AS with 4 MiB of the heap lent: the child has it "
+	   "(status 0x%x)", status);
+	ucma_free(blk);
+	unsetenv("UCMA_COMPACT");
+#endif
+}
+
 static void case_faults(void)
 {
 	char *blk;
@@ -1993,6 +2053,7 @@ int main(void)
 	run("faults", case_faults);
 	run("fork during an interrupted take-back", case_fork_interrupted_takeback);
 	run("fork with no descriptor to spare", case_fork_no_descriptor);
+	run("fork near RLIMIT_AS", case_fork_near_rlimit_as);
 	run("copy source", case_copy_source);
 	run("writers, heap on huge pages", case_writers_thp);
 	run("one userfaultfd", case_uffd_kept);
