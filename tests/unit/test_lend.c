@@ -854,6 +854,17 @@ static int fork_child_check(char **b, int n)
 	}
 }
 
+/* start() for a fork case: no compaction thread, so that a process of
+ * one thread stays "single-threaded"; false (reported) when it fails. */
+static bool start_single(void)
+{
+	setenv("UCMA_COMPACT", "0", 1);
+	if (start())
+		return true;
+	ok(0, "ucma_init: %s", strerror(errno));
+	return false;
+}
+
 static void *idle_thread(void *arg)
 {
 	return arg;
@@ -867,12 +878,8 @@ static void fork_case(bool threads)
 	int status = -1;
 	uint64_t copied, evacuated;
 
-	/* No compaction thread: "single-threaded" must stay true. */
-	setenv("UCMA_COMPACT", "0", 1);
-	if (!start()) {
-		ok(0, "ucma_init: %s", strerror(errno));
+	if (!start_single())
 		return;
-	}
 	if (threads) {
 		pthread_t t;
 
@@ -975,11 +982,8 @@ static void case_fork_handlers_first(void)
 
 	if (pthread_atfork(NULL, program_parent_handler, program_child_handler) != 0)
 		bail_out("pthread_atfork");
-	setenv("UCMA_COMPACT", "0", 1);
-	if (!start()) {
-		ok(0, "ucma_init: %s", strerror(errno));
+	if (!start_single())
 		return;
-	}
 	heap = ucma_calloc(1, 3 * MiB);
 	buf = ucma_alloc(MiB, 0, UCMA_ALLOC_ZERO);
 	if (!heap || !buf)
@@ -1587,11 +1591,8 @@ static void case_fork_interrupted_takeback(void)
 	int first = -1, second = -1;
 	bool lent, resumed;
 
-	setenv("UCMA_COMPACT", "0", 1);
-	if (!start()) {
-		ok(0, "ucma_init: %s", strerror(errno));
+	if (!start_single())
 		return;
-	}
 	blk = block_new(4 * MiB, 64);
 	lent = blk && on_frame(blk);
 	mremap_fail_at = 4;
@@ -1636,11 +1637,8 @@ static void case_fork_no_descriptor(void)
 	pid_t pid;
 	bool lent;
 
-	setenv("UCMA_COMPACT", "0", 1);
-	if (!start()) {
-		ok(0, "ucma_init: %s", strerror(errno));
+	if (!start_single())
 		return;
-	}
 	flag = mmap(NULL, PAGE, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (flag == MAP_FAILED || getrlimit(RLIMIT_NOFILE, &old) != 0)
 		bail_out("mmap or getrlimit: %s", strerror(errno));
@@ -1709,11 +1707,8 @@ static void case_fork_near_rlimit_as(void)
 	pid_t pid;
 	bool lent;
 
-	setenv("UCMA_COMPACT", "0", 1);
-	if (!start()) {
-		ok(0, "ucma_init: %s", strerror(errno));
+	if (!start_single())
 		return;
-	}
 	blk = block_new(4 * MiB, 66);
 	lent = blk && on_frame(blk);
 	if (getrlimit(RLIMIT_AS, &old) != 0)
