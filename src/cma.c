@@ -39,6 +39,7 @@
 #include "rcu.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
@@ -698,7 +699,25 @@ int ucma_release_for_malloc(void *ptr)
 
 void *ucma_alloc_for_malloc(size_t size, unsigned flags)
 {
-	void *p = ucma_alloc(size, 0, flags);
+	static _Atomic bool said;
+	void *p;
+
+	/*
+	 * With UCMA_CMA_DONTFORK=1 a child of fork() gets empty CMA areas:
+	 * the program's malloc() memory there would read as zeros in every
+	 * child, which nothing in an unmodified program expects.  Its large
+	 * blocks stay in the malloc family instead.
+	 */
+	if (!ucma_arena_get())
+		return NULL;
+	if (ucma_opt.cma_dontfork) {
+		if (!atomic_exchange(&said, true))
+			ucma_log("UCMA_PRELOAD_CONTIG_MIN has no effect with UCMA_CMA_DONTFORK=1: "
+				 "a child of fork() would lose the malloc() memory in the CMA "
+				 "areas, so large blocks stay in the malloc heap");
+		return NULL;
+	}
+	p = ucma_alloc(size, 0, flags);
 
 	if (p) {
 		struct ucma_arena *a = ucma_arena_peek();

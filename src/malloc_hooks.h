@@ -44,7 +44,8 @@ UCMA_INTERNAL bool ucma_addr_is_ours(const void *p);
  * the interposer's malloc(): free() and realloc() take back such buffers
  * and no others (a buffer of the program's own ucma_alloc() call goes back
  * through ucma_release(), and free() of it is reported; ucma_release()
- * and ucma_alloc_size() refuse these).
+ * and ucma_alloc_size() refuse these).  NULL, said once, with
+ * UCMA_CMA_DONTFORK=1, whose children get empty CMA areas.
  */
 UCMA_INTERNAL void *ucma_alloc_for_malloc(size_t size, unsigned flags);
 

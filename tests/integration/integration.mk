@@ -88,6 +88,7 @@ TESTS += \
 	tests/integration/preload_futex.sh \
 	tests/integration/preload_sighandler.sh \
 	tests/integration/preload_contig.sh \
+	tests/integration/preload_contig_dontfork.sh \
 	tests/integration/preload_python.sh \
 	tests/integration/preload_tools.sh \
 	tests/integration/preload_lend.sh \
@@ -107,6 +108,7 @@ EXTRA_DIST += \
 	tests/integration/preload_futex.sh \
 	tests/integration/preload_sighandler.sh \
 	tests/integration/preload_contig.sh \
+	tests/integration/preload_contig_dontfork.sh \
 	tests/integration/preload_python.sh \
 	tests/integration/preload_tools.sh \
 	tests/integration/preload_compilers.sh

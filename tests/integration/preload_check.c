@@ -12,7 +12,9 @@
  * With the argument "contig" (and UCMA_PRELOAD_CONTIG_MIN=1M, or its
  * UCMA_CONF key, in the environment) it checks instead that large
  * requests become contiguous buffers of a CMA area and that
- * free/realloc/malloc_usable_size handle them.
+ * free/realloc/malloc_usable_size handle them.  With "contig_dontfork"
+ * (and UCMA_CMA_DONTFORK=1 as well) that they stay in the malloc family,
+ * so that a child of fork() still has them.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -637,6 +639,30 @@ static int stats_fd_case(const char *path)
 	return 0;
 }
 
+/* UCMA_CMA_DONTFORK=1 gives a child empty CMA areas: malloc() must not
+ * put the program's memory there, or the child reads zeros. */
+static void check_contig_dontfork(void)
+{
+	char *p = malloc(2 * MiB);
+	int status = -1;
+	pid_t pid;
+
+	ok(p && contig_of_malloc(p) == 0 && ucma_owns(p),
+	   "with UCMA_CMA_DONTFORK=1, malloc(2 MiB) stays in the malloc family");
+	if (!p)
+		return;
+	tu_fill(p, 2 * MiB, 5);
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0)
+		_exit(tu_check(p, 2 * MiB, 5) ? 0 : 1);
+	if (pid > 0)
+		waitpid(pid, &status, 0);
+	ok(pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	   "a child of fork() has its contents (status 0x%x)", status);
+	free(p);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 2 && strcmp(argv[1], "stats_fd") == 0)
@@ -645,6 +671,10 @@ int main(int argc, char **argv)
 	check_interposed();
 	if (argc > 1 && strcmp(argv[1], "contig") == 0) {
 		check_contig();
+		return done();
+	}
+	if (argc > 1 && strcmp(argv[1], "contig_dontfork") == 0) {
+		check_contig_dontfork();
 		return done();
 	}
 	check_basic();
