@@ -1675,6 +1675,7 @@ static void case_fork_no_descriptor(void)
 	unsetenv("UCMA_COMPACT");
 }
 
+#if !defined(UCMA_ASAN) && !defined(UCMA_TSAN)
 /* The process's address space in bytes (VmSize), or 0. */
 static size_t vm_size(void)
 {
@@ -1689,6 +1690,7 @@ static size_t vm_size(void)
 		fclose(f);
 	return (size_t)kb * 1024;
 }
+#endif
 
 /*
  * A single-threaded fork with lent heap memory near RLIMIT_AS, where a
