@@ -304,13 +304,8 @@ typedef struct ibv_mr *(*reg_mr_iova_fn)(struct ibv_pd *, void *, size_t, uint64
 typedef struct ibv_mr *(*reg_mr_iova2_fn)(struct ibv_pd *, void *, size_t, uint64_t, unsigned);
 typedef int (*rereg_mr_fn)(struct ibv_mr *, int, struct ibv_pd *, void *, size_t, int);
 
-/*
- * The next definition: the one after this library in the global scope,
- * or, when libibverbs was loaded by dlopen() without RTLD_GLOBAL (by a
- * plug-in linked to it, or by the program itself), libibverbs's own: its
- * ibv_reg_mr() calls ibv_reg_mr_iova2() through its PLT, which binds here,
- * and RTLD_NEXT does not see it.  Only a definition found is kept.
- */
+/* @name at @version as the loaded @object defines it, or NULL (also when
+ * that is this library's own, @self). */
 static void *verbs_in(const char *object, const char *name, const char *version, void *self)
 {
 	void *h = object ? dlopen(object, RTLD_LAZY | RTLD_NOLOAD) : NULL, *fn = NULL;

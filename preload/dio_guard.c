@@ -476,10 +476,8 @@ DIO_EXPORT int io_submit(aio_context_t ctx, long nr, struct iocb **iocbpp)
  * which nothing interposes, so the buffers are taken back here, at
  * submission.  A request whose buffer stays lent is not queued: -1 with
  * EAGAIN, a documented error of each.  struct aiocb64 is struct aiocb
- * here (64-bit off_t), so the 64 names are the same functions.
+ * here (64-bit off_t), so the 64 names are checked alike.
  */
-typedef int (*aio_fn)(struct aiocb *);
-typedef int (*lio_fn)(int, struct aiocb *const[], int, struct sigevent *);
 _Static_assert(sizeof(struct aiocb64) == sizeof(struct aiocb) &&
 		       offsetof(struct aiocb64, aio_buf) == offsetof(struct aiocb, aio_buf) &&
 		       offsetof(struct aiocb64, aio_nbytes) == offsetof(struct aiocb, aio_nbytes),

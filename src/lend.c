@@ -1601,9 +1601,8 @@ void ucma_lend_frames_fork_prepare(void)
 {
 	sigset_t all;
 
-	if (lend_fork.any || lend_fork.copy) {
+	if (lend_fork.any || lend_fork.copy)
 		lend_fork.any = lend_fork.copy = false;
-	}
 	for_each_borrowed(fork_inherit);
 	if (!lend_fork.copy) {
 		/* Nothing to copy (taken back, or only reserved): no wait. */
@@ -1672,6 +1671,8 @@ static void fork_copy(struct ucma_arena *a, uint32_t pb, uint32_t s)
 		bool populated, huge;
 		char *copy = staging_map(from, normal_advice(z), &populated, &huge);
 
+		const char *frame = ucma_pfn_to_addr(a, pb_pfn(cma_pb));
+
 		if (copy == MAP_FAILED) {
 			/* No address space for a staging copy (RLIMIT_AS): the
 			 * shared pages are replaced in place by private ones,
@@ -1686,19 +1687,17 @@ static void fork_copy(struct ucma_arena *a, uint32_t pb, uint32_t s)
 					   "%s", at, strerror(errno));
 			if (advice >= 0)
 				ucma_os.madvise(at + from, len, advice);
-			copy_piece(at, ucma_pfn_to_addr(a, pb_pfn(cma_pb)), src_fd, file_off, from,
-				   len);
-			goto copied;
+			copy_piece(at, frame, src_fd, file_off, from, len);
+		} else {
+			copy_piece(copy, frame, src_fd, file_off, from, len);
+			if (ucma_os.mremap(copy + from, len, len, MREMAP_MAYMOVE | MREMAP_FIXED,
+					   at + from) == MAP_FAILED)
+				ucma_fatal("fork: cannot move the copy of the heap at %p into place: "
+					   "%s", at, strerror(errno));
+			if (from)
+				ucma_os.munmap(copy, from);
 		}
-		copy_piece(copy, ucma_pfn_to_addr(a, pb_pfn(cma_pb)), src_fd, file_off, from, len);
-		if (ucma_os.mremap(copy + from, len, len, MREMAP_MAYMOVE | MREMAP_FIXED,
-				   at + from) == MAP_FAILED)
-			ucma_fatal("fork: cannot move the copy of the heap at %p into place: %s",
-				   at, strerror(errno));
-		if (from)
-			ucma_os.munmap(copy, from);
 	}
-copied:
 	ucma_pages_free_locked(&a->zones[UCMA_ZONE_CMA], pb_pfn(cma_pb));
 	of_set(pb, LEND_NONE);
 }
