@@ -4,6 +4,7 @@
 UCMA_SOURCES = \
 	src/internal.h \
 	src/util.c \
+	src/os.h \
 	src/os.c \
 	src/config.c \
 	src/arena.c \
