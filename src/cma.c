@@ -31,6 +31,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "memevent.h"
 #include "lock.h"
 #include "frames.h"
 #include "lend.h"
@@ -579,6 +580,11 @@ void *ucma_alloc_area(const char *name, size_t size, size_t align, unsigned flag
 	{
 		void *p = alloc_area(a, area, size, align, flags);
 
+		/* Whatever changed the areas' mappings on the way (frames given
+		 * back by a purge or a take-back in a nested call) is told
+		 * before the buffer is: a device layer that registered the
+		 * areas can reach every buffer ucma_alloc() returns. */
+		ucma_mem_event_deliver();
 		if (p) {
 			ucma_compactd_start_once();	/* the process has CMA memory (compactd.c) */
 			ucma_shm_check_request(false);	/* has ucmastat asked? (shm_server.c) */

@@ -65,6 +65,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "memevent.h"
 #include "lock.h"
 #include "extent.h"
 #include "lend.h"
@@ -1394,6 +1395,9 @@ void ucma_zone_purge(struct ucma_zone *z, bool all)
 	ucma_mutex_unlock(&z->lock);
 	if (purged)
 		ucma_count(UCMA_STAT_PURGED_PAGES, purged);
+	/* Frames given back above posted MAP under the zone lock, where no
+	 * callback may run: tell the devices now, before the caller returns. */
+	ucma_mem_event_deliver();
 }
 
 static void maybe_purge(struct ucma_zone *z)

@@ -316,6 +316,85 @@ static void case_return_free(void)
 }
 
 /*
+ * A device's view of the CMA areas through memory events: a frame lent to
+ * the heap is UNMAPped, one given back is MAPped, and the view is up to
+ * date when the call that changed it returns.  The purge of ucma_trim()
+ * (and the periodic one of free()) gives frames back under the zone lock,
+ * where nothing can be delivered; their MAP events stayed queued, so a
+ * later ucma_alloc() handed out a buffer its callbacks had not been told
+ * of (a device layer would refuse to register it).
+ */
+#define VIEW_PAGES (128 * MiB / PAGE)	/* of the arena: 64 MiB and the CMA area */
+
+static struct {
+	uintptr_t base;
+	unsigned char mapped[VIEW_PAGES];
+	bool bad;
+} view;
+
+static void view_event(enum ucma_mem_event ev, void *addr, size_t len, void *arg)
+{
+	size_t first = ((uintptr_t)addr - view.base) / PAGE;
+
+	(void)arg;
+	for (size_t i = first; i < first + len / PAGE; i++) {
+		if (i >= VIEW_PAGES || view.mapped[i] == (ev == UCMA_MEM_EVENT_MAP)) {
+			view.bad = true;
+			return;
+		}
+		view.mapped[i] = ev == UCMA_MEM_EVENT_MAP;
+	}
+}
+
+static bool view_covers(const void *p, size_t len)
+{
+	size_t first = ((uintptr_t)p - view.base) / PAGE;
+
+	for (size_t i = first; i < first + len / PAGE; i++)
+		if (i >= VIEW_PAGES || !view.mapped[i])
+			return false;
+	return true;
+}
+
+static void case_events_delivered(void)
+{
+	char *b[2];
+	void *buf;
+	size_t cma_first;
+
+	if (!start()) {
+		ok(0, "ucma_init: %s", strerror(errno));
+		return;
+	}
+	memset(&view, 0, sizeof(view));
+	view.base = a->base;
+	if (ucma_mem_event_register("view", view_event, NULL) != 0) {
+		ok(0, "ucma_mem_event_register: %s", strerror(errno));
+		return;
+	}
+	cma_first = (uintptr_t)ucma_pfn_to_addr(a, a->zones[UCMA_ZONE_CMA].start_pfn) - a->base;
+	ok(view_covers((char *)a->base + cma_first, CMA_MB * MiB) && !view.bad,
+	   "registered: the whole CMA area is mapped");
+	b[0] = block_new(4 * MiB, 11);
+	b[1] = block_new(4 * MiB, 12);
+	ok(stat_of("lend_heap_pageblocks") == 4 && !view_covers((char *)a->base + cma_first,
+								  CMA_MB * MiB) && !view.bad,
+	   "two 4 MiB blocks on 4 lent frames, which the view no longer holds");
+	ucma_free(b[0]);
+	ucma_free(b[1]);
+	ucma_trim();
+	ok(stat_of("lend_heap_pageblocks") == 0 &&
+		   view_covers((char *)a->base + cma_first, CMA_MB * MiB) && !view.bad,
+	   "ucma_trim() gives the frames back, and their MAP events arrive before it returns");
+	buf = ucma_alloc(CMA_MB * MiB, 0, 0);
+	ok(buf && view_covers(buf, CMA_MB * MiB) && !view.bad,
+	   "a buffer from the frames given back lies in the view when ucma_alloc() returns");
+	ucma_release(buf);
+	ucma_mem_event_unregister("view");
+	ok(zones_ok(), "zone invariants hold");
+}
+
+/*
  * The heap's window onto lent frames: with lending, the NORMAL zone spans
  * the whole arena size, so a heap larger than arena - CMA lives in the
  * arena on borrowed frames instead of overflowing while they sit idle.
@@ -2030,6 +2109,7 @@ int main(void)
 	plan_no_plan();
 	run("basic", case_basic);
 	run("return free", case_return_free);
+	run("memory events delivered", case_events_delivered);
 	run("heap window", case_heap_window);
 	run("no heap window", case_no_heap_window);
 	run("writers", case_writers);
