@@ -5,31 +5,42 @@
  * The input is read as a sequence of operations: one byte picks the
  * operation, the following bytes its arguments (a missing byte reads as
  * 0, so every input is valid).  Operations cover the malloc family
- * (ucma_malloc/calloc/realloc/aligned_alloc/free), movable objects
- * (ucma_halloc/hfree/hrealloc/hsize), pins (plain and UCMA_PIN_LONGTERM),
- * RCU reads (ucma_read_lock/deref/read_unlock), contiguous buffers
- * (ucma_alloc/ucma_alloc_area/ucma_release with odd sizes, alignments,
- * flags and area names), compaction at every priority, statistics, and
- * hostile input: forged and stale handles, bad pointers, bad flags and
- * priorities, a second ucma_init() with an arbitrary configuration.
+ * (ucma_malloc/calloc/realloc/aligned_alloc/posix_memalign/memalign/
+ * free/try_free), movable objects (ucma_halloc/hfree/hrealloc/hsize),
+ * pins (plain and UCMA_PIN_LONGTERM), RCU reads (ucma_read_lock/deref/
+ * deref_size/read_unlock), contiguous buffers (ucma_alloc/ucma_alloc_area/
+ * ucma_release with odd sizes, alignments, flags and area names),
+ * physical addresses (ucma_vtophys), taking lent heap frames back
+ * (ucma_unlend), memory-event callbacks (ucma_mem_event_register/
+ * unregister), compaction at every priority, statistics, and hostile
+ * input: forged and stale handles, bad pointers, bad flags and
+ * priorities, bad callback names, a second ucma_init() with an arbitrary
+ * configuration.
  *
  * The model keeps, per live object, its size and a stamp from which its
  * contents are derived, so every read checks the bytes; per movable object
  * its pin count and pinned address (a pinned object never moves); and the
  * errno values that include/ucma.h and the manual pages document for each
- * call (EINVAL, ENOMEM, EBUSY, EDEADLK, EPERM, ENOENT, ...).  Placement
- * rules are checked too: unmovable memory never lies in the CMA zone,
- * contiguous buffers always do, a long-term pinned object does not, and no
- * two live objects overlap.  Pointers read inside a read-side section stay
- * readable, with unchanged contents, until the section ends, even when the
- * object is freed, moved or resized meanwhile.  Whatever disagrees with
- * the model aborts with a message, which libFuzzer records as a crash.
+ * call (EINVAL, ENOMEM, EBUSY, EDEADLK, EPERM, ENOENT, ...).  Each
+ * registered memory-event callback keeps its own view of the mapped pages:
+ * MAP and UNMAP must alternate page by page, and when a call returns
+ * every live contiguous buffer lies in every view (a device layer can
+ * reach it).  Placement rules are checked too: unmovable memory never
+ * lies in the CMA zone, contiguous buffers always do, a long-term pinned
+ * object does not, and no two live objects overlap.  Pointers read
+ * inside a read-side section stay readable, with unchanged contents, until
+ * the section ends, even when the object is freed, moved or resized
+ * meanwhile.  Whatever disagrees with the model aborts with a message,
+ * which libFuzzer records as a crash.
  *
  * Inputs are independent: the library is initialised once (64 MiB arena,
  * 32 MiB CMA, no hugepages, no background compaction thread, so a crash
  * replays deterministically) and each input ends by releasing everything
  * it holds and checking that no handle is live and the zone invariants
- * hold.
+ * hold.  What the library keeps for itself carries over, as in a program
+ * that runs on: the thread's caches, and heap pageblocks still on lent
+ * CMA frames.  A crash that needs such state may not replay alone; it
+ * does with the inputs libFuzzer ran before it (its corpus directory).
  *
  * FUZZ_OPS_TRACE=1 in the environment names every operation on stderr, to
  * follow a crash.  Locking: none; the target runs on libFuzzer's thread
@@ -41,6 +52,8 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "frames.h"
+#include "lend.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -88,6 +101,7 @@ struct cobj {			/* ucma_alloc buffer */
 	unsigned char *p;
 	size_t size;		/* whole pages */
 	uint64_t stamp;
+	unsigned flags;		/* UCMA_ALLOC_* it was made with */
 };
 
 struct record {			/* a pointer read inside the read section */
@@ -1032,7 +1046,7 @@ static void contig_attempt(int slot, const char *area, bool area_known, size_t s
 		if (bad != SIZE_MAX)
 			fail("UCMA_ALLOC_ZERO buffer: byte %zu is not zero", bad);
 	}
-	M.c[slot] = (struct cobj){ p, want, new_stamp() };
+	M.c[slot] = (struct cobj){ p, want, new_stamp(), flags };
 	walk(p, want, SIZE_MAX, M.c[slot].stamp, FILL);
 	/* Objects were migrated out of its way: all of them still verify. */
 	verify_all();
@@ -1405,6 +1419,489 @@ static void op_misc(void)
 	}
 }
 
+
+/* ------------------------------------------------------------------------ */
+/* Later additions to the API                                                */
+/* ------------------------------------------------------------------------ */
+
+/* ucma_posix_memalign() (errno untouched, the result returned, *memptr
+ * left alone on failure) or ucma_memalign() (glibc's rounding up). */
+static void op_memalign(void)
+{
+	static const size_t aligns[] = {
+		0, 1, 2, 4, 8, 16, 24, 32, 48, 64, 100, 4096, 8192, 12288, 65536, 2 * MiB,
+		3 * MiB, (size_t)1 << 63, ((size_t)1 << 63) + 1, SIZE_MAX,
+	};
+	int slot = u8() % NMALLOC;
+	uint8_t how = u8();
+	size_t align = aligns[u8() % UCMA_ARRAY_SIZE(aligns)], size = pick_size(), eff = align;
+	bool pow2 = align && !(align & (align - 1));
+	unsigned char *p = (unsigned char *)&static_marker;
+	const char *what = how & 1 ? "ucma_posix_memalign" : "ucma_memalign";
+
+	malloc_drop(slot);
+	if (!pow2 && align > ((size_t)1 << 63))
+		eff = 0;		/* memalign cannot round it up: EINVAL */
+	else if (!pow2 && align)
+		eff = (size_t)1 << (64 - __builtin_clzll((unsigned long long)align));
+	if (malloc_budget(size) || eff > 4 * MiB)
+		return;			/* gigabytes of alignment slack: not here */
+	if (how & 1) {
+		bool no_memptr = (how & 6) == 6;
+		int rc;
+
+		errno = EXDEV;		/* must survive the call */
+		rc = ucma_posix_memalign(no_memptr ? NULL : (void **)&p, align, size);
+		if (errno != EXDEV)
+			fail("ucma_posix_memalign changed errno to %s", strerror(errno));
+		if (no_memptr || !pow2 || align < sizeof(void *)) {
+			if (rc != EINVAL)
+				fail("ucma_posix_memalign(%s, %zu, %zu) returned %d, not EINVAL",
+				     no_memptr ? "NULL" : "&p", align, size, rc);
+			if (p != (unsigned char *)&static_marker)
+				fail("ucma_posix_memalign wrote *memptr on EINVAL");
+			return;
+		}
+		if (rc != 0) {
+			if (p != (unsigned char *)&static_marker)
+				fail("ucma_posix_memalign wrote *memptr on failure %d", rc);
+			if (rc != ENOMEM)
+				fail("ucma_posix_memalign(%zu, %zu) returned %d", align, size, rc);
+			errno = rc;
+			malloc_failed(size, what);
+			return;
+		}
+	} else {
+		errno = 0;
+		p = ucma_memalign(align, size);
+		if (!p) {
+			if (!eff && align)
+				expect_err(errno, E_INVAL, "ucma_memalign(unroundable alignment)");
+			else
+				malloc_failed(size, what);
+			return;
+		}
+		if (!eff && align)
+			fail("ucma_memalign(%zu, %zu) accepted an alignment it cannot round", align,
+			     size);
+	}
+	if (size > PTRDIFF_MAX)
+		fail("%s(%zu, %zu) succeeded", what, align, size);
+	if (!p)
+		fail("%s(%zu, %zu) reported success without a block", what, align, size);
+	if (eff && ((uintptr_t)p & (eff - 1)))
+		fail("%s(%zu, %zu) = %p is not %zu-byte aligned", what, align, size, p, eff);
+	if (size > MALLOC_BUDGET) {
+		malloc_transient(p, size, what);
+		return;
+	}
+	malloc_accept(slot, p, size, false, what);
+}
+
+/* ucma_try_free(): frees the family's own blocks and leaves alone what
+ * ucma_owns() disowns (the C library's blocks, the stack, contiguous
+ * buffers, movable objects), saying which.  (A pointer into a block is
+ * the family's, and aborts as in ucma_free(): not tried here.) */
+static void op_try_free(void)
+{
+	uint8_t k = u8();
+	int slot = u8() % NMALLOC, on_stack = 0, rc;
+	struct mobj *o = &M.m[slot];
+	void *libc, *p = NULL;
+
+	switch (k % 5) {
+	case 0:			/* a live block: freed, 1 */
+		if (!o->p)
+			return;
+		check_contents(o->p, o->size, SIZE_MAX, o->stamp, "malloc block");
+		if ((rc = ucma_try_free(o->p)) != 1)
+			fail("ucma_try_free(%p) of a live block = %d", o->p, rc);
+		M.malloc_bytes -= o->size;
+		*o = (struct mobj){ 0 };
+		return;
+	case 1:
+		if ((rc = ucma_try_free(NULL)) != 1)
+			fail("ucma_try_free(NULL) = %d", rc);
+		return;
+	case 2:			/* the C library's block: 0, and it stays usable */
+		libc = malloc(1 + k);
+		if (!libc)
+			return;
+		memset(libc, 0x5a, 1 + k);
+		if ((rc = ucma_try_free(libc)) != 0)
+			fail("ucma_try_free(%p) of the C library's block = %d", libc, rc);
+		free(libc);
+		return;
+	case 3:
+		p = k & 0x80 ? (void *)&on_stack : (void *)&static_marker;
+		break;
+	default:		/* a contiguous buffer, or a pinned movable object */
+		p = k & 0x80 ? (void *)M.c[slot % NCONTIG].p : M.h[slot % NHANDLE].pinaddr;
+		if (!p)
+			return;
+		break;
+	}
+	if ((rc = ucma_try_free(p)) != 0)
+		fail("ucma_try_free(%p), no block of the family, = %d", p, rc);
+	verify_all();
+}
+
+/* ucma_deref_size(): address and size of one moment, or the errors of
+ * ucma_deref(), with *size left alone then. */
+static void op_deref_size(void)
+{
+	struct hobj *o = &M.h[u8() % NHANDLE];
+	bool want_size = u8() & 1;
+	size_t size = 12345;
+	const unsigned char *p;
+	ucma_handle_t h = o->h;
+
+	if (!h) {
+		h = pick_bad_handle();
+		if (handle_live(h))
+			return;
+	}
+	errno = 0;
+	p = ucma_deref_size(h, want_size ? &size : NULL);
+	if (!M.depth) {
+		if (p || errno != EPERM || size != 12345)
+			fail("ucma_deref_size outside a read-side section: %p, %s, size %zu", p,
+			     strerror(errno), size);
+		return;
+	}
+	if (!o->h) {
+		if (p || errno != EINVAL || size != 12345)
+			fail("ucma_deref_size(bad handle %#llx): %p, %s, size %zu",
+			     (unsigned long long)h, p, strerror(errno), size);
+		return;
+	}
+	if (!p)
+		fail("ucma_deref_size of a live handle: %s", strerror(errno));
+	if (want_size && size != o->size)
+		fail("ucma_deref_size gives size %zu, model %zu", size, o->size);
+	if (o->pins && p != o->pinaddr)
+		fail("ucma_deref_size gives %p for an object pinned at %p", p, o->pinaddr);
+	check_contents(p, o->size, SIZE_MAX, o->stamp, "dereferenced object");
+	if (M.nrec < NRECORD)
+		M.rec[M.nrec++] = (struct record){ p, o->size, o->stamp };
+}
+
+/* ucma_unlend() of a live block (afterwards none of it is on a lent
+ * frame, the contents unchanged), of odd ranges (no error), of a range
+ * that wraps (EINVAL).  ucma_unlend_all() is left out: it ends lending for
+ * the process, and inputs must not change what later ones see. */
+static void op_unlend(void)
+{
+	uint8_t k = u8();
+	struct mobj *o = &M.m[u8() % NMALLOC];
+	const void *addr;
+	size_t len;
+	int rc;
+
+	switch (k % 4) {
+	case 0:
+	case 1:
+		if (!o->p)
+			return;
+		addr = o->p;
+		len = o->size;
+		break;
+	case 2:
+		addr = (const void *)(A->base + (uintptr_t)u32() % ARENA);
+		len = (size_t)u32() << (u8() % 16);
+		if ((uintptr_t)addr + len < (uintptr_t)addr)
+			len = 1;
+		break;
+	default:		/* wraps: EINVAL, nothing done */
+		len = u8();
+		addr = (const void *)(UINTPTR_MAX - len);	/* its last byte is the top */
+		len += 2 + (k >> 2);
+		errno = 0;
+		if (ucma_unlend(addr, len) != -1 || errno != EINVAL)
+			fail("ucma_unlend(%p, %zu), which wraps: %s", addr, len, strerror(errno));
+		return;
+	}
+	errno = 0;
+	rc = ucma_unlend(addr, len);
+	if (rc != 0) {
+		expect_err(errno, E_BUSY | E_NOMEM, "ucma_unlend");
+	} else if (len && ucma_lend_range_borrowed(addr, len)) {
+		fail("ucma_unlend(%p, %zu) returned 0 with part of it still lent", addr, len);
+	}
+	verify_all();
+}
+
+/* ucma_vtophys(): the page offset kept, never address 0, a contiguous
+ * length that covers at least the rest of the page and stays inside the
+ * arena, and a whole UCMA_ALLOC_PHYS_CONTIG buffer. */
+static void op_vtophys(void)
+{
+	uint8_t k = u8();
+	int on_stack = 0;
+	bool want_len = !(k & 0x40), whole = false;
+	const unsigned char *p = NULL;
+	uint64_t phys = 0;
+	size_t len = 0, in_page;
+	int rc;
+
+	switch (k % 4) {
+	case 0: {
+		struct mobj *o = &M.m[u8() % NMALLOC];
+
+		if (o->p && o->size)
+			p = o->p + (size_t)u16() % o->size;
+		break;
+	}
+	case 1: {
+		struct cobj *c = &M.c[u8() % NCONTIG];
+
+		if (c->p) {
+			whole = (c->flags & UCMA_ALLOC_PHYS_CONTIG) && (k & 0x80);
+			p = whole ? c->p : c->p + (size_t)u32() % c->size;
+		}
+		break;
+	}
+	case 2:
+		p = M.h[u8() % NHANDLE].pinaddr;
+		break;
+	default:
+		p = pick_bad_pointer(&on_stack);
+		if (p && (malloc_live_at(p) || contig_live_at(p) || pinned_at(p)))
+			return;
+		errno = 0;
+		rc = ucma_vtophys(p, &phys, want_len ? &len : NULL);
+		if (rc == 0 && !in_arena(p))
+			fail("ucma_vtophys(%p) of memory ucma does not own succeeded", p);
+		if (rc != 0)
+			expect_err(errno, E_INVAL | E_PERM | E_NOTSUP, "ucma_vtophys");
+		return;
+	}
+	if (!p)
+		return;
+	errno = 0;
+	if (k & 0x20) {		/* a NULL argument: EINVAL */
+		if (ucma_vtophys(k & 0x10 ? NULL : p, k & 0x10 ? &phys : NULL, &len) != -1 ||
+		    errno != EINVAL)
+			fail("ucma_vtophys with a NULL argument: %s", strerror(errno));
+		return;
+	}
+	rc = ucma_vtophys(p, &phys, want_len ? &len : NULL);
+	if (rc != 0) {
+		/* Every page the model holds was written: present. */
+		expect_err(errno, E_PERM | E_NOTSUP, "ucma_vtophys of live memory");
+		return;
+	}
+	in_page = (uintptr_t)p & (UCMA_PAGE_SIZE - 1);
+	if (!phys || (phys & (UCMA_PAGE_SIZE - 1)) != in_page)
+		fail("ucma_vtophys(%p) = %#llx: the offset in the page is lost", p,
+		     (unsigned long long)phys);
+	if (!want_len)
+		return;
+	if (len < UCMA_PAGE_SIZE - in_page)
+		fail("ucma_vtophys(%p): %zu contiguous bytes, less than the rest of its page", p,
+		     len);
+	if (in_arena(p) && (uintptr_t)p + len > A->base + A->size)
+		fail("ucma_vtophys(%p): %zu contiguous bytes run past the arena", p, len);
+	if (whole) {
+		const struct cobj *c = NULL;
+
+		for (int i = 0; i < NCONTIG; i++)
+			if (M.c[i].p == p)
+				c = &M.c[i];
+		if (c && len < c->size)
+			fail("UCMA_ALLOC_PHYS_CONTIG buffer %p of %zu bytes: only %zu contiguous",
+			     p, c->size, len);
+	}
+}
+
+/*
+ * Memory events.  Each registered callback keeps its own view of the
+ * arena, a bit per page: MAP must name pages it holds unmapped, UNMAP
+ * pages it holds mapped, and both pages of the CMA zone.  When a call
+ * returns, every live contiguous buffer on an announced area is mapped in
+ * every view: a device that registered what it was told can reach it.
+ */
+#define NVIEW 4
+#define EV_NAME_MAX 63		/* the longest name ucma.h allows */
+#define EV_MAX 32		/* callbacks at once */
+#define VIEW_WORDS (2 * (ARENA + CMA) / UCMA_PAGE_SIZE / 64)	/* LLVMFuzzerInitialize checks */
+
+struct view {
+	char name[8];
+	bool registered;
+	bool reenter;		/* the callback tries to (un)register: EDEADLK */
+	uint64_t mapped[VIEW_WORDS];
+	unsigned long events;
+};
+
+static struct view V[NVIEW];
+
+static void view_cb(enum ucma_mem_event ev, void *addr, size_t len, void *arg)
+{
+	struct view *v = arg;
+	uintptr_t a = (uintptr_t)addr;
+
+	v->events++;
+	if (ev != UCMA_MEM_EVENT_MAP && ev != UCMA_MEM_EVENT_UNMAP)
+		fail("memory event %d for %p+%zu", (int)ev, addr, len);
+	if (!len || (a | len) & (UCMA_PAGE_SIZE - 1) || !in_cma(addr) ||
+	    !in_cma((const char *)addr + len - 1))
+		fail("memory event %s for %p+%zu, not whole pages of the CMA zone",
+		     ev == UCMA_MEM_EVENT_MAP ? "MAP" : "UNMAP", addr, len);
+	for (size_t pg = (a - A->base) >> UCMA_PAGE_SHIFT, n = len >> UCMA_PAGE_SHIFT; n--; pg++) {
+		uint64_t bit = 1ull << (pg % 64);
+		bool was = v->mapped[pg / 64] & bit;
+
+		if (was == (ev == UCMA_MEM_EVENT_MAP))
+			fail("callback %s: %s of page %p, which it holds %s", v->name,
+			     ev == UCMA_MEM_EVENT_MAP ? "MAP" : "UNMAP",
+			     (void *)(A->base + (pg << UCMA_PAGE_SHIFT)),
+			     was ? "mapped" : "unmapped");
+		v->mapped[pg / 64] ^= bit;
+	}
+	if (v->reenter) {
+		errno = 0;
+		if (ucma_mem_event_register("fz-inner", view_cb, v) != -1 || errno != EDEADLK)
+			fail("ucma_mem_event_register in a callback: %s", strerror(errno));
+		errno = 0;
+		if (ucma_mem_event_unregister(v->name) != -1 || errno != EDEADLK)
+			fail("ucma_mem_event_unregister in a callback: %s", strerror(errno));
+	}
+}
+
+static bool view_has(const struct view *v, const void *p, size_t len)
+{
+	for (size_t pg = ((uintptr_t)p - A->base) >> UCMA_PAGE_SHIFT,
+		    n = len >> UCMA_PAGE_SHIFT; n--; pg++)
+		if (!(v->mapped[pg / 64] & (1ull << (pg % 64))))
+			return false;
+	return true;
+}
+
+/* Called after every operation: the contiguous buffers are in every view. */
+static void check_views(void)
+{
+	for (int i = 0; i < NVIEW; i++) {
+		if (!V[i].registered)
+			continue;
+		for (int j = 0; j < NCONTIG; j++) {
+			const struct cobj *c = &M.c[j];
+			const struct ucma_cma_area *area;
+
+			if (!c->p)
+				continue;
+			area = ucma_area_of_pfn(A, ucma_addr_to_pfn(A, c->p));
+			if (area && area->frames && area->frames->announced &&
+			    !view_has(&V[i], c->p, c->size))
+				fail("callback %s was not told of contiguous buffer %p+%zu", V[i].name,
+				     c->p, c->size);
+		}
+	}
+}
+
+static void view_unregister(struct view *v)
+{
+	if (ucma_mem_event_unregister(v->name) != 0)
+		fail("ucma_mem_event_unregister(%s): %s", v->name, strerror(errno));
+	v->registered = false;
+}
+
+/* A callback that keeps no view: it only checks what it is told. */
+static void plain_cb(enum ucma_mem_event ev, void *addr, size_t len, void *arg)
+{
+	(void)arg;
+	if ((ev != UCMA_MEM_EVENT_MAP && ev != UCMA_MEM_EVENT_UNMAP) || !len || !in_cma(addr) ||
+	    !in_cma((const char *)addr + len - 1))
+		fail("memory event %d for %p+%zu", (int)ev, addr, len);
+}
+
+/* The longest name (@name, EV_NAME_MAX + 1 bytes long on entry) is
+ * accepted; callbacks beyond EV_MAX are refused with ENOSPC; all of these
+ * are unregistered again. */
+static void fill_callbacks(char *name)
+{
+	char fill[16];
+	int n = 0, views = 0;
+
+	for (int i = 0; i < NVIEW; i++)
+		views += V[i].registered;
+	name[EV_NAME_MAX] = '\0';
+	if (ucma_mem_event_register(name, plain_cb, NULL) != 0)
+		fail("ucma_mem_event_register(%d-byte name): %s", EV_NAME_MAX, strerror(errno));
+	for (n = 1; n <= EV_MAX; n++) {
+		snprintf(fill, sizeof(fill), "fz-fill%d", n);
+		errno = 0;
+		if (ucma_mem_event_register(fill, plain_cb, NULL) != 0)
+			break;
+	}
+	if (n + views != EV_MAX || errno != ENOSPC)
+		fail("callback %d (%d of the model's) refused with %s, expected ENOSPC at %d",
+		     n + views + 1, views, strerror(errno), EV_MAX + 1);
+	while (--n > 0) {
+		snprintf(fill, sizeof(fill), "fz-fill%d", n);
+		if (ucma_mem_event_unregister(fill) != 0)
+			fail("ucma_mem_event_unregister(%s): %s", fill, strerror(errno));
+	}
+	if (ucma_mem_event_unregister(name) != 0)
+		fail("ucma_mem_event_unregister(%d-byte name): %s", EV_NAME_MAX, strerror(errno));
+}
+
+static void op_mem_event(void)
+{
+	uint8_t k = u8();
+	struct view *v = &V[u8() % NVIEW];
+	char name[EV_NAME_MAX + 2];
+	int rc;
+
+	snprintf(v->name, sizeof(v->name), "fz%d", (int)(v - V));
+	switch (k % 4) {
+	case 0:
+	case 1:			/* register, or a second time: EEXIST */
+		if (!v->registered) {
+			memset(v->mapped, 0, sizeof(v->mapped));
+			v->reenter = k & 0x80;
+		}
+		errno = 0;
+		rc = ucma_mem_event_register(v->name, view_cb, v);
+		if (v->registered) {
+			if (rc != -1 || errno != EEXIST)
+				fail("ucma_mem_event_register(%s) twice: %d, %s", v->name, rc,
+				     strerror(errno));
+		} else if (rc != 0) {
+			fail("ucma_mem_event_register(%s): %s", v->name, strerror(errno));
+		}
+		v->registered = true;
+		break;
+	case 2:			/* unregister, or one not registered: ENOENT */
+		if (v->registered) {
+			view_unregister(v);
+			break;
+		}
+		errno = 0;
+		if (ucma_mem_event_unregister(v->name) != -1 || errno != ENOENT)
+			fail("ucma_mem_event_unregister(%s), not registered: %s", v->name,
+			     strerror(errno));
+		break;
+	default:		/* bad names and too many callbacks */
+		memset(name, 'n', sizeof(name) - 1);
+		name[sizeof(name) - 1] = '\0';
+		errno = 0;
+		switch ((k >> 2) % 5) {
+		case 0: rc = ucma_mem_event_register(NULL, view_cb, v); break;
+		case 1: rc = ucma_mem_event_register("", view_cb, v); break;
+		case 2: rc = ucma_mem_event_register(name, view_cb, v); break;	/* too long */
+		case 3: rc = ucma_mem_event_register("fz-null", NULL, v); break;
+		default: rc = ucma_mem_event_unregister(NULL); break;
+		}
+		if (rc != -1 || errno != EINVAL)
+			fail("memory event call with a bad argument (case %d): %d, %s",
+			     (k >> 2) % 5, rc, strerror(errno));
+		if (k & 0x80)
+			fill_callbacks(name);
+		break;
+	}
+}
+
 /* ------------------------------------------------------------------------ */
 /* The driver                                                                */
 /* ------------------------------------------------------------------------ */
@@ -1445,7 +1942,13 @@ static const struct op ops[NR_OPCODES] = {
 	[20] = { "bad_handle", op_bad_handle },
 	[21] = { "bad_pointer", op_bad_pointer },
 	[22] = { "misc", op_misc },
-	/* 23..31: free; they do nothing */
+	[23] = { "memalign", op_memalign },
+	[24] = { "try_free", op_try_free },
+	[25] = { "deref_size", op_deref_size },
+	[26] = { "unlend", op_unlend },
+	[27] = { "vtophys", op_vtophys },
+	[28] = { "mem_event", op_mem_event },
+	/* 29..31: free; they do nothing */
 };
 
 /* Give back everything the input still holds and check the library is idle. */
@@ -1457,6 +1960,10 @@ static void finish_input(void)
 	while (M.depth)
 		read_unlock();
 	verify_all();
+	check_views();
+	for (int i = 0; i < NVIEW; i++)
+		if (V[i].registered)
+			view_unregister(&V[i]);
 	for (int i = 0; i < NHANDLE; i++)
 		if (M.h[i].h)
 			handle_drop(&M.h[i]);
@@ -1499,6 +2006,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 		abort();
 	}
 	A = ucma_arena_get();
+	if (A->size > (size_t)VIEW_WORDS * 64 * UCMA_PAGE_SIZE) {
+		fprintf(stderr, "fuzz_ops: arena of %zu bytes, the event views cover less\n",
+			A->size);
+		abort();
+	}
 	devnull = fopen("/dev/null", "w");
 	trace = getenv("FUZZ_OPS_TRACE") != NULL;
 	return 0;
@@ -1522,6 +2034,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		if (!o->fn)
 			continue;
 		o->fn();
+		check_views();
 	}
 	finish_input();
 	return 0;
