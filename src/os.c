@@ -278,10 +278,17 @@ void ucma_os_reset(void)
 
 /* The raw system call: a preloaded close() keeps the program from closing
  * the library's own descriptors (ucma_owns_fd()), and must not keep the
- * library from closing them. */
+ * library from closing them.  Not syscall(): the preloaded library has one
+ * too, which sends SYS_close to that same guard (a fork child's close of
+ * the parent's area file was refused there, and the file with the whole
+ * area stayed open while the child lived). */
 int ucma_os_close(int fd)
 {
+#if defined(UCMA_PRELOAD) && defined(UCMA_HAVE_RAW_SYSCALL)
+	return (int)ucma_raw_result(ucma_raw_syscall6(SYS_close, fd, 0, 0, 0, 0, 0));
+#else
 	return (int)syscall(SYS_close, fd);
+#endif
 }
 
 /*

@@ -89,6 +89,7 @@ TESTS += \
 	tests/integration/preload_sighandler.sh \
 	tests/integration/preload_contig.sh \
 	tests/integration/preload_contig_dontfork.sh \
+	tests/integration/preload_fork_files.sh \
 	tests/integration/preload_python.sh \
 	tests/integration/preload_tools.sh \
 	tests/integration/preload_lend.sh \
@@ -109,6 +110,7 @@ EXTRA_DIST += \
 	tests/integration/preload_sighandler.sh \
 	tests/integration/preload_contig.sh \
 	tests/integration/preload_contig_dontfork.sh \
+	tests/integration/preload_fork_files.sh \
 	tests/integration/preload_python.sh \
 	tests/integration/preload_tools.sh \
 	tests/integration/preload_compilers.sh
