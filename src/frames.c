@@ -915,7 +915,7 @@ static int check_file(const struct ucma_cma_area *area, uint32_t slot, uint32_t 
 }
 
 int ucma_frames_map_at(struct ucma_cma_area *area, uint32_t slot, uint32_t n, void *addr,
-		       bool populate)
+		       bool populate, bool *touched)
 {
 	struct ucma_frames *f = area->frames;
 	uintptr_t at = (uintptr_t)addr;
@@ -936,6 +936,7 @@ int ucma_frames_map_at(struct ucma_cma_area *area, uint32_t slot, uint32_t n, vo
 				 MAP_SHARED | MAP_FIXED | (populate ? MAP_POPULATE : 0), f->fd,
 				 (off_t)f->table[s].file_off) == MAP_FAILED)
 			return -1;
+		*touched = true;
 		s = e;
 	}
 	return ucma_os.madvise(addr, (size_t)n * f->frame_size, MADV_DONTFORK);

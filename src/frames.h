@@ -165,11 +165,13 @@ UCMA_INTERNAL void ucma_frames_stats_locked(struct ucma_cma_area *area,
  * their slots again.  set_lent: count slots as lent or given back.  All
  * return 0 or -1 with errno (EINVAL: no file, slots out of range, @addr
  * misaligned; EBADF: the program closed the file's descriptor; what mmap
- * said).  None posts memory events: the borrower
+ * said); map_at sets *@touched once it has mapped anything at @addr
+ * (before that, a failure left @addr as it was).  None posts memory
+ * events: the borrower
  * posts UNMAP before taking a range away and MAP after giving it back.
  */
 UCMA_INTERNAL int ucma_frames_map_at(struct ucma_cma_area *area, uint32_t slot, uint32_t n,
-				     void *addr, bool populate);
+				     void *addr, bool populate, bool *touched);
 UCMA_INTERNAL int ucma_frames_restore(struct ucma_cma_area *area, uint32_t slot, uint32_t n);
 UCMA_INTERNAL int ucma_frames_set_lent(struct ucma_cma_area *area, uint32_t slot, uint32_t n,
 				       bool lent);

@@ -599,7 +599,7 @@ bool ucma_lend_commit(struct ucma_arena *a, uint32_t pb)
 	void *at = ucma_pfn_to_addr(a, pb_pfn(pb));
 	sigset_t saved;
 	int rc, err = 0;
-	bool on, nested;
+	bool on, nested, touched = false;
 
 	if (!(s & LEND_RESERVED))
 		ucma_fatal("internal error: pageblock %u was not reserved for lending", pb);
@@ -623,7 +623,7 @@ bool ucma_lend_commit(struct ucma_arena *a, uint32_t pb)
 	 * the reservation holds anyway.  MADV_DONTFORK comes with it.  Never
 	 * without a userfaultfd in hand: nothing could take it back. */
 	rc = on && !nested && uffd_ensure() ?
-		     ucma_frames_map_at(area, slot_of(area, cma_pb), 1, at, true) : -1;
+		     ucma_frames_map_at(area, slot_of(area, cma_pb), 1, at, true, &touched) : -1;
 	err = errno;
 	ucma_mutex_lock(&z->lock);
 	if (rc == 0) {
@@ -633,9 +633,17 @@ bool ucma_lend_commit(struct ucma_arena *a, uint32_t pb)
 		if (atomic_fetch_add(&ucma_lend_nr_borrowed, 1) == 0)
 			atomic_fetch_add(&ucma_lend_epoch, 1);
 	} else {
-		/* Whatever half of a mapping is there: private memory again,
-		 * clean (the pageblock is free and isolated). */
-		if (on && private_map(at, normal_advice(z)) == MAP_FAILED)
+		/*
+		 * The pageblock (free and isolated) needs private memory,
+		 * clean.  Where no frame was mapped it still has its own: a
+		 * refused MAP_FIXED leaves the old mapping (the kernel checks
+		 * the map count, vm.max_map_count, before it unmaps), and
+		 * mapping again would be refused the same way; that aborted
+		 * the program in malloc().  Otherwise, or should a refusal
+		 * have left a hole after all, private memory is mapped again.
+		 */
+		if (on && (touched || !ucma_os_range_mapped(at, UCMA_PAGEBLOCK_SIZE)) &&
+		    private_map(at, normal_advice(z)) == MAP_FAILED)
 			ucma_fatal("heap lending: cannot map private memory at %p again: %s", at,
 				   strerror(errno));
 		of_set(pb, LEND_NONE);

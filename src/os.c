@@ -291,6 +291,18 @@ int ucma_os_close(int fd)
 #endif
 }
 
+bool ucma_os_range_mapped(void *addr, size_t len)
+{
+	unsigned char vec[64];
+	size_t step = sizeof(vec) << UCMA_PAGE_SHIFT;
+
+	for (size_t off = 0; off < len; off += step)
+		if (mincore((char *)addr + off, len - off < step ? len - off : step, vec) != 0 &&
+		    errno == ENOMEM)
+			return false;
+	return true;
+}
+
 /*
  * A close-on-exec copy of @fd at the lowest free number from 256 on (out
  * of the way of programs that expect low numbers, and not so high that

@@ -79,6 +79,9 @@ struct ucma_os_ops {
 UCMA_INTERNAL extern struct ucma_os_ops ucma_os;
 UCMA_INTERNAL void ucma_os_reset(void);
 UCMA_INTERNAL long ucma_os_hugetlb_free_pages(size_t page_size);
+/* Is every page of [addr, addr + len) mapped (mincore(); true when that
+ * cannot be told)? */
+UCMA_INTERNAL bool ucma_os_range_mapped(void *addr, size_t len);
 /* MADV_POPULATE_WRITE, asked no more once the kernel said it lacks it. */
 UCMA_INTERNAL int ucma_os_populate(void *addr, size_t len);
 UCMA_INTERNAL bool ucma_os_thp_available(void);

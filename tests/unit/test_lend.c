@@ -1442,12 +1442,13 @@ static void *fake_mremap(void *old, size_t old_len, size_t new_len, int flags, v
 }
 
 static bool fail_shared_fixed;
+static bool fail_all_fixed;		/* as at vm.max_map_count: no mapping may split */
 
 static void *fake_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
-	if (fail_shared_fixed && fd >= 0 && (flags & MAP_SHARED) && (flags & MAP_FIXED) &&
-	    ucma_addr_in_arena(a, addr) && ucma_pfn_zone(a, ucma_addr_to_pfn(a, addr))->id ==
-							  UCMA_ZONE_NORMAL) {
+	if ((fail_all_fixed || (fail_shared_fixed && fd >= 0 && (flags & MAP_SHARED))) &&
+	    (flags & MAP_FIXED) && ucma_addr_in_arena(a, addr) &&
+	    ucma_pfn_zone(a, ucma_addr_to_pfn(a, addr))->id == UCMA_ZONE_NORMAL) {
 		errno = ENOMEM;
 		return MAP_FAILED;
 	}
@@ -1874,6 +1875,22 @@ static void case_faults(void)
 	ok(blk && !on_frame(blk) && block_good(blk, 3 * MiB, 63) &&
 		   stat_of("lend_heap_fallback") > fails && stat_of("lend_heap_pageblocks") == 0,
 	   "the frame cannot be mapped at the heap: private memory, counted as a fallback");
+	ucma_free(blk);
+	ucma_trim();
+
+	/* At the map count limit every mapping that splits one is refused,
+	 * the private memory's too: the pageblock keeps the memory it has
+	 * (it aborted in malloc(), mapping private memory again). */
+	fail_all_fixed = true;
+	ucma_os.mmap = fake_mmap;
+	fails = stat_of("lend_heap_fallback");
+	blk = block_new(3 * MiB, 64);
+	ucma_os.mmap = real.mmap;
+	fail_all_fixed = false;
+	ok(blk && !on_frame(blk) && block_good(blk, 3 * MiB, 64) &&
+		   stat_of("lend_heap_fallback") > fails && stat_of("lend_heap_pageblocks") == 0,
+	   "no mapping possible at the heap (vm.max_map_count): the pageblocks keep their "
+	   "private memory, counted as a fallback");
 	ucma_free(blk);
 	ok(zones_ok(), "zone invariants hold");
 }
