@@ -491,6 +491,29 @@ static bool step_possible(struct ucma_arena *a, int backing)
 	return backing_available(backing, total);
 }
 
+/* UCMA_VERBOSE: why a hugetlb step was passed over (the pool is the one
+ * reason not said elsewhere). */
+static void say_step_skipped(struct ucma_arena *a, int backing)
+{
+	size_t total = 0, page;
+
+	if (!fb.o->verbose ||
+	    (backing != UCMA_BACKING_HUGETLB_1G && backing != UCMA_BACKING_HUGETLB_2M))
+		return;
+	page = hugetlb_page(backing);
+	for (int i = 0; i < a->nr_areas; i++)
+		total += (size_t)a->areas[i].npages << UCMA_PAGE_SHIFT;
+	if (total % page) {
+		ucma_log("CMA areas: no %s: the areas are not whole %zu MiB pages",
+			 ucma_backing_str(backing), page >> 20);
+		return;
+	}
+	ucma_log("CMA areas: no %s: %ld pages of %zu MiB to be had (free in the pool, and "
+		 "what nr_overcommit_hugepages allows), %zu needed",
+		 ucma_backing_str(backing), ucma_os_hugetlb_free_pages(page), page >> 20,
+		 total / page);
+}
+
 /* Does step @backing use a file?  Hugetlb and plain pages do; transparent
  * huge pages only where shmem gets them (private memory has them anyway). */
 static bool step_has_file(int backing)
@@ -513,8 +536,10 @@ static int map_next_step(void)
 		 * pages (which lending could borrow) would do neither; lending
 		 * is then off (lend.c says why), and UCMA_HUGEPAGES=none asks
 		 * for that file. */
-		if (!step_possible(a, backing))
+		if (!step_possible(a, backing)) {
+			say_step_skipped(a, backing);
 			continue;
+		}
 		for (i = 0; i < a->nr_areas; i++) {
 			int rc = step_has_file(backing) ? map_area_file(&a->areas[i], backing) :
 							  STEP_NO_FILE;
@@ -537,12 +562,20 @@ bool ucma_frames_expect_lendable(const struct ucma_options *o)
 	size_t total = o->cma_size;
 	int backing = o->hugepages;
 	bool all_1g = total % UCMA_HUGE_1G == 0;
+	size_t i = 0;
 
-	for (int i = 0; i < o->nr_areas; i++)
-		all_1g &= o->areas[i].size % UCMA_HUGE_1G == 0;
-	/* chain[] as map_next_step() will walk it, with the pools as they
-	 * are now (a 1 GiB step needs areas of whole 1 GiB pages). */
-	for (size_t i = 0; backing == UCMA_BACKING_AUTO && i < UCMA_ARRAY_SIZE(chain); i++)
+	for (int k = 0; k < o->nr_areas; k++)
+		all_1g &= o->areas[k].size % UCMA_HUGE_1G == 0;
+	/* chain[] as map_next_step() will walk it, from the backing asked
+	 * for (or the top), with the pools as they are now (a 1 GiB step
+	 * needs areas of whole 1 GiB pages).  A backing asked for by name
+	 * that the pool cannot give falls to the next step there too: taken
+	 * as it was, the NORMAL zone got the heap's window onto lent frames
+	 * while lending stayed off. */
+	while (backing != UCMA_BACKING_AUTO && i < UCMA_ARRAY_SIZE(chain) && chain[i] != backing)
+		i++;
+	for (backing = UCMA_BACKING_AUTO; backing == UCMA_BACKING_AUTO && i < UCMA_ARRAY_SIZE(chain);
+	     i++)
 		if ((chain[i] != UCMA_BACKING_HUGETLB_1G || (all_1g && total)) &&
 		    backing_available(chain[i], total))
 			backing = chain[i];

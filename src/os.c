@@ -182,15 +182,36 @@ static bool read_text(const char *path, char *buf, size_t len)
 	return true;
 }
 
-static long os_hugetlb_free_pages(size_t page_size)
+/* One number of /sys/kernel/mm/hugepages/hugepages-<size>kB/, or -1. */
+static long hugetlb_number(size_t page_size, const char *name)
 {
-	char path[96], buf[32];
+	char path[128], buf[32];
 
-	snprintf(path, sizeof(path), "/sys/kernel/mm/hugepages/hugepages-%zukB/free_hugepages",
-		 page_size >> 10);
+	snprintf(path, sizeof(path), "/sys/kernel/mm/hugepages/hugepages-%zukB/%s",
+		 page_size >> 10, name);
 	if (!read_text(path, buf, sizeof(buf)))
 		return -1;
 	return strtol(buf, NULL, 10);
+}
+
+/*
+ * The free pages of the pool, and as many more as the overcommit limit
+ * still allows (nr_overcommit_hugepages less the surplus pages already
+ * made): the kernel makes those surplus pages on demand when it finds
+ * the memory, and a file of them is as good as one of the pool.  Should
+ * it not find them, fallocate() fails and the next backing is taken.
+ */
+static long os_hugetlb_free_pages(size_t page_size)
+{
+	long free_pages = hugetlb_number(page_size, "free_hugepages");
+	long over = hugetlb_number(page_size, "nr_overcommit_hugepages");
+	long surplus = hugetlb_number(page_size, "surplus_hugepages");
+
+	if (free_pages < 0)
+		return -1;
+	if (over > 0 && surplus >= 0 && over > surplus)
+		free_pages += over - surplus;
+	return free_pages;
 }
 
 static uint64_t os_mem_available(void)

@@ -60,7 +60,8 @@ struct ucma_os_ops {
 		      unsigned long maxnode, unsigned flags);
 	int (*thread_create)(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *),
 			     void *arg);
-	/* free hugetlb pages of the given size in the pool; -1 if unknown */
+	/* hugetlb pages of the given size to be had: free in the pool, and
+	 * what nr_overcommit_hugepages still allows; -1 if unknown */
 	long (*hugetlb_free_pages)(size_t page_size);
 	/* MemAvailable of /proc/meminfo in bytes; 0 if unknown */
 	uint64_t (*mem_available)(void);

@@ -701,6 +701,59 @@ static void case_hugetlb_2m(void)
 	check_phys_contig();
 }
 
+/*
+ * The overcommit limit counts as pages to be had: with none free in the
+ * pool and nr_overcommit_hugepages raised, a CMA area asks for hugetlb
+ * pages and gets surplus pages (it used to fall back to THP).  The limit
+ * goes back to what it was, under the test lock of the pool.
+ */
+#define OVERCOMMIT_CHECKS (CASE_CHECKS + 1)
+
+static void case_hugetlb_overcommit(void)
+{
+	static const char over_path[] =
+		"/sys/kernel/mm/hugepages/hugepages-2048kB/nr_overcommit_hugepages";
+	long over, before;
+	int lockfd;
+	void *probe;
+
+	if (geteuid() != 0 || access(over_path, W_OK) != 0) {
+		skip(OVERCOMMIT_CHECKS, "hugetlb overcommit: needs root and a 2 MiB pool");
+		return;
+	}
+	lockfd = open(TU_HUGEPAGES_LOCK, O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+	if (lockfd < 0 || flock(lockfd, LOCK_EX) != 0) {
+		skip(OVERCOMMIT_CHECKS, "hugetlb overcommit: cannot lock the pool");
+		return;
+	}
+	over = tu_read_long(over_path);
+	before = ucma_os_hugetlb_free_pages(UCMA_PAGEBLOCK_SIZE);
+	if (over < 0 || before < 0 || before >= 8 || tu_write_long(over_path, over + 16) != 0) {
+		skip(OVERCOMMIT_CHECKS, "hugetlb overcommit: pool not as needed (%ld free, limit %ld)",
+		     before, over);
+		close(lockfd);
+		return;
+	}
+	ok(ucma_os_hugetlb_free_pages(UCMA_PAGEBLOCK_SIZE) >= before + 8,
+	   "the overcommit limit counts: %ld pages to be had, %ld before",
+	   ucma_os_hugetlb_free_pages(UCMA_PAGEBLOCK_SIZE), before);
+	/* Can the kernel make 8 surplus pages now (memory not too fragmented)? */
+	probe = mmap(NULL, 16 * MiB, PROT_READ | PROT_WRITE,
+		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB | MAP_POPULATE, -1, 0);
+	if (probe == MAP_FAILED) {
+		skip(CASE_CHECKS, "hugetlb overcommit: the kernel made no surplus pages");
+	} else {
+		munmap(probe, 16 * MiB);
+		check_config("cma 2M on surplus pages", base_cfg(32 * MiB, 16 * MiB,
+								 UCMA_BACKING_HUGETLB_2M,
+								 UCMA_BACKING_NONE),
+			     UCMA_BACKING_HUGETLB_2M, UCMA_BACKING_NONE);
+	}
+	ucma_test_reset();
+	tu_write_long(over_path, over);
+	close(lockfd);
+}
+
 #define HUGE1G_CHECKS (3 * CASE_CHECKS + 2)
 
 static void case_hugetlb_1g(void)
@@ -749,6 +802,7 @@ int main(void)
 	test_populate();
 	ucma_test_reset();
 	tap_in_child("hugetlb 2M", case_hugetlb_2m, ucma_test_reset);
+	tap_in_child("hugetlb overcommit", case_hugetlb_overcommit, ucma_test_reset);
 	tap_in_child("hugetlb 1G", case_hugetlb_1g, ucma_test_reset);
 	return done();
 }

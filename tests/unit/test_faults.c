@@ -788,6 +788,32 @@ static void test_init_twice(void)
 	ok(ucma_init(NULL) == 0, "ucma_init(NULL) once running: 0");
 }
 
+/*
+ * A backing asked for by name that the pool cannot give: the layout
+ * (whether the NORMAL zone gets a window onto lent frames) expects what
+ * the fallback will give, as for the automatic choice.  It took the name
+ * as given, and the window was there with lending off.
+ */
+static void test_layout_follows_fallback(void)
+{
+	struct ucma_options o;
+	bool auto_says;
+
+	os_fake();
+	fault.fake_hugetlb_free = 0;
+	ucma_options_defaults(&o);
+	o.cma_size = 16 * MiB;
+	o.hugepages = UCMA_BACKING_AUTO;
+	auto_says = ucma_frames_expect_lendable(&o);
+	o.hugepages = UCMA_BACKING_HUGETLB_2M;
+	ok(ucma_frames_expect_lendable(&o) == auto_says,
+	   "UCMA_HUGEPAGES=2M with an empty pool: the layout expects what the fallback gives "
+	   "(lendable: %s)", auto_says ? "yes" : "no");
+	fault.fake_hugetlb_free = 1000;
+	ok(ucma_frames_expect_lendable(&o), "with the pages in the pool: lendable frames expected");
+	os_restore();
+}
+
 int main(void)
 {
 	char **e;
@@ -811,6 +837,7 @@ int main(void)
 	test_reservation_fails();
 	test_metadata_fails();
 	test_hugetlb_refused();
+	test_layout_follows_fallback();
 	test_no_file();
 	test_fork_copy_fails();
 	test_madv_hugepage_fails();
