@@ -604,10 +604,12 @@ static void case_fork(void)
 		ok(WIFEXITED(status) && WEXITSTATUS(status) == 0 && live_check(&l),
 		   "with its descriptor closed and the number reused, fork still copies the "
 		   "areas and the child keeps the program's file open (status %#x)", status);
+		bool touched = false;
+
 		errno = 0;
-		ok(ucma_frames_map_at(&a->areas[0], 0, 1, area_base(0), false) == -1 &&
-			   errno == EBADF,
-		   "mapping frames without the file: EBADF");
+		ok(ucma_frames_map_at(&a->areas[0], 0, 1, area_base(0), false, &touched) == -1 &&
+			   errno == EBADF && !touched,
+		   "mapping frames without the file: EBADF, nothing mapped");
 		close(other);
 	}
 }
@@ -638,6 +640,7 @@ static void test_map_at(void)
 	struct ucma_config cfg = cfg_of(64 * MiB, 32 * MiB, UCMA_BACKING_NONE);
 	struct ucma_cma_area *area;
 	uint32_t pfn, s;
+	bool touched = false;
 	char *at, *slot;
 
 	/* The interfaces by hand: the heap must not borrow frames itself
@@ -659,10 +662,11 @@ static void test_map_at(void)
 	at = ucma_pfn_to_addr(a, pfn);
 	s = (uint32_t)((slot - (char *)area_base(0)) / FRAME);
 	errno = 0;
-	ok(ucma_frames_map_at(area, s, 1, at + 4096, false) == -1 && errno == EINVAL &&
-		   ucma_frames_map_at(area, 16, 1, at, false) == -1 && errno == EINVAL,
-	   "map_at: a misaligned address or a slot out of range: EINVAL");
-	ok(ucma_frames_map_at(area, s, 1, at, true) == 0,
+	ok(ucma_frames_map_at(area, s, 1, at + 4096, false, &touched) == -1 && errno == EINVAL &&
+		   ucma_frames_map_at(area, 16, 1, at, false, &touched) == -1 && errno == EINVAL &&
+		   !touched,
+	   "map_at: a misaligned address or a slot out of range: EINVAL, nothing mapped");
+	ok(ucma_frames_map_at(area, s, 1, at, true, &touched) == 0 && touched,
 	   "the frame of slot %u mapped at a NORMAL pageblock", s);
 	strcpy(slot + 100, "through the slot");
 	ok(strcmp(at + 100, "through the slot") == 0, "both addresses show the same frame");
