@@ -52,6 +52,7 @@
 #include "internal.h"
 #include "lock.h"
 #include "malloc_hooks.h"
+#include "memevent.h"
 #include "slab.h"
 #include "tcache.h"
 
@@ -1216,6 +1217,9 @@ int ucma_trim(void)
 		ucma_stat("purged_pages", &purged0);
 		ucma_zone_purge(&a->zones[UCMA_ZONE_NORMAL], true);
 		ucma_stat("purged_pages", &purged1);
+		/* The MAP events of frames the purge gave back, before this
+		 * returns (a top-level call: the callbacks may allocate). */
+		ucma_mem_event_deliver();
 	}
 	return released || purged1 > purged0;
 }

@@ -65,7 +65,6 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
-#include "memevent.h"
 #include "lock.h"
 #include "extent.h"
 #include "lend.h"
@@ -1395,9 +1394,10 @@ void ucma_zone_purge(struct ucma_zone *z, bool all)
 	ucma_mutex_unlock(&z->lock);
 	if (purged)
 		ucma_count(UCMA_STAT_PURGED_PAGES, purged);
-	/* Frames given back above posted MAP under the zone lock, where no
-	 * callback may run: tell the devices now, before the caller returns. */
-	ucma_mem_event_deliver();
+	/* Frames given back above posted MAP events, delivered by the public
+	 * call that purged (ucma_trim()), or else by the next ucma_alloc():
+	 * not here, where free() may be in the middle of its own work and a
+	 * callback's malloc() would run inside it. */
 }
 
 static void maybe_purge(struct ucma_zone *z)
