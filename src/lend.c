@@ -802,7 +802,12 @@ static int own_helper_fn(void *arg)
 			}
 		} else {
 			rc = 0;
-			ucma_raw_syscall6(SYS_ioctl, m->fd, UFFDIO_WAKE, (long)&r, 0, 0, 0);
+			/* A writer of the piece sleeps until woken: should the
+			 * kernel refuse, closing the descriptor wakes it. */
+			if (ucma_raw_syscall6(SYS_ioctl, m->fd, UFFDIO_WAKE, (long)&r, 0, 0, 0) != 0) {
+				ucma_raw_syscall6(SYS_close, m->fd, 0, 0, 0, 0, 0);
+				m->closed = true;
+			}
 		}
 	}
 	m->rc = rc;
@@ -1083,9 +1088,23 @@ static int migrate(struct ucma_arena *a, uint32_t pb, uint32_t cma_pb, size_t pi
 		if (ucma_os.mremap(staging + off, step, step, MREMAP_MAYMOVE | MREMAP_FIXED,
 				   at + off) == MAP_FAILED)
 			goto fail_unregister;
-		uffd_wake(fd, at + off, step);
 		ucma_stats_lend_stall(ucma_os_now_ns() - t0);
 		*moved += (unsigned)(step / piece);
+		if (uffd_wake(fd, at + off, step) != 0) {
+			/*
+			 * The piece is moved, but its writers sleep on the
+			 * registration until woken and the kernel refused to:
+			 * they would sleep for good.  Closing the descriptor
+			 * wakes them and ends the registration of the pieces
+			 * not moved yet; a new one serves those at the next
+			 * take-back.
+			 */
+			uffd_drop();
+			if (off + step < UCMA_PAGEBLOCK_SIZE) {
+				errno = EBUSY;
+				goto fail_unmap;
+			}
+		}
 	}
 	/* The moved pieces are the staging's mappings, never registered:
 	 * nothing of the range is registered any more. */

@@ -1430,6 +1430,76 @@ static int fake_uffd_ioctl(int fd, unsigned long req, void *arg)
 	return real.uffd_ioctl(fd, req, arg);
 }
 
+/*
+ * The kernel refuses UFFDIO_WAKE after a piece has moved: its writers
+ * sleep on the registration until woken.  Each write-protection is held a
+ * moment, so the writer is caught in it.
+ */
+static int slow_protect_no_wake_ioctl(int fd, unsigned long req, void *arg)
+{
+	int rc;
+
+	if (req == UFFDIO_WAKE) {
+		errno = EINVAL;
+		return -1;
+	}
+	rc = real.uffd_ioctl(fd, req, arg);
+	if (req == UFFDIO_WRITEPROTECT && rc == 0 &&
+	    (((struct uffdio_writeprotect *)arg)->mode & UFFDIO_WRITEPROTECT_MODE_WP)) {
+		struct timespec ts = { 0, 5 * 1000 * 1000 };
+
+		nanosleep(&ts, NULL);
+	}
+	return rc;
+}
+
+static void case_wake_refused(void)
+{
+	struct writer w = { .len = 2 * MiB, .seed = 77 };
+	uint64_t before;
+	int rc, tries = 0;
+	bool moving = true;
+
+	if (!start()) {
+		ok(0, "ucma_init: %s", strerror(errno));
+		return;
+	}
+	w.buf = block_new(w.len, w.seed);
+	w.last = calloc(w.len / PAGE, sizeof(uint64_t));
+	if (!w.buf || !w.last || !on_frame(w.buf) ||
+	    pthread_create(&w.t, NULL, writer_fn, &w) != 0) {
+		ok(0, "a lent block and its writer");
+		return;
+	}
+	while (atomic_load(&w.passes) == 0)
+		sched_yield();
+	ucma_os.uffd_ioctl = slow_protect_no_wake_ioctl;
+	/* Each refusal closes the descriptor and the take-back resumes with a
+	 * new one, a piece further on. */
+	do {
+		rc = ucma_unlend(w.buf, w.len);
+	} while (rc != 0 && errno == EBUSY && ++tries < 64);
+	ucma_os.uffd_ioctl = real.uffd_ioctl;
+	before = atomic_load(&w.passes);
+	for (int i = 0; i < 2000 && atomic_load(&w.passes) < before + 3; i++) {
+		struct timespec ts = { 0, 1000 * 1000 };
+
+		nanosleep(&ts, NULL);
+	}
+	moving = atomic_load(&w.passes) >= before + 3;
+	ok(rc == 0 && moving && !on_frame(w.buf),
+	   "UFFDIO_WAKE refused after each piece: the take-back completes (%d tries) and the "
+	   "writer runs on (%s)", tries + 1, moving ? "it does" : "asleep for good");
+	if (!moving)
+		return;		/* the child ends with the writer asleep */
+	atomic_store(&w.stop, true);
+	pthread_join(w.t, NULL);
+	ok(writer_good(&w), "every write of the writer is there");
+	ucma_free(w.buf);
+	free(w.last);
+	ok(zones_ok(), "zone invariants hold");
+}
+
 static int mremap_fail_at;	/* fail the n-th call (1-based), 0: never */
 
 static void *fake_mremap(void *old, size_t old_len, size_t new_len, int flags, void *new_addr)
@@ -2145,6 +2215,7 @@ int main(void)
 	run("no userfaultfd", case_no_uffd);
 	run("automatic backing without frames", case_auto_no_frames);
 	run("faults", case_faults);
+	run("wake refused", case_wake_refused);
 	run("fork during an interrupted take-back", case_fork_interrupted_takeback);
 	run("fork with no descriptor to spare", case_fork_no_descriptor);
 	run("fork near RLIMIT_AS", case_fork_near_rlimit_as);
