@@ -369,6 +369,28 @@ static int phys_judge(struct phys_search *ps, struct ucma_arena *a, uint32_t off
 	return PHYS_BREAK;
 }
 
+/*
+ * Fault every page of a new buffer in (UCMA_ALLOC_POPULATE, and what a
+ * physical contiguity check reads).  A kernel without MADV_POPULATE_WRITE
+ * gets each page written with its own value.  false when the kernel could
+ * not give the memory (the shmem or hugetlb file is full, the cgroup's
+ * limit): the buffer would fail at first touch instead, with SIGBUS, and
+ * it used to be returned so.
+ */
+static bool populate_buffer(char *p, size_t len)
+{
+	if (ucma_os_populate(p, len) == 0)
+		return true;
+	if (errno != ENOTSUP)
+		return false;
+	for (size_t off = 0; off < len; off += UCMA_PAGE_SIZE) {
+		volatile char *c = p + off;
+
+		*c = *c;
+	}
+	return true;
+}
+
 static void *alloc_area(struct ucma_arena *a, struct ucma_cma_area *area, size_t size,
 			size_t align, unsigned flags)
 {
@@ -471,8 +493,12 @@ retry:
 			ucma_mutex_unlock(&area->lock);
 			if (flags & UCMA_ALLOC_ZERO)
 				memset(p, 0, len);
-			if (flags & (UCMA_ALLOC_POPULATE | UCMA_ALLOC_PHYS_CONTIG))
-				ucma_os.madvise(p, len, MADV_POPULATE_WRITE);
+			if ((flags & (UCMA_ALLOC_POPULATE | UCMA_ALLOC_PHYS_CONTIG)) &&
+			    !populate_buffer(p, len)) {
+				ucma_release(p);
+				errno = ENOMEM;
+				goto fail;
+			}
 			if (flags & UCMA_ALLOC_PHYS_CONTIG) {
 				uint32_t next;
 				int v = phys_judge(&ps, a, off, npages, true, &next);

@@ -71,6 +71,7 @@ static struct {
 	bool refuse_hugetlb;		/* mmap(MAP_HUGETLB) fails with ENOMEM */
 	long fake_hugetlb_free;		/* >= 0: hugetlb_free_pages() claims this */
 	int fail_advice[4];		/* madvise with these advices fails; 0 ends */
+	int advice_errno;		/* with this errno (0: EINVAL) */
 	bool fail_mbind;
 	bool fail_memfd;		/* memfd_create fails with EMFILE */
 	bool fail_ftruncate;		/* ftruncate fails with EFBIG */
@@ -159,7 +160,7 @@ static int fake_madvise(void *addr, size_t len, int advice)
 	for (int i = 0; i < 4 && fault.fail_advice[i]; i++) {
 		if (fault.fail_advice[i] == advice) {
 			seen.advice_failed++;
-			errno = EINVAL;
+			errno = fault.advice_errno ? fault.advice_errno : EINVAL;
 			return -1;
 		}
 	}
@@ -622,6 +623,46 @@ static void test_advice_fails(void)
 	os_restore();
 }
 
+/*
+ * UCMA_ALLOC_POPULATE when the kernel cannot give the pages (ENOMEM from
+ * MADV_POPULATE_WRITE: a full shmem or hugetlb file, a cgroup's limit):
+ * ucma_alloc() fails with ENOMEM and keeps nothing.  It returned the
+ * buffer unpopulated, to fail at first touch.  A kernel without the
+ * advice (EINVAL) gets its pages written one by one instead.
+ */
+static void test_populate_refused(void)
+{
+	struct ucma_config cfg = cfg_of(32 * MiB, 16 * MiB, UCMA_BACKING_NONE, UCMA_BACKING_NONE);
+	unsigned char vec[256];
+	bool resident = true;
+	char *p;
+
+	os_fake();
+	if (init_captured(&cfg, false) != 0 || !a) {
+		ok(0, "ucma_init: %s", strerror(errno));
+		os_restore();
+		return;
+	}
+	fault.fail_advice[0] = MADV_POPULATE_WRITE;
+	fault.advice_errno = ENOMEM;
+	errno = 0;
+	p = ucma_alloc(MiB, 0, UCMA_ALLOC_POPULATE);
+	ok(!p && errno == ENOMEM && a->areas[0].nr_allocs == 0,
+	   "MADV_POPULATE_WRITE refused with ENOMEM: ucma_alloc(UCMA_ALLOC_POPULATE) fails "
+	   "with ENOMEM, nothing kept (%p, %s)", (void *)p, strerror(errno));
+	if (p)
+		ucma_release(p);
+	fault.advice_errno = EINVAL;
+	p = ucma_alloc(MiB, 0, UCMA_ALLOC_POPULATE);
+	if (p && mincore(p, MiB, vec) == 0)
+		for (size_t i = 0; i < MiB / UCMA_PAGE_SIZE; i++)
+			resident &= vec[i] & 1;
+	ok(p && resident, "a kernel without MADV_POPULATE_WRITE: every page written in instead");
+	if (p)
+		ucma_release(p);
+	os_restore();
+}
+
 /* Dirty free pages of zone @z (free heads carrying UCMA_PF_DIRTY). */
 /* Dirty free pages of @z in blocks of order @lo to @hi - 1. */
 static uint64_t dirty_in_orders(struct ucma_zone *z, unsigned lo, unsigned hi)
@@ -843,6 +884,7 @@ int main(void)
 	test_madv_hugepage_fails();
 	test_mbind_fails();
 	test_advice_fails();
+	test_populate_refused();
 	test_purge_fails();
 	test_purge_thp();
 	test_init_twice();
