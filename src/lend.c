@@ -1118,7 +1118,10 @@ fail_unregister:
 			      UCMA_PAGEBLOCK_SIZE - (size_t)*moved * piece);
 	errno = err;
 fail_unmap:
-	err = errno;
+	/* What ucma_unlend(3) documents: the kernel's refusals (EINVAL,
+	 * EAGAIN, EFAULT of an ioctl, ...) are EBUSY, a take-back that may
+	 * work later; EINVAL and EAGAIN mean other things there. */
+	err = errno == ENOMEM || errno == EMFILE || errno == EPERM ? errno : EBUSY;
 	/* What is left of the staging mapping: the pieces not moved (the
 	 * addresses of moved ones may belong to someone else by now). */
 	ucma_os.munmap(staging + (size_t)*moved * piece,

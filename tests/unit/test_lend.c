@@ -1420,11 +1420,12 @@ static int fake_userfaultfd(int flags)
 
 static unsigned long fail_req;
 static int fail_after;		/* calls of @fail_req that succeed first */
+static int fail_errno;		/* what they fail with (0: EBUSY) */
 
 static int fake_uffd_ioctl(int fd, unsigned long req, void *arg)
 {
 	if (req == fail_req && fail_after-- <= 0) {
-		errno = EBUSY;
+		errno = fail_errno ? fail_errno : EBUSY;
 		return -1;
 	}
 	return real.uffd_ioctl(fd, req, arg);
@@ -1903,7 +1904,27 @@ static void case_faults(void)
 		   block_good(blk, 4 * MiB, 61) && stat_of("lend_heap_migrate_fail") == fails + 1,
 	   "registration refused: ucma_unlend fails (EBUSY), the block stays on its frame, "
 	   "data intact, counted");
-	fail_req = UFFDIO_WRITEPROTECT;
+	/* The kernel's own errors mean other things in ucma_unlend(3): EINVAL
+	 * is a range that wraps, EAGAIN a call inside the allocator. */
+	{
+		int rc, err;
+
+		fail_errno = EINVAL;
+		rc = ucma_unlend(blk, 4 * MiB);
+		err = errno;
+		ok(rc == -1 && err == EBUSY && block_good(blk, 4 * MiB, 61),
+		   "registration refused with EINVAL: ucma_unlend says EBUSY (%s)",
+		   strerror(err));
+		fail_req = UFFDIO_WRITEPROTECT;
+		fail_errno = EAGAIN;
+		fail_after = 0;
+		rc = ucma_unlend(blk, 4 * MiB);
+		err = errno;
+		ok(rc == -1 && err == EBUSY && block_good(blk, 4 * MiB, 61),
+		   "write-protection refused with EAGAIN: ucma_unlend says EBUSY (%s)",
+		   strerror(err));
+	}
+	fail_errno = 0;
 	fail_after = 2;
 	ok(ucma_unlend(blk, 4 * MiB) == -1 && block_good(blk, 4 * MiB, 61),
 	   "write-protection refused at the third piece: fails, data intact");
