@@ -136,7 +136,9 @@ void *ucma_alloc_area(const char *area, size_t size, size_t align, unsigned flag
 
 /**
  * ucma_release() - return a buffer from ucma_alloc() to its CMA area.
- * Return: 0, or -1 with errno EINVAL when @ptr is not such a buffer.
+ * Return: 0, or -1 with errno EINVAL when @ptr is not such a buffer, or
+ * munlock(2)'s errno for a UCMA_ALLOC_MLOCK buffer it could not unlock
+ * (the buffer stays allocated).
  */
 int ucma_release(void *ptr);
 

@@ -697,8 +697,19 @@ static int release_contig(void *ptr, bool from_malloc)
 	UCMA_PG_SET(&a->pages[pfn], owner_type, UCMA_OWN_NONE);
 	ucma_mutex_unlock(&z->lock);
 
-	if (a->pages[pfn].flags & UCMA_PF_MLOCKED)
-		ucma_os.munlock(ptr, (size_t)npages << UCMA_PAGE_SHIFT);
+	/* A buffer still locked must not be lent on: its pages would stay
+	 * locked under movable objects and the heap, and count against
+	 * RLIMIT_MEMLOCK for good.  It stays the caller's, to release again. */
+	if ((a->pages[pfn].flags & UCMA_PF_MLOCKED) &&
+	    ucma_os.munlock(ptr, (size_t)npages << UCMA_PAGE_SHIFT) != 0) {
+		int err = errno;
+
+		ucma_mutex_lock(&z->lock);
+		UCMA_PG_SET(&a->pages[pfn], owner_type, UCMA_OWN_CONTIG);
+		ucma_mutex_unlock(&z->lock);
+		errno = err;
+		return -1;
+	}
 	__atomic_fetch_and(&a->pages[pfn].flags, (uint8_t)~(UCMA_PF_MLOCKED | UCMA_PF_FROM_MALLOC),
 			   __ATOMIC_RELAXED);
 	ucma_pages_free(a, pfn);

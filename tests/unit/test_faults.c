@@ -73,6 +73,7 @@ static struct {
 	int fail_advice[4];		/* madvise with these advices fails; 0 ends */
 	int advice_errno;		/* with this errno (0: EINVAL) */
 	bool fail_mbind;
+	bool fail_munlock;		/* munlock fails with ENOMEM */
 	bool fail_memfd;		/* memfd_create fails with EMFILE */
 	bool fail_ftruncate;		/* ftruncate fails with EFBIG */
 	bool fail_fallocate;		/* fallocate fails with ENOSPC */
@@ -167,6 +168,15 @@ static int fake_madvise(void *addr, size_t len, int advice)
 	return real.madvise(addr, len, advice);
 }
 
+static int fake_munlock(const void *addr, size_t len)
+{
+	if (fault.fail_munlock) {
+		errno = ENOMEM;
+		return -1;
+	}
+	return real.munlock(addr, len);
+}
+
 static long fake_mbind(void *addr, unsigned long len, int mode, const unsigned long *nodemask,
 		       unsigned long maxnode, unsigned flags)
 {
@@ -240,6 +250,7 @@ static void os_fake(void)
 	ucma_os.munmap = fake_munmap;
 	ucma_os.madvise = fake_madvise;
 	ucma_os.mbind = fake_mbind;
+	ucma_os.munlock = fake_munlock;
 	ucma_os.hugetlb_free_pages = fake_hugetlb_free_pages;
 	ucma_os.memfd_create = fake_memfd_create;
 	ucma_os.ftruncate = fake_ftruncate;
@@ -660,6 +671,25 @@ static void test_populate_refused(void)
 	ok(p && resident, "a kernel without MADV_POPULATE_WRITE: every page written in instead");
 	if (p)
 		ucma_release(p);
+	fault.fail_advice[0] = 0;
+
+	/* A locked buffer that cannot be unlocked is not given back: lent
+	 * on, its pages would stay locked for good. */
+	p = ucma_alloc(MiB, 0, UCMA_ALLOC_MLOCK);
+	if (!p) {
+		skip(1, "UCMA_ALLOC_MLOCK: %s", strerror(errno));
+	} else {
+		int rc, err;
+
+		fault.fail_munlock = true;
+		rc = ucma_release(p);
+		err = errno;
+		fault.fail_munlock = false;
+		ok(rc == -1 && err == ENOMEM && ucma_alloc_size(p) == MiB &&
+			   ucma_release(p) == 0 && a->areas[0].nr_allocs == 0,
+		   "munlock refused: ucma_release fails with its errno, the buffer stays "
+		   "allocated, and a second release gives it back (%d, %s)", rc, strerror(err));
+	}
 	os_restore();
 }
 
