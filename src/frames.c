@@ -1021,7 +1021,8 @@ int ucma_frames_set_lent(struct ucma_cma_area *area, uint32_t slot, uint32_t n, 
 static struct frames_fork {
 	bool copy;		/* the child copies the parent's allocated runs */
 	int wait_rd, wait_wr;	/* the pipe the parent waits on, or -1 */
-} fork_ctx = { false, -1, -1 };
+	uint32_t unshared;	/* areas (bit k) madvise(MADV_DOFORK) refused */
+} fork_ctx = { false, -1, -1, 0 };
 
 void ucma_frames_fork_prepare(void)
 {
@@ -1032,8 +1033,8 @@ void ucma_frames_fork_prepare(void)
 	/* Stores only where needed: after the fork, a page the child still
 	 * shares is copied by the first store (the previous fork's reset
 	 * leaves it as it should be). */
-	if (fork_ctx.copy || fork_ctx.wait_rd >= 0 || fork_ctx.wait_wr >= 0)
-		fork_ctx = (struct frames_fork){ false, -1, -1 };
+	if (fork_ctx.copy || fork_ctx.wait_rd >= 0 || fork_ctx.wait_wr >= 0 || fork_ctx.unshared)
+		fork_ctx = (struct frames_fork){ false, -1, -1, 0 };
 	if (!a)
 		return;
 	for (int k = 0; k < a->nr_areas; k++) {
@@ -1045,8 +1046,8 @@ void ucma_frames_fork_prepare(void)
 		 * space that something else could take before the handler
 		 * runs.  Raw clone() children, which skip the handlers, never
 		 * get it (MADV_DONTFORK again right after). */
-		if (f->fd >= 0)
-			ucma_os.madvise((void *)f->base, f->size, MADV_DOFORK);
+		if (f->fd >= 0 && ucma_os.madvise((void *)f->base, f->size, MADV_DOFORK) != 0)
+			fork_ctx.unshared |= 1u << k;	/* the child reads the file */
 	}
 	z = &a->zones[UCMA_ZONE_CMA];
 	/* fork.c's zone stage, before this one, holds the zone lock and
@@ -1088,9 +1089,69 @@ void ucma_frames_fork_parent(void)
 /* Where the child puts one area: a new file, or private memory. */
 struct child_area {
 	bool copy;			/* the parent's allocated runs are copied */
+	bool unshared;			/* not inherited: read through the parent's file */
 	int fd;				/* the child's new file, or -1 */
 	char *scratch;			/* without a file: private memory to copy into */
 };
+
+/* @len bytes from @buf into the child's new file at @off; 0 or -1. */
+static int child_write(int fd, const char *buf, size_t len, uint64_t off)
+{
+	for (size_t done = 0; done < len;) {
+		ssize_t w = ucma_os.pwrite(fd, buf + done, len - done, (off_t)(off + done));
+
+		if (w <= 0) {
+			if (w < 0 && errno == EINTR)
+				continue;
+			return -1;
+		}
+		done += (size_t)w;
+	}
+	return 0;
+}
+
+/*
+ * The copy of [@off, @off + @len) of an area the child did not inherit
+ * (madvise(MADV_DOFORK) failed in the parent, at vm.max_map_count say),
+ * read frame by frame through the parent's file, which the child still
+ * has open unless the program closed it.  Returns 0, or -1 with errno
+ * (EBADF: no file to read).
+ */
+static int child_copy_from_file(const struct ucma_cma_area *area, const struct child_area *c,
+				uint64_t off, size_t len)
+{
+	static char bounce[1 << 16];	/* address space only, until a fork needs it */
+	const struct ucma_frames *f = area->frames;
+
+	while (len) {
+		uint64_t in_frame = off % f->frame_size, file_off;
+		size_t n = f->frame_size - in_frame;
+		int fd = ucma_frames_file_of(area, (uint32_t)(off / f->frame_size), &file_off);
+		ssize_t r;
+
+		if (fd < 0) {
+			errno = EBADF;
+			return -1;
+		}
+		n = n < len ? n : len;
+		n = n < sizeof(bounce) ? n : sizeof(bounce);
+		r = ucma_os.pread(fd, bounce, n, (off_t)(file_off + in_frame));
+		if (r <= 0) {
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r == 0)
+				errno = EIO;
+			return -1;
+		}
+		if (c->scratch)
+			memcpy(c->scratch + off, bounce, (size_t)r);
+		else if (child_write(c->fd, bounce, (size_t)r, off) != 0)
+			return -1;
+		off += (uint64_t)r;
+		len -= (size_t)r;
+	}
+	return 0;
+}
 
 /*
  * Copy pages [pfn, pfn + n) of an area, read through the mapping the child
@@ -1110,22 +1171,14 @@ static int child_copy(struct ucma_arena *a, const struct ucma_cma_area *area,
 	 * between leaves it poisoned here, and that thread is not in the
 	 * child to unpoison it.
 	 */
+	if (c->unshared)
+		return child_copy_from_file(area, c, off, len);
 	UCMA_UNPOISON((void *)from, len);
 	if (c->scratch) {
 		memcpy(c->scratch + off, from, len);
 		return 0;
 	}
-	for (size_t done = 0; done < len;) {
-		ssize_t w = ucma_os.pwrite(c->fd, from + done, len - done, (off_t)(off + done));
-
-		if (w <= 0) {
-			if (w < 0 && errno == EINTR)
-				continue;
-			return -1;
-		}
-		done += (size_t)w;
-	}
-	return 0;
+	return child_write(c->fd, from, len, off);
 }
 
 /* Copy every allocated run of the CMA zone that lies in an area being
@@ -1204,8 +1257,10 @@ static void child_map_anon(struct ucma_frames *f)
  * Give every area on a file a new file of the child's own (copying the
  * parent's allocated runs when asked), and fresh private memory to areas
  * without a file under UCMA_CMA_DONTFORK.  The copy reads the parent's
- * frames through the mapping the child inherited, never through the file
- * descriptor, which the program may have closed or reused.  Where no file
+ * frames through the mapping the child inherited, not through the file
+ * descriptor, which the program may have closed or reused; only an area
+ * the child did not inherit is read through the file, when it is still
+ * the area's (child_copy_from_file()).  Where no file
  * can be made the copy goes to private scratch memory moved into place.
  * Failing to copy is fatal: the child would otherwise read zeros where its
  * objects are.
@@ -1219,10 +1274,11 @@ static void child_recreate(struct ucma_arena *a, bool copy)
 	for (int k = 0; k < a->nr_areas; k++) {
 		struct ucma_frames *f = a->areas[k].frames;
 
-		c[k] = (struct child_area){ false, -1, NULL };
+		c[k] = (struct child_area){ false, false, -1, NULL };
 		if (f->fd < 0)
 			continue;
 		c[k].copy = copy;
+		c[k].unshared = fork_ctx.unshared >> k & 1;
 		c[k].fd = child_file(&a->areas[k]);
 		if (c[k].fd < 0 && copy) {
 			c[k].scratch = ucma_os.mmap(NULL, f->size, PROT_READ | PROT_WRITE,
@@ -1317,7 +1373,7 @@ void ucma_frames_fork_child(void)
 			;
 		close(fork_ctx.wait_wr);
 	}
-	if (fork_ctx.copy || fork_ctx.wait_rd >= 0 || fork_ctx.wait_wr >= 0)
-		fork_ctx = (struct frames_fork){ false, -1, -1 };
+	if (fork_ctx.copy || fork_ctx.wait_rd >= 0 || fork_ctx.wait_wr >= 0 || fork_ctx.unshared)
+		fork_ctx = (struct frames_fork){ false, -1, -1, 0 };
 }
 

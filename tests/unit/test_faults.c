@@ -533,17 +533,17 @@ static void test_fork_copy_fails(void)
 	char *p;
 
 	if (init_captured(&cfg, false) != 0 || !a || area_file() != 1) {
-		skip(3, "the CMA area has no shmem file here (file kind %ld)", area_file());
+		skip(4, "the CMA area has no shmem file here (file kind %ld)", area_file());
 		return;
 	}
 	p = ucma_alloc(256 * 1024, 0, 0);
 	if (!p) {
 		ok(0, "a contiguous buffer for the fork checks: %s", strerror(errno));
-		skip(2, "no buffer");
+		skip(3, "no buffer");
 		return;
 	}
 	memset(p, 0x3c, 256 * 1024);
-	for (int i = 0; i < 2; i++) {
+	for (int i = 0; i < 3; i++) {
 		int fds[2], status = -1, saved;
 		char why[512] = "";
 		ssize_t n = 0;
@@ -557,6 +557,8 @@ static void test_fork_copy_fails(void)
 		os_fake();
 		fault.fail_pwrite = i == 0;
 		fault.fail_memfd = i == 1;
+		if (i == 2)
+			fault.fail_advice[0] = MADV_DOFORK;
 		pid = fork();
 		if (pid == 0)
 			_exit(p[0] == 0x3c && p[256 * 1024 - 1] == 0x3c ? 0 : 1);
@@ -575,10 +577,14 @@ static void test_fork_copy_fails(void)
 				   strstr(why, "fork: cannot copy") != NULL,
 			   "pwrite refused in the child: it aborts, saying why (status %#x: %.80s)",
 			   status, why);
-		else
+		else if (i == 1)
 			ok(WIFEXITED(status) && WEXITSTATUS(status) == 0,
 			   "no file for the child: it copies into private memory, data intact "
 			   "(status %#x)", status);
+		else
+			ok(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+			   "MADV_DOFORK refused in the parent: the child reads the area through "
+			   "its file, data intact (status %#x: %.80s)", status, why);
 	}
 	ok(p[0] == 0x3c && ucma_release(p) == 0, "the parent's buffer is untouched");
 }
