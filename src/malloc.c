@@ -1082,10 +1082,11 @@ int ucma_posix_memalign(void **memptr, size_t alignment, size_t size)
 	if (!memptr || alignment < sizeof(void *) || (alignment & (alignment - 1)))
 		return EINVAL;
 	p = aligned_impl(alignment, size);
-	if (!p) {
-		errno = saved;
+	/* Left alone either way: a request that succeeded on a second try
+	 * (another zone, the overflow mappings) saw ENOMEM on the way. */
+	errno = saved;
+	if (!p)
 		return ENOMEM;
-	}
 	*memptr = p;
 	return 0;
 }

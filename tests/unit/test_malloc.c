@@ -269,6 +269,26 @@ static void test_aligned_slack(void)
 	   "aligned_alloc(512 MiB, 1): usable size %zu", ucma_usable_size(p));
 	ucma_free(p);
 	ok(normal_zone_ok("after aligned_alloc(512 MiB, 1)"), "zone invariants hold after it");
+
+	/* posix_memalign() leaves errno alone when it succeeds, also after a
+	 * try that did not (the zone full, the block made elsewhere). */
+	{
+		enum { N = 80 };
+		void *v[N];
+		int n = 0, changed = 0;
+
+		for (; n < N; n++) {
+			errno = EXDEV;
+			if (ucma_posix_memalign(&v[n], 4096, (size_t)16 << 20) != 0)
+				break;
+			changed += errno != EXDEV;
+		}
+		ok(n > 0 && changed == 0,
+		   "posix_memalign of 16 MiB blocks until the arena is full and beyond: errno "
+		   "left alone (%d of %d calls changed it)", changed, n);
+		while (n-- > 0)
+			ucma_free(v[n]);
+	}
 }
 
 /* These two ask for sizes no object can have, on purpose: ucma.h's
