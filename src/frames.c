@@ -471,39 +471,46 @@ static bool backing_available(int backing, size_t total)
 	}
 }
 
-/* Can step @backing work for every area of @a at all? */
-static bool step_possible(struct ucma_arena *a, int backing)
+/* Bytes of all the areas of @a. */
+static size_t areas_bytes(const struct ucma_arena *a)
 {
 	size_t total = 0;
 
 	for (int i = 0; i < a->nr_areas; i++)
 		total += (size_t)a->areas[i].npages << UCMA_PAGE_SHIFT;
-	if (backing == UCMA_BACKING_HUGETLB_1G || backing == UCMA_BACKING_HUGETLB_2M) {
-		size_t page = hugetlb_page(backing);
+	return total;
+}
 
-		for (int i = 0; i < a->nr_areas; i++) {
-			const struct ucma_frames *f = a->areas[i].frames;
+/* Does every area of @a start and end on a @page boundary? */
+static bool areas_whole_pages(const struct ucma_arena *a, size_t page)
+{
+	for (int i = 0; i < a->nr_areas; i++) {
+		const struct ucma_frames *f = a->areas[i].frames;
 
-			if (f->size % page || f->base % page)
-				return false;
-		}
+		if (f->size % page || f->base % page)
+			return false;
 	}
-	return backing_available(backing, total);
+	return true;
+}
+
+/* Can step @backing work for every area of @a at all? */
+static bool step_possible(struct ucma_arena *a, int backing)
+{
+	if (is_hugetlb(backing) && !areas_whole_pages(a, hugetlb_page(backing)))
+		return false;
+	return backing_available(backing, areas_bytes(a));
 }
 
 /* UCMA_VERBOSE: why a hugetlb step was passed over (the pool is the one
  * reason not said elsewhere). */
 static void say_step_skipped(struct ucma_arena *a, int backing)
 {
-	size_t total = 0, page;
+	size_t page;
 
-	if (!fb.o->verbose ||
-	    (backing != UCMA_BACKING_HUGETLB_1G && backing != UCMA_BACKING_HUGETLB_2M))
+	if (!fb.o->verbose || !is_hugetlb(backing))
 		return;
 	page = hugetlb_page(backing);
-	for (int i = 0; i < a->nr_areas; i++)
-		total += (size_t)a->areas[i].npages << UCMA_PAGE_SHIFT;
-	if (total % page) {
+	if (!areas_whole_pages(a, page)) {
 		ucma_log("CMA areas: no %s: the areas are not whole %zu MiB pages",
 			 ucma_backing_str(backing), page >> 20);
 		return;
@@ -511,7 +518,7 @@ static void say_step_skipped(struct ucma_arena *a, int backing)
 	ucma_log("CMA areas: no %s: %ld pages of %zu MiB to be had (free in the pool, and "
 		 "what nr_overcommit_hugepages allows), %zu needed",
 		 ucma_backing_str(backing), ucma_os_hugetlb_free_pages(page), page >> 20,
-		 total / page);
+		 areas_bytes(a) / page);
 }
 
 /* Does step @backing use a file?  Hugetlb and plain pages do; transparent
@@ -1024,17 +1031,22 @@ static struct frames_fork {
 	uint32_t unshared;	/* areas (bit k) madvise(MADV_DOFORK) refused */
 } fork_ctx = { false, -1, -1, 0 };
 
+/* Back to "nothing to do", storing only where needed: after a fork, a
+ * page the child still shares is copied by the first store (the previous
+ * fork's reset mostly leaves it as it should be). */
+static void fork_ctx_clear(void)
+{
+	if (fork_ctx.copy || fork_ctx.wait_rd >= 0 || fork_ctx.wait_wr >= 0 || fork_ctx.unshared)
+		fork_ctx = (struct frames_fork){ false, -1, -1, 0 };
+}
+
 void ucma_frames_fork_prepare(void)
 {
 	struct ucma_arena *a = ucma_the_arena;
 	const struct ucma_zone *z;
 	int fds[2];
 
-	/* Stores only where needed: after the fork, a page the child still
-	 * shares is copied by the first store (the previous fork's reset
-	 * leaves it as it should be). */
-	if (fork_ctx.copy || fork_ctx.wait_rd >= 0 || fork_ctx.wait_wr >= 0 || fork_ctx.unshared)
-		fork_ctx = (struct frames_fork){ false, -1, -1, 0 };
+	fork_ctx_clear();
 	if (!a)
 		return;
 	for (int k = 0; k < a->nr_areas; k++) {
@@ -1125,30 +1137,38 @@ static int child_copy_from_file(const struct ucma_cma_area *area, const struct c
 
 	while (len) {
 		uint64_t in_frame = off % f->frame_size, file_off;
-		size_t n = f->frame_size - in_frame;
+		size_t in_this = f->frame_size - in_frame;
+		/* Once a frame: the look-up asks fstat() whether the
+		 * descriptor is still the area's. */
 		int fd = ucma_frames_file_of(area, (uint32_t)(off / f->frame_size), &file_off);
-		ssize_t r;
 
 		if (fd < 0) {
 			errno = EBADF;
 			return -1;
 		}
-		n = n < len ? n : len;
-		n = n < sizeof(bounce) ? n : sizeof(bounce);
-		r = ucma_os.pread(fd, bounce, n, (off_t)(file_off + in_frame));
-		if (r <= 0) {
-			if (r < 0 && errno == EINTR)
-				continue;
-			if (r == 0)
-				errno = EIO;
-			return -1;
+		file_off += in_frame;
+		if (in_this > len)
+			in_this = len;
+		while (in_this) {
+			size_t n = in_this < sizeof(bounce) ? in_this : sizeof(bounce);
+			ssize_t r = ucma_os.pread(fd, bounce, n, (off_t)file_off);
+
+			if (r <= 0) {
+				if (r < 0 && errno == EINTR)
+					continue;
+				if (r == 0)
+					errno = EIO;
+				return -1;
+			}
+			if (c->scratch)
+				memcpy(c->scratch + off, bounce, (size_t)r);
+			else if (child_write(c->fd, bounce, (size_t)r, off) != 0)
+				return -1;
+			off += (uint64_t)r;
+			file_off += (uint64_t)r;
+			in_this -= (size_t)r;
+			len -= (size_t)r;
 		}
-		if (c->scratch)
-			memcpy(c->scratch + off, bounce, (size_t)r);
-		else if (child_write(c->fd, bounce, (size_t)r, off) != 0)
-			return -1;
-		off += (uint64_t)r;
-		len -= (size_t)r;
 	}
 	return 0;
 }
@@ -1373,7 +1393,6 @@ void ucma_frames_fork_child(void)
 			;
 		close(fork_ctx.wait_wr);
 	}
-	if (fork_ctx.copy || fork_ctx.wait_rd >= 0 || fork_ctx.wait_wr >= 0 || fork_ctx.unshared)
-		fork_ctx = (struct frames_fork){ false, -1, -1, 0 };
+	fork_ctx_clear();
 }
 

@@ -1638,7 +1638,8 @@ static void op_vtophys(void)
 {
 	uint8_t k = u8();
 	int on_stack = 0;
-	bool want_len = !(k & 0x40), whole = false;
+	bool want_len = !(k & 0x40);
+	const struct cobj *whole = NULL;	/* a PHYS_CONTIG buffer asked for whole */
 	const unsigned char *p = NULL;
 	uint64_t phys = 0;
 	size_t len = 0, in_page;
@@ -1656,7 +1657,7 @@ static void op_vtophys(void)
 		struct cobj *c = &M.c[u8() % NCONTIG];
 
 		if (c->p) {
-			whole = (c->flags & UCMA_ALLOC_PHYS_CONTIG) && (k & 0x80);
+			whole = (c->flags & UCMA_ALLOC_PHYS_CONTIG) && (k & 0x80) ? c : NULL;
 			p = whole ? c->p : c->p + (size_t)u32() % c->size;
 		}
 		break;
@@ -1702,16 +1703,9 @@ static void op_vtophys(void)
 		     len);
 	if (in_arena(p) && (uintptr_t)p + len > A->base + A->size)
 		fail("ucma_vtophys(%p): %zu contiguous bytes run past the arena", p, len);
-	if (whole) {
-		const struct cobj *c = NULL;
-
-		for (int i = 0; i < NCONTIG; i++)
-			if (M.c[i].p == p)
-				c = &M.c[i];
-		if (c && len < c->size)
-			fail("UCMA_ALLOC_PHYS_CONTIG buffer %p of %zu bytes: only %zu contiguous",
-			     p, c->size, len);
-	}
+	if (whole && len < whole->size)
+		fail("UCMA_ALLOC_PHYS_CONTIG buffer %p of %zu bytes: only %zu contiguous", p,
+		     whole->size, len);
 }
 
 /*

@@ -1885,6 +1885,25 @@ static void case_fork_near_rlimit_as(void)
 #endif
 }
 
+/* A 3 MiB block made while fake_mmap() refuses what *@refuse selects: on
+ * private memory with its data, counted as a fallback, nothing lent. */
+static bool block_falls_back(bool *refuse, uint64_t seed)
+{
+	uint64_t fails = stat_of("lend_heap_fallback");
+	char *blk;
+	bool good;
+
+	*refuse = true;
+	ucma_os.mmap = fake_mmap;
+	blk = block_new(3 * MiB, seed);
+	ucma_os.mmap = real.mmap;
+	*refuse = false;
+	good = blk && !on_frame(blk) && block_good(blk, 3 * MiB, seed) &&
+	       stat_of("lend_heap_fallback") > fails && stat_of("lend_heap_pageblocks") == 0;
+	ucma_free(blk);
+	return good;
+}
+
 static void case_faults(void)
 {
 	char *blk;
@@ -1957,32 +1976,15 @@ static void case_faults(void)
 	ucma_free(blk);
 	ucma_trim();
 
-	fail_shared_fixed = true;
-	ucma_os.mmap = fake_mmap;
-	fails = stat_of("lend_heap_fallback");
-	blk = block_new(3 * MiB, 63);
-	ucma_os.mmap = real.mmap;
-	fail_shared_fixed = false;
-	ok(blk && !on_frame(blk) && block_good(blk, 3 * MiB, 63) &&
-		   stat_of("lend_heap_fallback") > fails && stat_of("lend_heap_pageblocks") == 0,
+	ok(block_falls_back(&fail_shared_fixed, 63),
 	   "the frame cannot be mapped at the heap: private memory, counted as a fallback");
-	ucma_free(blk);
 	ucma_trim();
-
 	/* At the map count limit every mapping that splits one is refused,
 	 * the private memory's too: the pageblock keeps the memory it has
 	 * (it aborted in malloc(), mapping private memory again). */
-	fail_all_fixed = true;
-	ucma_os.mmap = fake_mmap;
-	fails = stat_of("lend_heap_fallback");
-	blk = block_new(3 * MiB, 64);
-	ucma_os.mmap = real.mmap;
-	fail_all_fixed = false;
-	ok(blk && !on_frame(blk) && block_good(blk, 3 * MiB, 64) &&
-		   stat_of("lend_heap_fallback") > fails && stat_of("lend_heap_pageblocks") == 0,
+	ok(block_falls_back(&fail_all_fixed, 64),
 	   "no mapping possible at the heap (vm.max_map_count): the pageblocks keep their "
 	   "private memory, counted as a fallback");
-	ucma_free(blk);
 	ok(zones_ok(), "zone invariants hold");
 }
 
