@@ -197,6 +197,12 @@
 #define LEND_MOVED_OF(s) (((s) >> LEND_MOVED_SHIFT) & 0xfu)
 #define LEND_PB_MASK	0x00ffffffu
 
+/* A pageblock lent next to none starts a run of frames that pageblocks
+ * lent after it can continue upwards, in one mapping: up to 16 (32 MiB).
+ * More would put the first of a run deeper into the free pageblocks that
+ * ucma_alloc() looks at first. */
+#define LEND_RUN_GROW	16u
+
 /*
  * struct ucma_lend - heap lending of this process.
  * @lock: see the locking rule above; @of: under the NORMAL zone lock;
@@ -209,6 +215,7 @@ static struct ucma_lend {
 	uint32_t *of;			/* per arena pageblock; meta.c memory; NULL: off */
 	uint32_t nr_pb;
 	bool lendable[UCMA_MAX_CMA_AREAS];	/* area has 2 MiB frames on a file */
+	unsigned run_grow;		/* LEND_RUN_GROW where lent mappings merge, else 1 */
 	_Atomic bool on;		/* new pageblocks may be lent */
 	_Atomic int uffd;		/* the process's userfaultfd while lending is on, or -1;
 					 * changed under @lock, or single-threaded (start-up,
@@ -462,6 +469,12 @@ void ucma_lend_init(struct ucma_arena *a, const struct ucma_options *o)
 
 		lend.lendable[k] = f && f->fd >= 0 && f->frame_size == UCMA_PAGEBLOCK_SIZE;
 	}
+	/* The kernel never merges mappings of hugetlb files (VM_DONTEXPAND):
+	 * there the frames are taken from the top of the zone one by one. */
+	lend.run_grow = LEND_RUN_GROW;
+	for (int k = 0; k < a->nr_areas; k++)
+		if (lend.lendable[k] && ucma_area_frames(&a->areas[k])->kind == UCMA_FILE_HUGETLB)
+			lend.run_grow = 1;
 	why = a->nr_areas ? off_reason(a, o, buf, sizeof(buf)) : "there is no CMA area";
 	/* The one userfaultfd of the process's life, opened now: a process may
 	 * later lose the right to open one (setuid(), capset(), a seccomp
@@ -572,6 +585,33 @@ static void *private_map(void *addr, int advice)
 /* Lending                                                                   */
 /* ------------------------------------------------------------------------ */
 
+/*
+ * The CMA pageblock whose frame would continue the mapping of a lent
+ * neighbour of NORMAL pageblock @pb (the one after the frame of pb - 1,
+ * or before that of pb + 1, in the same area), or UCMA_PFN_NONE.  Each
+ * lent pageblock is a mapping of its own otherwise: a heap of a GiB on
+ * frames cost a thousand of vm.max_map_count's 65,530.  Under the NORMAL
+ * zone lock (lend.of[]).
+ */
+static uint32_t frame_continuing(struct ucma_arena *a, uint32_t pb)
+{
+	if (lend.run_grow == 1)
+		return UCMA_PFN_NONE;
+	for (int dir = -1; dir <= 1; dir += 2) {
+		uint32_t n = pb + (uint32_t)dir, s, c;
+
+		if (n >= lend.nr_pb)	/* (pb - 1 wraps round when pb is 0) */
+			continue;
+		s = of_get(n);
+		if (s == LEND_NONE || (s & LEND_TAKING))
+			continue;
+		c = (s & LEND_PB_MASK) - (uint32_t)dir;
+		if (c < a->nr_pageblocks && area_of(a, c) == area_of(a, s & LEND_PB_MASK))
+			return c << UCMA_PAGEBLOCK_ORDER;
+	}
+	return UCMA_PFN_NONE;
+}
+
 bool ucma_lend_reserve_locked(struct ucma_arena *a, uint32_t pb)
 {
 	uint32_t cma_pfn;
@@ -581,7 +621,8 @@ bool ucma_lend_reserve_locked(struct ucma_arena *a, uint32_t pb)
 	    of_get(pb) != LEND_NONE)
 		return false;
 	cma_pfn = ucma_zone_take_free_pageblock(&a->zones[UCMA_ZONE_CMA], frame_usable,
-						UCMA_OWN_LENT, pb, &dirty);
+						UCMA_OWN_LENT, pb, frame_continuing(a, pb),
+						lend.run_grow, &dirty);
 	if (cma_pfn == UCMA_PFN_NONE)
 		return false;
 	of_set(pb, (cma_pfn >> UCMA_PAGEBLOCK_ORDER) | LEND_RESERVED | (dirty ? LEND_DIRTY : 0));

@@ -89,7 +89,7 @@ UCMA_INTERNAL int ucma_lend_take_back_run(struct ucma_arena *a, uint32_t head);
  */
 UCMA_INTERNAL uint32_t ucma_zone_take_free_pageblock(
 	struct ucma_zone *z, bool (*usable)(const struct ucma_arena *a, uint32_t pfn),
-	int owner_type, uint64_t owner, bool *dirty);
+	int owner_type, uint64_t owner, uint32_t prefer, unsigned grow, bool *dirty);
 UCMA_INTERNAL void ucma_zone_set_free_dirty_locked(struct ucma_zone *z, uint32_t b, bool dirty);
 UCMA_INTERNAL void ucma_undo_isolate_locked(struct ucma_zone *z, uint32_t b);
 UCMA_INTERNAL void ucma_pages_free_locked(struct ucma_zone *z, uint32_t pfn);

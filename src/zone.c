@@ -1099,10 +1099,33 @@ int ucma_claim_free_range(struct ucma_arena *a, uint32_t start, uint32_t end, in
 	return 0;
 }
 
+/* Is the pageblock at @pfn of CMA zone @z wholly free (one block of the
+ * top order on the CMA list, or deferred) and accepted by @usable?  Under
+ * the zone lock. */
+static bool pageblock_free_whole(const struct ucma_zone *z, uint32_t pfn,
+				 bool (*usable)(const struct ucma_arena *a, uint32_t pfn))
+{
+	const struct ucma_arena *a = z->arena;
+
+	if (pfn < z->start_pfn || pfn + UCMA_PAGEBLOCK_PAGES > z->end_pfn ||
+	    ucma_pfn_block(a, pfn)->mt != UCMA_MT_CMA)
+		return false;
+	if (!ucma_pageblock_deferred(a, pfn) &&
+	    (a->pages[pfn].kind != UCMA_PK_FREE || a->pages[pfn].order != UCMA_MAX_ORDER))
+		return false;
+	return usable(a, pfn);
+}
+
 /*
- * ucma_zone_take_free_pageblock() - the highest wholly free pageblock of
- * the CMA zone @z that @usable accepts (isolated ones are on no list it
- * looks at) as one allocated run of (@owner_type, @owner).  Highest: the
+ * ucma_zone_take_free_pageblock() - a wholly free pageblock of the CMA
+ * zone @z that @usable accepts (isolated ones are on no list it looks
+ * at), as one allocated run of (@owner_type, @owner).  @prefer, when it
+ * is such a pageblock, is taken: the caller asks for the frame whose file
+ * offset continues a neighbour's mapping, so that the kernel merges the
+ * two mappings.  Otherwise the highest one, or rather the lowest of the
+ * free pageblocks just below it, up to @grow - 1 of them: the ones that
+ * follow can then continue upwards from it, @grow pageblocks to one
+ * mapping, while they all stay at the top of the zone.  Highest: the
  * lowest runs stay for ucma_alloc(), which looks there first.  *@dirty:
  * whether its pages may hold old data.  Returns its first pfn, or
  * UCMA_PFN_NONE.  Takes the zone lock (callers may hold NORMAL's).  When
@@ -1111,13 +1134,18 @@ int ucma_claim_free_range(struct ucma_arena *a, uint32_t start, uint32_t end, in
  */
 uint32_t ucma_zone_take_free_pageblock(struct ucma_zone *z,
 				       bool (*usable)(const struct ucma_arena *a, uint32_t pfn),
-				       int owner_type, uint64_t owner, bool *dirty)
+				       int owner_type, uint64_t owner, uint32_t prefer,
+				       unsigned grow, bool *dirty)
 {
 	struct ucma_arena *a = z->arena;
 	uint32_t best = UCMA_PFN_NONE, d;
 
 	for (int pass = 0;; pass++) {
 		ucma_mutex_lock(&z->lock);
+		if (prefer != UCMA_PFN_NONE && pageblock_free_whole(z, prefer, usable)) {
+			best = prefer;
+			break;
+		}
 		for (uint32_t pfn = z->free_area[UCMA_MAX_ORDER].head[UCMA_MT_CMA];
 		     pfn != UCMA_PFN_NONE; pfn = a->pages[pfn].link.next)
 			if ((best == UCMA_PFN_NONE || pfn > best) && usable(a, pfn))
@@ -1130,6 +1158,11 @@ uint32_t ucma_zone_take_free_pageblock(struct ucma_zone *z,
 		ucma_mutex_unlock(&z->lock);
 		ucma_pcp_drain_zone(z);
 	}
+	if (best != UCMA_PFN_NONE && best != prefer)
+		for (unsigned k = 1; k < grow && best >= UCMA_PAGEBLOCK_PAGES &&
+				     pageblock_free_whole(z, best - UCMA_PAGEBLOCK_PAGES, usable);
+		     k++)
+			best -= UCMA_PAGEBLOCK_PAGES;
 	if (best != UCMA_PFN_NONE) {
 		ucma_buddy_materialise(z, best, best + UCMA_PAGEBLOCK_PAGES);
 		*dirty = a->pages[best].flags & UCMA_PF_DIRTY;

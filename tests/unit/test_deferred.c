@@ -268,7 +268,8 @@ static bool always(const struct ucma_arena *ar, uint32_t pfn)
 
 static void test_placement(void)
 {
-	uint32_t b = untouched_free_pb(normal(), true), pfn, before = touched_in(normal());
+	uint32_t b = untouched_free_pb(normal(), true), e, pfn, pfn2, pfn3,
+		 before = touched_in(normal());
 	bool dirty = true;
 
 	if (b == UCMA_PFN_NONE) {
@@ -291,7 +292,8 @@ static void test_placement(void)
 		if (a->blocks[c].nr_free == PB)
 			b = UCMA_PFN_NONE;	/* a higher one was used before */
 	before = touched_in(cma());
-	pfn = ucma_zone_take_free_pageblock(cma(), always, UCMA_OWN_LENT, 0, &dirty);
+	pfn = ucma_zone_take_free_pageblock(cma(), always, UCMA_OWN_LENT, 0, UCMA_PFN_NONE, 1,
+					    &dirty);
 	ok(b != UCMA_PFN_NONE && pfn == b * PB && !dirty && touched_in(cma()) == before + 1,
 	   "the highest free CMA pageblock, never used, is picked whole and clean (pfn %u, "
 	   "pageblock %u)",
@@ -300,6 +302,38 @@ static void test_placement(void)
 	if (pfn != UCMA_PFN_NONE)
 		ucma_pages_free(a, pfn);
 	ok(tu_zones_ok(a, "take_free_pageblock freed"), "and after giving it back");
+
+	/* Asked to leave room to grow, it takes the lowest of the free
+	 * pageblocks just below the highest (up to grow - 1 of them); a
+	 * preferred free pageblock is taken as it is. */
+	b = UCMA_PFN_NONE;
+	for (uint32_t c = pb_end(cma()); b == UCMA_PFN_NONE && c-- > pb_first(cma());)
+		if (a->blocks[c].deferred || a->blocks[c].nr_free == PB)
+			b = c;
+	e = b;		/* the lowest of up to three free ones below it */
+	while (e != UCMA_PFN_NONE && b - e < 3 && e > pb_first(cma()) &&
+	       (a->blocks[e - 1].deferred || a->blocks[e - 1].nr_free == PB))
+		e--;
+	pfn = ucma_zone_take_free_pageblock(cma(), always, UCMA_OWN_LENT, 0, UCMA_PFN_NONE, 4,
+					    &dirty);
+	ok(b != UCMA_PFN_NONE && e < b && pfn == e * PB,
+	   "grow 4: the free pageblocks below the highest one (up to three) are left above the "
+	   "one taken (pfn %u, pageblocks %u-%u free)", pfn, e, b);
+	pfn2 = ucma_zone_take_free_pageblock(cma(), always, UCMA_OWN_LENT, 0, pfn + PB, 4,
+					     &dirty);
+	ok(pfn2 == pfn + PB, "the pageblock after it, preferred, is taken (pfn %u)", pfn2);
+	if (pfn2 != UCMA_PFN_NONE) {
+		pfn3 = ucma_zone_take_free_pageblock(cma(), always, UCMA_OWN_LENT, 0, pfn2, 1,
+						     &dirty);
+		ok(pfn3 == b * PB && pfn2 != b * PB, "a preferred pageblock that is not free is passed over: the "
+		   "highest (pfn %u)", pfn3);
+		if (pfn3 != UCMA_PFN_NONE)
+			ucma_pages_free(a, pfn3);
+		ucma_pages_free(a, pfn2);
+	}
+	if (pfn != UCMA_PFN_NONE)
+		ucma_pages_free(a, pfn);
+	ok(tu_zones_ok(a, "take_free_pageblock grow"), "zone check passes");
 }
 
 static void test_compaction(void)

@@ -450,6 +450,78 @@ static void case_heap_window(void)
 	ok(zones_ok(), "zone invariants hold");
 }
 
+/* Mappings of this process that overlap [lo, hi). */
+static int mappings_over(uintptr_t lo, uintptr_t hi)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	int n = 0;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long l, h;
+
+		if (sscanf(line, "%lx-%lx", &l, &h) == 2 && l < hi && h > lo)
+			n++;
+	}
+	fclose(f);
+	return n;
+}
+
+/*
+ * A growing heap on lent frames: each pageblock lent next to a lent one
+ * gets the frame whose file offset continues its neighbour's, so the
+ * kernel merges their mappings (one per lent pageblock cost a GiB of heap
+ * a thousand of vm.max_map_count's 65,530).  Taking back a pageblock in
+ * the middle of a merged mapping splits it, data intact.
+ */
+static void case_mappings_merge(void)
+{
+	enum { NB = 32 };
+	const size_t bs = 3 * MiB;
+	struct ucma_config cfg = cfg_of(256 * MiB, 128 * MiB);
+	char *b[NB], *buf;
+	bool good = true, framed, filled, moved;
+	uint64_t lent;
+	uintptr_t lo, hi;
+	int maps, after;
+
+	ucma_defer_drain();
+	ucma_test_reset();
+	if (ucma_init(&cfg) != 0 || !(a = ucma_arena_get())) {
+		ok(0, "ucma_init: %s", strerror(errno));
+		return;
+	}
+	lo = (uintptr_t)ucma_pfn_to_addr(a, a->zones[UCMA_ZONE_NORMAL].start_pfn);
+	hi = (uintptr_t)ucma_pfn_to_addr(a, a->zones[UCMA_ZONE_NORMAL].end_pfn);
+	filled = heap_fill(b, NB, bs, &framed);
+	lent = stat_of("lend_heap_pageblocks");
+	maps = mappings_over(lo, hi);
+	ok(filled && framed && lent >= 32 && maps > 0 && (uint64_t)maps <= lent / 16 + 4,
+	   "%llu pageblocks of a growing heap lent, in %d mappings over the heap's %zu MiB "
+	   "(one per pageblock before)",
+	   (unsigned long long)lent, maps, (size_t)(hi - lo) / MiB);
+	errno = 0;
+	moved = ucma_unlend(b[NB / 2], bs) == 0;
+	after = mappings_over(lo, hi);
+	for (int i = 0; i < NB; i++)
+		good &= b[i] && block_good(b[i], bs, 7000 + (uint64_t)i * 100);
+	ok(moved && !on_frame(b[NB / 2]) && !on_frame(b[NB / 2] + bs - 1) && good &&
+		   stat_of("lend_heap_pageblocks") < lent && after > maps,
+	   "ucma_unlend in the middle of a merged mapping splits it (%d mappings), data "
+	   "intact: %s", after, moved ? "taken back" : strerror(errno));
+	buf = ucma_alloc(128 * MiB, 0, 0);
+	good = true;
+	for (int i = 0; i < NB; i++)
+		good &= block_good(b[i], bs, 7000 + (uint64_t)i * 100) && !on_frame(b[i]);
+	ok(buf && good && stat_of("lend_heap_pageblocks") == 0,
+	   "ucma_alloc of the whole area takes every merged run back, data intact");
+	ucma_release(buf);
+	blocks_free(b, NB);
+	ok(zones_ok(), "zone invariants hold");
+}
+
 /* The same heap without lending: the CMA area is reserved beside it. */
 static void case_no_heap_window(void)
 {
@@ -2222,6 +2294,7 @@ int main(void)
 	run("memory events delivered", case_events_delivered);
 	run("heap window", case_heap_window);
 	run("no heap window", case_no_heap_window);
+	run("lent mappings merge", case_mappings_merge);
 	run("writers", case_writers);
 	run("kernel writes", case_kernel_writes);
 	run("signal handler", case_signal);
