@@ -522,9 +522,19 @@ static void say_step_skipped(struct ucma_arena *a, int backing)
 }
 
 /* Does step @backing use a file?  Hugetlb and plain pages do; transparent
- * huge pages only where shmem gets them (private memory has them anyway). */
+ * huge pages only where shmem gets them (private memory has them anyway).
+ * No shmem file under strict overcommit accounting (vm.overcommit_memory
+ * = 2): the kernel charges a shmem page when it is first touched, and a
+ * page it refuses then is SIGBUS in whoever touched it, the program or the
+ * compaction thread, where ucma_alloc() had said yes.  Private memory is
+ * charged whole at mmap, where a refusal is a clean ENOMEM; a hugetlb
+ * file reserves its pool pages at mmap too. */
 static bool step_has_file(int backing)
 {
+	if (is_hugetlb(backing))
+		return true;
+	if (ucma_os_overcommit_strict())
+		return false;
 	return backing != UCMA_BACKING_THP || ucma_os_shmem_thp_available();
 }
 
@@ -547,6 +557,11 @@ static int map_next_step(void)
 			say_step_skipped(a, backing);
 			continue;
 		}
+		if (!is_hugetlb(backing) && ucma_os_overcommit_strict() && fb.o->verbose &&
+		    (backing != UCMA_BACKING_THP || ucma_os_shmem_thp_available()))
+			ucma_log("CMA areas: private memory, no file: vm.overcommit_memory is 2 "
+				 "(strict), which charges a file's pages only when first touched, "
+				 "and a page refused then is SIGBUS");
 		for (i = 0; i < a->nr_areas; i++) {
 			int rc = step_has_file(backing) ? map_area_file(&a->areas[i], backing) :
 							  STEP_NO_FILE;
@@ -588,8 +603,8 @@ bool ucma_frames_expect_lendable(const struct ucma_options *o)
 			backing = chain[i];
 	switch (backing) {
 	case UCMA_BACKING_HUGETLB_2M:
-	case UCMA_BACKING_NONE:
 		return true;
+	case UCMA_BACKING_NONE:
 	case UCMA_BACKING_THP:
 		return step_has_file(backing);
 	default:
@@ -1299,7 +1314,9 @@ static void child_recreate(struct ucma_arena *a, bool copy)
 			continue;
 		c[k].copy = copy;
 		c[k].unshared = fork_ctx.unshared >> k & 1;
-		c[k].fd = child_file(&a->areas[k]);
+		/* Strict overcommit: private memory, as at start-up
+		 * (step_has_file()). */
+		c[k].fd = ucma_os_overcommit_strict() ? -1 : child_file(&a->areas[k]);
 		if (c[k].fd < 0 && copy) {
 			c[k].scratch = ucma_os.mmap(NULL, f->size, PROT_READ | PROT_WRITE,
 						    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1,

@@ -448,6 +448,9 @@ static const char *off_reason(struct ucma_arena *a, const struct ucma_options *o
 	}
 	for (int k = 0; k < a->nr_areas; k++)
 		any |= lend.lendable[k];
+	if (!any && ucma_os_overcommit_strict())
+		return "no CMA area has 2 MiB frames on a file: under vm.overcommit_memory=2 "
+		       "only hugetlb pages give them (free 2 MiB pages in the pool)";
 	if (!any)
 		return "no CMA area has 2 MiB frames on a file: the areas are private memory or "
 		       "1 GiB pages (free 2 MiB hugetlb pages, shmem with huge pages, or "

@@ -226,6 +226,15 @@ static uint64_t os_mem_available(void)
 	return strtoull(line + strlen("MemAvailable:"), NULL, 10) << 10;	/* kB */
 }
 
+static int os_overcommit_mode(void)
+{
+	char buf[16];
+
+	if (!read_text("/proc/sys/vm/overcommit_memory", buf, sizeof(buf)))
+		return -1;
+	return (int)strtol(buf, NULL, 10);
+}
+
 struct ucma_os_ops ucma_os = {
 	.mmap = os_mmap,
 	.munmap = os_munmap,
@@ -237,6 +246,7 @@ struct ucma_os_ops ucma_os = {
 	.thread_create = os_thread_create,
 	.hugetlb_free_pages = os_hugetlb_free_pages,
 	.mem_available = os_mem_available,
+	.overcommit_mode = os_overcommit_mode,
 	.memfd_create = os_memfd_create,
 	.ftruncate = os_ftruncate,
 	.fallocate = os_fallocate,
@@ -288,6 +298,7 @@ void ucma_os_reset(void)
 	ucma_os.thread_create = os_thread_create;
 	ucma_os.hugetlb_free_pages = os_hugetlb_free_pages;
 	ucma_os.mem_available = os_mem_available;
+	ucma_os.overcommit_mode = os_overcommit_mode;
 	ucma_os.memfd_create = os_memfd_create;
 	ucma_os.ftruncate = os_ftruncate;
 	ucma_os.fallocate = os_fallocate;
@@ -364,6 +375,11 @@ static bool thp_setting(const char *file, char *buf, size_t len)
 uint64_t ucma_os_mem_available(void)
 {
 	return ucma_os.mem_available();
+}
+
+bool ucma_os_overcommit_strict(void)
+{
+	return ucma_os.overcommit_mode() == 2;
 }
 
 /* THP is usable unless the administrator set it to "never". */

@@ -65,6 +65,8 @@ struct ucma_os_ops {
 	long (*hugetlb_free_pages)(size_t page_size);
 	/* MemAvailable of /proc/meminfo in bytes; 0 if unknown */
 	uint64_t (*mem_available)(void);
+	/* vm.overcommit_memory: 0 heuristic, 1 always, 2 strict; -1 if unknown */
+	int (*overcommit_mode)(void);
 	/* the files behind the CMA areas (frames.c) */
 	int (*memfd_create)(const char *name, unsigned flags);
 	int (*ftruncate)(int fd, off_t len);
@@ -90,6 +92,9 @@ UCMA_INTERNAL bool ucma_os_thp_available(void);
  * /proc/meminfo), read without allocating; 0 when unknown. */
 UCMA_INTERNAL uint64_t ucma_os_mem_available(void);
 UCMA_INTERNAL bool ucma_os_shmem_thp_available(void);
+/* Is vm.overcommit_memory 2 (strict accounting)?  Shmem pages are then
+ * charged when first touched, and one the kernel refuses is SIGBUS. */
+UCMA_INTERNAL bool ucma_os_overcommit_strict(void);
 UCMA_INTERNAL int ucma_os_pagemap(const void *addr, uint64_t *phys);
 /* Physical address of the first page of each of @n pieces of @stride bytes
  * from @addr (0: not present); -1 with EPERM / ENOTSUP as above. */

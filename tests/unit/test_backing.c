@@ -24,6 +24,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "frames.h"
 
 #include <errno.h>
 #include <numa.h>
@@ -43,6 +44,7 @@
 
 static struct ucma_arena *a;
 static bool thp_ok;		/* THP is not "never" */
+static int (*real_overcommit_mode)(void);
 
 /* Start again with @cfg; returns the arena or NULL (errno set). */
 static struct ucma_arena *start(const struct ucma_config *cfg)
@@ -284,6 +286,76 @@ static void test_plain_and_thp(void)
 	check_config("normal auto", base_cfg(32 * MiB, 16 * MiB, UCMA_BACKING_NONE, 0),
 		     UCMA_BACKING_NONE, thp_or_none());
 	unsetenv("UCMA_HUGEPAGES_NORMAL");
+}
+
+/* vm.overcommit_memory as the library sees it, for the strict cases. */
+static int strict_mode(void)
+{
+	return 2;
+}
+
+/*
+ * A fork child's view of the CMA area under strict overcommit: @p, a page
+ * of it the parent filled with 7s, is there with its data, on private
+ * memory (no file), and a new movable object can be written.
+ */
+static int fork_strict_child(volatile char *p)
+{
+	int status;
+	pid_t pid;
+
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		const struct ucma_frames *f = ucma_area_frames(&ucma_arena_get()->areas[0]);
+		ucma_handle_t h;
+		char *q;
+
+		if (p[0] != 7 || p[UCMA_PAGE_SIZE - 1] != 7)
+			_exit(3);
+		if (f->fd >= 0 || f->kind != UCMA_FILE_ANON)
+			_exit(4);
+		h = ucma_halloc(5000, UCMA_H_ZERO);
+		q = h ? ucma_pin(h, 0) : NULL;
+		if (!q || q[4999] != 0)
+			_exit(5);
+		memset(q, 9, 5000);
+		ucma_unpin(h);
+		_exit(0);
+	}
+	if (pid < 0 || waitpid(pid, &status, 0) != pid)
+		return -1;
+	return status;
+}
+
+/*
+ * Under strict overcommit accounting (vm.overcommit_memory = 2) the kernel
+ * charges a shmem page when it is first touched, and one it refuses then
+ * is SIGBUS in whoever touched it, where ucma_halloc() had said yes.  So
+ * no CMA area is a shmem file there: private memory, charged at mmap.
+ * The sysctl is the system's; the library is told it through its table.
+ */
+static void test_strict_overcommit(void)
+{
+	struct ucma_config cfg = base_cfg(32 * MiB, 16 * MiB, UCMA_BACKING_NONE, UCMA_BACKING_NONE);
+	int (*mode)(void) = ucma_os.overcommit_mode;
+	const struct ucma_frames *f;
+
+	ok(start(&cfg) && ucma_area_frames(&a->areas[0])->kind == UCMA_FILE_SHMEM,
+	   "UCMA_HUGEPAGES=none: the CMA area is a shmem file of 4 KiB pages");
+	ucma_os.overcommit_mode = strict_mode;
+	f = start(&cfg) ? ucma_area_frames(&a->areas[0]) : NULL;
+	ok(f && f->fd < 0 && f->kind == UCMA_FILE_ANON && !ucma_frames_expect_lendable(&ucma_opt),
+	   "under vm.overcommit_memory=2 it is private memory, no file, nothing to lend (%s)",
+	   f ? ucma_frame_file_str(f->kind) : strerror(errno));
+	ok(f && touch_zone(UCMA_ZONE_CMA, 2 * UCMA_PAGEBLOCK_PAGES),
+	   "under vm.overcommit_memory=2: 4 MiB of the CMA zone written and read back");
+	cfg = base_cfg(32 * MiB, 16 * MiB, UCMA_BACKING_AUTO, UCMA_BACKING_NONE);
+	f = start(&cfg) ? ucma_area_frames(&a->areas[0]) : NULL;
+	ok(f && f->kind != UCMA_FILE_SHMEM,
+	   "under vm.overcommit_memory=2 the automatic backing makes no shmem file either (%s)",
+	   f ? ucma_frame_file_str(f->kind) : strerror(errno));
+	ucma_os.overcommit_mode = mode;
 }
 
 /*
@@ -612,7 +684,7 @@ static void test_populate(void)
 /* Hugetlb cases, each in a child process holding the pool lock             */
 /* ------------------------------------------------------------------------ */
 
-#define HUGE2M_CHECKS (3 * CASE_CHECKS + 5)
+#define HUGE2M_CHECKS (3 * CASE_CHECKS + 6)
 
 /* Is every page of [p, p + len) physically where the first one says? */
 static bool phys_verified(const char *p, size_t len)
@@ -698,6 +770,22 @@ static void case_hugetlb_2m(void)
 	ok(((char *)ucma_pfn_to_addr(a, pfn))[0] == 7 && touch_zone(UCMA_ZONE_CMA, 512),
 	   "the parent's hugetlb CMA zone is intact after fork");
 	ucma_pages_free(a, pfn);
+
+	/* Under strict overcommit the child's copy of a hugetlb area goes
+	 * to private memory, not to a shmem file (test_strict_overcommit()). */
+	cfg.cma_dontfork = 0;
+	ucma_os.overcommit_mode = strict_mode;
+	pfn = start(&cfg) ? ucma_pages_alloc(a, 1, UCMA_GFP_MOVABLE) : UCMA_PFN_NONE;
+	if (pfn != UCMA_PFN_NONE)
+		memset(ucma_pfn_to_addr(a, pfn), 7, UCMA_PAGE_SIZE);
+	status = pfn != UCMA_PFN_NONE ? fork_strict_child(ucma_pfn_to_addr(a, pfn)) : -1;
+	ucma_os.overcommit_mode = real_overcommit_mode;
+	ok(pfn != UCMA_PFN_NONE && ucma_area_frames(&a->areas[0])->kind == UCMA_FILE_HUGETLB &&
+		   WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	   "under vm.overcommit_memory=2 a hugetlb area stays a file, and a fork child gets "
+	   "its data on private memory, no shmem file (status %#x)", status);
+	if (pfn != UCMA_PFN_NONE)
+		ucma_pages_free(a, pfn);
 	check_phys_contig();
 }
 
@@ -789,11 +877,13 @@ int main(void)
 	plan_no_plan();
 	tu_clear_env();
 	thp_ok = ucma_os_thp_available();
+	real_overcommit_mode = ucma_os.overcommit_mode;
 	diag("THP %s; free hugetlb pages: 2M %ld, 1G %ld; %s", thp_ok ? "usable" : "never",
 	     ucma_os_hugetlb_free_pages(UCMA_PAGEBLOCK_SIZE), ucma_os_hugetlb_free_pages(GiB),
 	     geteuid() == 0 ? "root" : "not root");
 
 	test_plain_and_thp();
+	test_strict_overcommit();
 	test_thp_grows();
 	test_names();
 	test_alignment();
