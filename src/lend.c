@@ -1006,7 +1006,7 @@ static char *aligned_map(void)
 /*
  * The destination of a take-back's copy: a whole pageblock of private
  * memory, populated from byte @from on, so that no fault lengthens the
- * window (*@populated false: it could not be).  Where the NORMAL zone uses
+ * window (*@populated false: it could not be, errno saying why).  Where the NORMAL zone uses
  * transparent huge pages at all (@advice not -1) and the whole pageblock
  * is wanted (*@huge), it is aligned and faulted in as one huge page: one
  * fault and one 2 MiB clear instead of 512 of each, which was most of a
@@ -1018,6 +1018,7 @@ static char *aligned_map(void)
 static char *staging_map(size_t from, int advice, bool *populated, bool *huge)
 {
 	char *p;
+	int err;
 
 	*huge = !from && advice >= 0;
 	if (!*huge)
@@ -1027,8 +1028,10 @@ static char *staging_map(size_t from, int advice, bool *populated, bool *huge)
 	if (p == MAP_FAILED)
 		return p;
 	*populated = ucma_os.madvise(p + from, UCMA_PAGEBLOCK_SIZE - from, MADV_POPULATE_WRITE) == 0;
+	err = errno;
 	if (*huge && advice != MADV_HUGEPAGE)
 		ucma_os.madvise(p, UCMA_PAGEBLOCK_SIZE, advice);
+	errno = err;
 	return p;
 }
 
@@ -1101,6 +1104,16 @@ static int migrate(struct ucma_arena *a, uint32_t pb, uint32_t cma_pb, size_t pi
 	staging = staging_map(from, advice, &populated, &huge);
 	if (staging == MAP_FAILED)
 		return -1;
+	/*
+	 * No memory for the copy (a memory cgroup at its limit, say): the
+	 * copy's own faults would not get it either, and where the cgroup's
+	 * OOM killer is off they wait for it for good, inside ucma_alloc().
+	 * Refused now, before anything moved, the take-back fails with ENOMEM
+	 * and the pageblock stays lent.  Other refusals (a kernel without the
+	 * advice) leave the copy to fault as it goes.
+	 */
+	if (!populated && errno == ENOMEM)
+		goto fail_unmap;
 	step = huge ? UCMA_PAGEBLOCK_SIZE : piece;
 	/* Faults of the copy's source in the area's mapping (touched there
 	 * maybe never) would lengthen the window too, if it is read there. */

@@ -1976,10 +1976,21 @@ static bool block_falls_back(bool *refuse, uint64_t seed)
 	return good;
 }
 
+/* MADV_POPULATE_WRITE refused for want of memory; the rest as it is. */
+static int populate_nomem(void *addr, size_t len, int advice)
+{
+	if (advice == MADV_POPULATE_WRITE) {
+		errno = ENOMEM;
+		return -1;
+	}
+	return real.madvise(addr, len, advice);
+}
+
 static void case_faults(void)
 {
 	char *blk;
 	uint64_t fails;
+	int rc, err;
 
 	if (!start()) {
 		ok(0, "ucma_init: %s", strerror(errno));
@@ -1998,8 +2009,6 @@ static void case_faults(void)
 	/* The kernel's own errors mean other things in ucma_unlend(3): EINVAL
 	 * is a range that wraps, EAGAIN a call inside the allocator. */
 	{
-		int rc, err;
-
 		fail_errno = EINVAL;
 		rc = ucma_unlend(blk, 4 * MiB);
 		err = errno;
@@ -2045,6 +2054,24 @@ static void case_faults(void)
 		   "ucma_alloc finishes the take-back: writes on both sides of the break kept");
 		ucma_release(buf);
 	}
+	ucma_free(blk);
+	ucma_trim();
+
+	/* No memory for the copy: refused before anything moves (the copy's
+	 * faults waited for good in a memory cgroup whose OOM killer is off). */
+	blk = block_new(4 * MiB, 65);
+	fails = stat_of("lend_heap_migrate_fail");
+	ucma_os.madvise = populate_nomem;
+	errno = 0;
+	rc = ucma_unlend(blk, 4 * MiB);
+	err = errno;
+	ok(rc == -1 && err == ENOMEM && on_frame(blk) && block_good(blk, 4 * MiB, 65) &&
+		   stat_of("lend_heap_migrate_fail") > fails,
+	   "no memory to populate the copy: ucma_unlend fails with ENOMEM, the block stays "
+	   "on its frame, data intact (%s)", strerror(err));
+	ucma_os.madvise = real.madvise;
+	ok(ucma_unlend(blk, 4 * MiB) == 0 && !on_frame(blk) && block_good(blk, 4 * MiB, 65),
+	   "then it works, data intact");
 	ucma_free(blk);
 	ucma_trim();
 
