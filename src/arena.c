@@ -152,12 +152,20 @@ static void report_fallback(const struct ucma_options *o, const char *var, int w
 /*
  * UCMA_POPULATE: fault the arena's memory in now, a piece at a time, and
  * stop while the kernel still has memory to give: an arena larger than
- * what is free (UCMA_ARENA_SIZE=1T) would otherwise end in the OOM killer.
+ * what is free (UCMA_ARENA_SIZE=1T), or than the memory cgroup allows (a
+ * container), would otherwise end in the OOM killer.
  * Pieces on hugetlb pages, reserved at mmap() time, cost nothing of what
  * MemAvailable counts, so they pass.
  */
 #define POPULATE_PIECE   ((size_t)64 << 20)
 #define POPULATE_SPARE   ((uint64_t)256 << 20)	/* left to the rest of the system */
+
+uint64_t ucma_populate_short(size_t len)
+{
+	uint64_t avail = ucma_os_mem_available();
+
+	return avail && avail < len + POPULATE_SPARE ? avail : 0;
+}
 
 static bool populate_arena(struct ucma_arena *a, size_t len)
 {
@@ -165,11 +173,12 @@ static bool populate_arena(struct ucma_arena *a, size_t len)
 
 	while (done < len) {
 		size_t n = len - done < POPULATE_PIECE ? len - done : POPULATE_PIECE;
-		uint64_t avail = ucma_os_mem_available();
+		uint64_t avail = ucma_populate_short(n);
 
-		if (avail && avail < n + POPULATE_SPARE) {
-			ucma_log("UCMA_POPULATE: stopped after %zu of %zu MiB: the system has "
-				 "%llu MiB available (UCMA_ARENA_SIZE is larger than what can be "
+		if (avail) {
+			ucma_log("UCMA_POPULATE: stopped after %zu of %zu MiB: %llu MiB available "
+				 "(MemAvailable, or the memory cgroup's limit less its use where "
+				 "that is less; UCMA_ARENA_SIZE is larger than what can be "
 				 "prefaulted)", done >> 20, len >> 20,
 				 (unsigned long long)(avail >> 20));
 			return false;

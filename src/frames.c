@@ -338,6 +338,7 @@ static struct frames_build {
 	const struct ucma_options *o;
 	size_t step;			/* index in chain[] being tried */
 	bool frame_numbers;		/* pagemap shows this process frame numbers */
+	bool unpopulated;		/* UCMA_POPULATE left an area as it was */
 } fb;
 
 static const int chain[] = { UCMA_BACKING_HUGETLB_1G, UCMA_BACKING_HUGETLB_2M, UCMA_BACKING_THP,
@@ -407,11 +408,24 @@ static int allocate_area(struct ucma_cma_area *area)
 	struct ucma_frames *f = area->frames;
 	bool populate = fb.o->populate;
 	void *base = (void *)f->base;
+	uint64_t short_of;
 
+	/* Hugetlb pages are the pool's, reserved at mmap: they pass.  The
+	 * rest stops where the arena's populating stops (arena.c). */
+	if (populate && f->kind != UCMA_FILE_HUGETLB && (short_of = ucma_populate_short(f->size))) {
+		ucma_log("UCMA_POPULATE: CMA area %s not prefaulted: %llu MiB available "
+			 "(MemAvailable, or the memory cgroup's limit less its use where that is "
+			 "less) for its %zu MiB", area->name, (unsigned long long)(short_of >> 20),
+			 f->size >> 20);
+		populate = false;
+		fb.unpopulated = true;
+	}
 	if (f->kind == UCMA_FILE_ANON) {
-		if (populate && ucma_os.madvise(base, f->size, MADV_POPULATE_WRITE) != 0)
+		if (populate && ucma_os.madvise(base, f->size, MADV_POPULATE_WRITE) != 0) {
 			ucma_log("UCMA_POPULATE: could not prefault CMA area %s: %s", area->name,
 				 strerror(errno));
+			fb.unpopulated = true;
+		}
 	} else if (f->kind == UCMA_FILE_HUGETLB) {
 		/* Every page now, where the policy just applied puts it. */
 		if (ucma_os.fallocate(f->fd, 0, 0, (off_t)f->size) != 0 ||
@@ -616,7 +630,7 @@ int ucma_frames_map_areas(struct ucma_arena *a, const struct ucma_options *o)
 {
 	uint64_t probe = 0;
 
-	fb = (struct frames_build){ a, o, 0, false };
+	fb = (struct frames_build){ .a = a, .o = o };
 	/* Frame numbers are visible or hidden for the whole process: ask
 	 * about a page that surely is present (this stack). */
 	fb.frame_numbers = ucma_os_pagemap(&probe, &probe) == 0;
@@ -721,6 +735,9 @@ int ucma_frames_allocate(struct ucma_arena *a,
 	}
 	apply_dontfork(a, fb.o);
 	a->zones[UCMA_ZONE_CMA].file_backed = any_file(a);
+	/* Not prefaulted after all: zone.c populates migration copies. */
+	if (fb.unpopulated)
+		a->zones[UCMA_ZONE_CMA].prefaulted = false;
 	for (int k = 0; fb.o->verbose && k < a->nr_areas; k++)
 		report(&a->areas[k]);
 	return backing;

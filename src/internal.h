@@ -376,6 +376,10 @@ static inline struct ucma_zone *ucma_pfn_zone(struct ucma_arena *a, uint32_t pfn
 /* arena.c */
 struct ucma_options;
 UCMA_INTERNAL int ucma_arena_create(const struct ucma_options *o, struct ucma_arena **out);
+/* UCMA_POPULATE: 0 when prefaulting @len bytes more leaves the rest of the
+ * system its share of the memory available (the process's memory cgroup's,
+ * where that is less); else the bytes available. */
+UCMA_INTERNAL uint64_t ucma_populate_short(size_t len);
 UCMA_INTERNAL void ucma_arena_destroy(struct ucma_arena *a);
 UCMA_INTERNAL const char *ucma_backing_str(int backing);
 UCMA_INTERNAL struct ucma_cma_area *ucma_area_find(struct ucma_arena *a, const char *name);

@@ -214,16 +214,110 @@ static long os_hugetlb_free_pages(size_t page_size)
 	return free_pages;
 }
 
+static uint64_t at_most(uint64_t a, uint64_t b)
+{
+	return a < b ? a : b;
+}
+
+/* The number at the start of the kernel file @dir/@name, or UINT64_MAX
+ * when it cannot be read or says "max" (no limit). */
+static uint64_t cgroup_number(const char *dir, const char *name)
+{
+	char path[640], buf[32];
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, name) >= sizeof(path) ||
+	    !read_text(path, buf, sizeof(buf)) || buf[0] < '0' || buf[0] > '9')
+		return UINT64_MAX;
+	return strtoull(buf, NULL, 10);
+}
+
+/* What the memory cgroup at @dir (a v2 directory) and each of its
+ * ancestors up to the mount's root still allow: the least of limit less
+ * usage, UINT64_MAX where none has a limit. */
+static uint64_t cgroup2_headroom(char *dir, size_t root_len)
+{
+	uint64_t least = UINT64_MAX;
+
+	for (;;) {
+		uint64_t max = cgroup_number(dir, "memory.max"),
+			 cur = cgroup_number(dir, "memory.current");
+		char *slash;
+
+		if (max != UINT64_MAX && cur != UINT64_MAX)
+			least = at_most(least, max > cur ? max - cur : 0);
+		slash = strrchr(dir, '/');
+		if (!slash || (size_t)(slash - dir) < root_len)
+			return least;
+		*slash = '\0';
+	}
+}
+
+/*
+ * What the process's memory cgroup still allows, from /proc/self/cgroup:
+ * cgroup v2 ("0::/path", every ancestor's memory.max counted), or v1's
+ * memory controller (the cgroup's hierarchical limit, its ancestors'
+ * included, less its usage).  UINT64_MAX when there is no limit or it
+ * cannot be read.  In a container the mount shows the container's own
+ * cgroup as its root, which /proc/self/cgroup then names "/".
+ */
+static uint64_t cgroup_headroom(void)
+{
+	static const char v2[] = "/sys/fs/cgroup", v1[] = "/sys/fs/cgroup/memory";
+	char buf[2048], dir[512];	/* longer paths: not looked at */
+	uint64_t least = UINT64_MAX;
+
+	if (!read_text("/proc/self/cgroup", buf, sizeof(buf)))
+		return UINT64_MAX;
+	for (char *line = buf, *next; line && *line; line = next) {
+		char *ctl, *path;
+
+		next = strchr(line, '\n');
+		if (next)
+			*next++ = '\0';
+		ctl = strchr(line, ':');
+		path = ctl ? strchr(ctl + 1, ':') : NULL;
+		if (!path)
+			continue;
+		*path++ = '\0';
+		ctl++;
+		if (strcmp(ctl, "") == 0) {
+			if ((size_t)snprintf(dir, sizeof(dir), "%s%s", v2,
+					     strcmp(path, "/") == 0 ? "" : path) < sizeof(dir))
+				least = at_most(least, cgroup2_headroom(dir, sizeof(v2) - 1));
+		} else if (strstr(ctl, "memory") &&
+			   (size_t)snprintf(dir, sizeof(dir), "%s%s", v1,
+					    strcmp(path, "/") == 0 ? "" : path) < sizeof(dir)) {
+			char stat[2048], *hl;	/* the limit is in its first lines */
+			uint64_t usage = cgroup_number(dir, "memory.usage_in_bytes"), limit;
+			char spath[640];
+
+			snprintf(spath, sizeof(spath), "%s/memory.stat", dir);
+			hl = read_text(spath, stat, sizeof(stat)) ?
+				     strstr(stat, "hierarchical_memory_limit ") : NULL;
+			limit = hl ? strtoull(hl + strlen("hierarchical_memory_limit "), NULL, 10) :
+				     cgroup_number(dir, "memory.limit_in_bytes");
+			/* "No limit" is the largest multiple of the page size. */
+			if (usage != UINT64_MAX && limit < ((uint64_t)1 << 62))
+				least = at_most(least, limit > usage ? limit - usage : 0);
+		}
+	}
+	return least;
+}
+
+/* MemAvailable, or what the memory cgroup allows where that is less. */
 static uint64_t os_mem_available(void)
 {
 	char buf[4096], *line;
+	uint64_t avail, cg;
 
 	if (!read_text("/proc/meminfo", buf, sizeof(buf)))
 		return 0;
 	line = strstr(buf, "MemAvailable:");
 	if (!line)
 		return 0;
-	return strtoull(line + strlen("MemAvailable:"), NULL, 10) << 10;	/* kB */
+	avail = strtoull(line + strlen("MemAvailable:"), NULL, 10) << 10;	/* kB */
+	cg = cgroup_headroom();
+	return cg < avail ? (cg ? cg : 1) : avail;
 }
 
 static int os_overcommit_mode(void)

@@ -24,7 +24,11 @@
  *    already, and nothing is populated again;
  *  - prefaulting stops while the system still has memory to give
  *    (MemAvailable, faked through the ucma_os table), where an arena
- *    larger than memory (UCMA_ARENA_SIZE=1T) ended in the OOM killer.
+ *    larger than memory (UCMA_ARENA_SIZE=1T) ended in the OOM killer;
+ *    the CMA area's too, which was prefaulted whatever was left;
+ *  - (root) in a memory cgroup smaller than the arena the cgroup's limit
+ *    is what is available, and UCMA_POPULATE stops there: the program
+ *    was killed by the cgroup's OOM killer before main().
  *
  * SPDX-License-Identifier: MIT
  */
@@ -36,7 +40,9 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -336,9 +342,24 @@ static uint64_t fake_available(void)
 	return ((uint64_t)400 << 20) - populated_bytes;
 }
 
+/* Mappings made with MAP_POPULATE (a shmem CMA area's prefaulting). */
+static uint64_t populate_mapped;
+
+static void *count_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	void *p = mmap(addr, len, prot, flags, fd, off);
+
+	if (p != MAP_FAILED && (flags & MAP_POPULATE))
+		populate_mapped += len;
+	return p;
+}
+
 static void test_populate_bounded(void)
 {
-	static struct { uint64_t populated; int init_ok, prefaulted, alloc_ok; } *r;
+	static struct {
+		uint64_t populated, mapped;
+		int init_ok, prefaulted, cma_prefaulted, alloc_ok;
+	} *r;
 	pid_t pid;
 	int st;
 
@@ -355,12 +376,15 @@ static void test_populate_bounded(void)
 		void *p;
 
 		ucma_os.madvise = count_madvise;
+		ucma_os.mmap = count_mmap;
 		ucma_os.mem_available = fake_available;
 		if (ucma_init(&cfg) != 0)
 			_exit(1);
 		r->init_ok = 1;
 		r->populated = populated_bytes;
+		r->mapped = populate_mapped;
 		r->prefaulted = ucma_arena_get()->zones[UCMA_ZONE_NORMAL].prefaulted;
+		r->cma_prefaulted = ucma_arena_get()->zones[UCMA_ZONE_CMA].prefaulted;
 		p = ucma_malloc(100 * MiB);
 		if (p)
 			tu_fill(p, 100 * MiB, 7);
@@ -373,6 +397,106 @@ static void test_populate_bounded(void)
 	ok(r->populated == 128 * MiB && !r->prefaulted,
 	   "prefaulting stopped at 128 of 256 MiB, 256 MiB left to the system (%llu MiB); "
 	   "the zone is not taken as prefaulted", (unsigned long long)(r->populated >> 20));
+	ok(r->mapped == 0 && !r->cma_prefaulted,
+	   "the 32 MiB CMA area is not prefaulted either: 272 MiB left (%llu MiB mapped with "
+	   "MAP_POPULATE)", (unsigned long long)(r->mapped >> 20));
+	munmap(r, sizeof(*r));
+}
+
+/*
+ * A memory cgroup of the process's own: v1's memory controller, or v2's
+ * where the root's subtree has it.  Its directory in @dir; false when
+ * neither can be had (not root, no controller).
+ */
+static bool cgroup_make(char *dir, size_t len, size_t limit)
+{
+	char path[600], want[32];
+	FILE *f;
+
+	snprintf(want, sizeof(want), "%zu", limit);
+	if (access("/sys/fs/cgroup/memory/cgroup.procs", W_OK) == 0) {
+		snprintf(dir, len, "/sys/fs/cgroup/memory/ucma-test.%d", (int)getpid());
+		snprintf(path, sizeof(path), "%s/memory.limit_in_bytes", dir);
+	} else {
+		char ctl[256] = "";
+
+		f = fopen("/sys/fs/cgroup/cgroup.subtree_control", "r");
+		if (!f)
+			return false;
+		if (!fgets(ctl, sizeof(ctl), f))
+			ctl[0] = '\0';
+		fclose(f);
+		if (!strstr(ctl, "memory"))
+			return false;
+		snprintf(dir, len, "/sys/fs/cgroup/ucma-test.%d", (int)getpid());
+		snprintf(path, sizeof(path), "%s/memory.max", dir);
+	}
+	if (mkdir(dir, 0755) != 0)
+		return false;
+	f = fopen(path, "w");
+	if (!f || fputs(want, f) < 0 || fclose(f) != 0) {
+		rmdir(dir);
+		return false;
+	}
+	return true;
+}
+
+/* Move the calling process into the cgroup at @dir. */
+static bool cgroup_enter(const char *dir)
+{
+	char path[600];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/cgroup.procs", dir);
+	f = fopen(path, "w");
+	return f && fprintf(f, "%d\n", (int)getpid()) > 0 && fclose(f) == 0;
+}
+
+static void test_populate_cgroup(void)
+{
+	static struct { uint64_t avail; int init_ok, alloc_ok; } *r;
+	const size_t limit = 256 * MiB;
+	char dir[512];
+	pid_t pid;
+	int st;
+
+	if (geteuid() != 0 || !cgroup_make(dir, sizeof(dir), limit)) {
+		skip(2, "no memory cgroup of our own to make here (root and a memory "
+			"controller needed)");
+		return;
+	}
+	r = tu_shared_results(sizeof(*r));
+	pid = tu_fork();
+	if (pid == 0) {
+		struct ucma_config cfg = {
+			.arena_size = 768 * MiB,
+			.cma_size = 256 * MiB,
+			.hugepages = UCMA_BACKING_NONE,
+			.hugepages_normal = UCMA_BACKING_NONE,
+			.populate = 1,
+		};
+		void *p;
+
+		if (!cgroup_enter(dir))
+			_exit(2);
+		r->avail = ucma_os_mem_available();
+		if (ucma_init(&cfg) != 0)
+			_exit(1);
+		r->init_ok = 1;
+		p = ucma_malloc(16 * MiB);
+		if (p)
+			tu_fill(p, 16 * MiB, 9);
+		r->alloc_ok = p && tu_check(p, 16 * MiB, 9);
+		_exit(0);
+	}
+	st = tu_wait(pid);
+	rmdir(dir);
+	ok(r->avail > 0 && r->avail <= limit,
+	   "in a memory cgroup of 256 MiB, %llu MiB count as available",
+	   (unsigned long long)(r->avail >> 20));
+	ok(WIFEXITED(st) && WEXITSTATUS(st) == 0 && r->init_ok && r->alloc_ok,
+	   "UCMA_POPULATE with a 768 MiB arena there: prefaulting stops, init succeeds, 16 MiB "
+	   "work (status %#x; killed by the cgroup's OOM killer before)", st);
 	munmap(r, sizeof(*r));
 }
 
@@ -386,5 +510,6 @@ int main(void)
 	test_populate_unknown();
 	test_prefaulted();
 	test_populate_bounded();
+	test_populate_cgroup();
 	return done();
 }
