@@ -339,6 +339,7 @@ static struct frames_build {
 	size_t step;			/* index in chain[] being tried */
 	bool frame_numbers;		/* pagemap shows this process frame numbers */
 	bool unpopulated;		/* UCMA_POPULATE left an area as it was */
+	int file_err;			/* why an area's file could not be made, or 0 */
 } fb;
 
 static const int chain[] = { UCMA_BACKING_HUGETLB_1G, UCMA_BACKING_HUGETLB_2M, UCMA_BACKING_THP,
@@ -365,14 +366,17 @@ static int map_area_file(struct ucma_cma_area *area, int backing)
 		mfd |= MFD_HUGETLB | (backing == UCMA_BACKING_HUGETLB_1G ? MFD_HUGE_1GB : MFD_HUGE_2MB);
 	snprintf(name, sizeof(name), "ucma:%s", area->name);
 	f->fd = ucma_os.memfd_create(name, mfd);
-	if (f->fd < 0)
+	if (f->fd < 0) {
+		fb.file_err = errno;
 		return STEP_NO_FILE;
+	}
 	if (ucma_os.ftruncate(f->fd, (off_t)f->size) != 0 ||
 	    ucma_os.mmap((void *)f->base, f->size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
 			 f->fd, 0) == MAP_FAILED) {
 		/* A hugetlb mapping the pool cannot back fails here, cleanly. */
 		int rc = huge && errno == ENOMEM ? STEP_SKIP : STEP_NO_FILE;
 
+		fb.file_err = errno;
 		ucma_os_close(f->fd);
 		f->fd = -1;
 		return rc;
@@ -529,6 +533,11 @@ static void say_step_skipped(struct ucma_arena *a, int backing)
 			 ucma_backing_str(backing), page >> 20);
 		return;
 	}
+	if (ucma_os_hugetlb_free_pages(page) < 0) {
+		ucma_log("CMA areas: no %s: the pool's counts cannot be read (%s)",
+			 ucma_backing_str(backing), strerror(errno));
+		return;
+	}
 	ucma_log("CMA areas: no %s: %ld pages of %zu MiB to be had (free in the pool, and "
 		 "what nr_overcommit_hugepages allows), %zu needed",
 		 ucma_backing_str(backing), ucma_os_hugetlb_free_pages(page), page >> 20,
@@ -682,9 +691,14 @@ static void report(const struct ucma_cma_area *area)
 {
 	const struct ucma_frames *f = area->frames;
 
-	if (f->fd < 0)
+	if (f->fd < 0 && fb.file_err)
+		ucma_log("CMA area %s: private anonymous memory (%s), no frames: its file could "
+			 "not be made (%s)", area->name, ucma_backing_str(f->backing),
+			 strerror(fb.file_err));
+	else if (f->fd < 0)
 		ucma_log("CMA area %s: private anonymous memory (%s), no frames%s", area->name,
 			 ucma_backing_str(f->backing),
+			 ucma_os_overcommit_strict() ? ": vm.overcommit_memory is 2 (strict)" :
 			 f->backing == UCMA_BACKING_THP ?
 				 ": shmem gets no huge pages on this kernel "
 				 "(transparent_hugepage/shmem_enabled); UCMA_HUGEPAGES=none "

@@ -165,19 +165,22 @@ static int os_uffd_ioctl(int fd, unsigned long request, void *arg)
 }
 
 /* The start of the kernel file at @path, as a string in @buf of @len
- * bytes, read without stdio (no allocation); false when it cannot be
- * read or is empty. */
+ * bytes, read without stdio (no allocation); false with errno when it
+ * cannot be read (ENODATA: it is empty). */
 static bool read_text(const char *path, char *buf, size_t len)
 {
 	ssize_t n;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC), err;
 
 	if (fd < 0)
 		return false;
 	n = read(fd, buf, len - 1);
+	err = n < 0 ? errno : ENODATA;
 	ucma_os_close(fd);
-	if (n <= 0)
+	if (n <= 0) {
+		errno = err;
 		return false;
+	}
 	buf[n] = '\0';
 	return true;
 }
@@ -476,12 +479,17 @@ bool ucma_os_overcommit_strict(void)
 	return ucma_os.overcommit_mode() == 2;
 }
 
-/* THP is usable unless the administrator set it to "never". */
+/* THP is usable unless the administrator set it to "never", or the
+ * kernel has none (no settings file).  A file that exists but cannot be
+ * read now (a full descriptor table: the library starts at the program's
+ * first call) says nothing: MADV_HUGEPAGE, asked then, answers. */
 bool ucma_os_thp_available(void)
 {
 	char buf[128];
 
-	return thp_setting("enabled", buf, sizeof(buf)) && strstr(buf, "[never]") == NULL;
+	if (!thp_setting("enabled", buf, sizeof(buf)))
+		return errno != ENOENT;
+	return strstr(buf, "[never]") == NULL;
 }
 
 /*

@@ -33,6 +33,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -286,6 +288,49 @@ static void test_plain_and_thp(void)
 	check_config("normal auto", base_cfg(32 * MiB, 16 * MiB, UCMA_BACKING_NONE, 0),
 		     UCMA_BACKING_NONE, thp_or_none());
 	unsetenv("UCMA_HUGEPAGES_NORMAL");
+}
+
+/*
+ * The library starts at the program's first call, which may come when the
+ * descriptor table is full (a server that used up RLIMIT_NOFILE).  The
+ * THP settings file cannot be opened then (EMFILE): that says nothing
+ * about THP, and the zones on THP stay on THP (they fell back to plain
+ * pages, and UCMA_VERBOSE never said why).
+ */
+static void test_fds_full(void)
+{
+	static int *r;
+	pid_t pid;
+	int st;
+
+	if (!thp_ok) {
+		skip(1, "THP is \"never\" here");
+		return;
+	}
+	r = tu_shared_results(2 * sizeof(*r));
+	pid = tu_fork();
+	if (pid == 0) {
+		struct ucma_config cfg = base_cfg(32 * MiB, 16 * MiB, UCMA_BACKING_THP,
+						  UCMA_BACKING_THP);
+		struct rlimit rl = { 64, 64 };
+
+		ucma_test_reset();
+		if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+			_exit(2);
+		while (dup(0) >= 0)
+			;
+		if (ucma_init(&cfg) != 0)
+			_exit(1);
+		r[0] = ucma_arena_get()->zones[UCMA_ZONE_NORMAL].backing;
+		r[1] = ucma_arena_get()->zones[UCMA_ZONE_CMA].backing;
+		_exit(0);
+	}
+	st = tu_wait(pid);
+	ok(WIFEXITED(st) && WEXITSTATUS(st) == 0 && r[0] == UCMA_BACKING_THP &&
+		   r[1] == UCMA_BACKING_THP,
+	   "descriptor table full at start-up: both zones still on THP (%s, %s; status %#x)",
+	   ucma_backing_str(r[0]), ucma_backing_str(r[1]), st);
+	munmap(r, 2 * sizeof(*r));
 }
 
 /* vm.overcommit_memory as the library sees it, for the strict cases. */
@@ -884,6 +929,7 @@ int main(void)
 
 	test_plain_and_thp();
 	test_strict_overcommit();
+	test_fds_full();
 	test_thp_grows();
 	test_names();
 	test_alignment();
