@@ -160,6 +160,12 @@ static void report_fallback(const struct ucma_options *o, const char *var, int w
 #define POPULATE_PIECE   ((size_t)64 << 20)
 #define POPULATE_SPARE   ((uint64_t)256 << 20)	/* left to the rest of the system */
 
+size_t ucma_arena_span(const struct ucma_options *o)
+{
+	return o->arena_size +
+	       (ucma_lend_wants_frames(o) && ucma_frames_expect_lendable(o) ? o->cma_size : 0);
+}
+
 uint64_t ucma_populate_short(size_t len)
 {
 	uint64_t avail = ucma_os_mem_available();
@@ -322,7 +328,7 @@ int ucma_arena_create(const struct ucma_options *o, struct ucma_arena **out)
 	 * keeps what they leave, as without lending.
 	 */
 	own_size = o->arena_size - cma_size;
-	heap_window = ucma_lend_wants_frames(o) && ucma_frames_expect_lendable(o) ? cma_size : 0;
+	heap_window = ucma_arena_span(o) - o->arena_size;
 	normal_size = own_size + heap_window;
 	if (((o->arena_size + heap_window) >> UCMA_PAGE_SHIFT) >= UCMA_PFN_NONE) {
 		errno = EINVAL;

@@ -118,8 +118,15 @@ static int init_locked(void)
 	if (ucma_arena_create(&ucma_opt, &a) != 0) {
 		int err = errno;
 
-		ucma_log("cannot reserve a %zu MiB arena: %s", ucma_opt.arena_size >> 20,
-			 strerror(err));
+		size_t span = ucma_arena_span(&ucma_opt);
+
+		if (span > ucma_opt.arena_size)
+			ucma_log("cannot reserve a %zu MiB arena (%zu MiB of address space with "
+				 "the heap's window onto lent frames): %s",
+				 ucma_opt.arena_size >> 20, span >> 20, strerror(err));
+		else
+			ucma_log("cannot reserve a %zu MiB arena: %s", ucma_opt.arena_size >> 20,
+				 strerror(err));
 		return err;
 	}
 	__atomic_store_n(&ucma_the_arena, a, __ATOMIC_RELEASE);

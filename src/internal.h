@@ -376,6 +376,9 @@ static inline struct ucma_zone *ucma_pfn_zone(struct ucma_arena *a, uint32_t pfn
 /* arena.c */
 struct ucma_options;
 UCMA_INTERNAL int ucma_arena_create(const struct ucma_options *o, struct ucma_arena **out);
+/* The address space an arena of @o spans: its size, and the heap's window
+ * onto lent frames where the CMA areas will lend (arena.c). */
+UCMA_INTERNAL size_t ucma_arena_span(const struct ucma_options *o);
 /* UCMA_POPULATE: 0 when prefaulting @len bytes more leaves the rest of the
  * system its share of the memory available (the process's memory cgroup's,
  * where that is less); else the bytes available. */
