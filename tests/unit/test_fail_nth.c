@@ -532,6 +532,7 @@ struct blk {
 	ucma_handle_t h;		/* handle */
 	size_t size;
 	uint64_t seed;
+	unsigned flags;			/* contig: ucma_alloc()'s flags */
 };
 
 /*
@@ -693,7 +694,7 @@ static struct blk *blk_new(enum kind k, void *p, ucma_handle_t h, size_t size)
 		return NULL;
 	}
 	b = &wl.blocks[wl.nblocks++];
-	*b = (struct blk){ k, true, p, h, size, rnd() };
+	*b = (struct blk){ k, true, p, h, size, rnd(), 0 };
 	return b;
 }
 
@@ -773,8 +774,19 @@ static void blk_free(struct blk *b)
 			defect("ucma_hfree of a live handle failed (%s)", errname(errno));
 		break;
 	case K_CONTIG:
-		if (ucma_release(b->p) != 0)
+		if (ucma_release(b->p) == 0)
+			break;
+		if (!(b->flags & UCMA_ALLOC_MLOCK) || errno == 0) {
 			defect("ucma_release of a live buffer failed (%s)", errname(errno));
+			break;
+		}
+		/* ucma_alloc(3): munlock() refused, the buffer stays
+		 * allocated and locked, to be released again. */
+		failed("ucma_release(locked buffer)", errno);
+		blk_verify(b, "after a failed ucma_release");
+		errno = 0;
+		if (ucma_release(b->p) != 0)
+			defect("ucma_release of a locked buffer failed again (%s)", errname(errno));
 		break;
 	}
 	b->live = false;
@@ -887,8 +899,10 @@ static struct blk *do_contig(size_t size, size_t align, unsigned flags)
 		defect("%s succeeded but not every page is resident (populate/mlock did not "
 		       "happen)", what);
 	b = blk_new(K_CONTIG, p, 0, size);
-	if (b)
+	if (b) {
+		b->flags = flags;
 		blk_write(b);
+	}
 	return b;
 }
 
