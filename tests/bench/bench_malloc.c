@@ -24,6 +24,8 @@
  *   realloc    strings grown by realloc in steps of 16 - 80 bytes to 256 KiB
  *   realloc-big  two buffers built up side by side by realloc, an eighth
  *              more each step (each step written), to 24 MiB, then freed
+ *   large-odd  300 live blocks of 1 MiB + 57 bytes, then of 512 KiB + 57
+ *              bytes, every page written (sizes just above a power of two)
  *   mt-small   the small case in two threads at once
  *   mt-mixed   the mixed case in two threads at once
  * and four shapes of the well-known allocator benchmarks, written here:
@@ -308,6 +310,34 @@ static void realloc_big(void)
 	}
 }
 
+/*
+ * large-odd: 300 live blocks of 1 MiB + 57 bytes (what a Python bytearray
+ * of 1 MiB asks for), then 300 of 512 KiB + 57 bytes, every page written,
+ * freed, a few rounds: sizes just above a power of two, where the pages a
+ * large block does not use may become resident with it.
+ */
+static void large_odd(void)
+{
+	enum { LIVE = 300, ROUNDS = 3 };
+	static const size_t sizes[] = { ((size_t)1 << 20) + 57, ((size_t)512 << 10) + 57 };
+	static void *p[LIVE];
+
+	for (int r = 0; r < ROUNDS / (int)work_div + 1; r++) {
+		for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+			for (int i = 0; i < LIVE; i++) {
+				p[i] = bm_malloc(sizes[k]);
+				if (!p[i]) {
+					perror("malloc");
+					exit(1);
+				}
+				touch(p[i], sizes[k], (uint64_t)(r + i));
+			}
+			for (int i = 0; i < LIVE; i++)
+				bm_free(p[i]);
+		}
+	}
+}
+
 /* ------------------------------------------------------------------------ */
 /* simple: batches of one size                                               */
 /* ------------------------------------------------------------------------ */
@@ -524,7 +554,7 @@ int main(int argc, char **argv)
 #endif
 	if (i >= argc) {
 		fprintf(stderr, "usage: %s [--ucma] small|small-batch|mixed|large|prodcons|"
-				"realloc|realloc-big|mt-small|mt-mixed|simple|thread|larson|burst\n", argv[0]);
+				"realloc|realloc-big|large-odd|mt-small|mt-mixed|simple|thread|larson|burst\n", argv[0]);
 		return 2;
 	}
 	c = argv[i];
@@ -548,6 +578,8 @@ int main(int argc, char **argv)
 		prodcons();
 	} else if (strcmp(c, "realloc") == 0) {
 		realloc_growth();
+	} else if (strcmp(c, "large-odd") == 0) {
+		large_odd();
 	} else if (strcmp(c, "realloc-big") == 0) {
 		realloc_big();
 	} else if (strcmp(c, "mt-small") == 0) {
