@@ -17,7 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/userfaultfd.h>
 #include <sys/file.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -401,6 +403,27 @@ static inline int tu_on_frame(const void *addr)
 	}
 	fclose(f);
 	return found;
+}
+
+/*
+ * Can this process write-protect shmem with a userfaultfd (heap lending)?
+ * Asked with @open_uffd, the test's saved copy of the library's
+ * userfaultfd entry, not through the library, which remembers its answer.
+ */
+static inline bool tu_uffd_wp_available(int (*open_uffd)(int flags))
+{
+	struct uffdio_api api = {
+		.api = UFFD_API,
+		.features = UFFD_FEATURE_WP_HUGETLBFS_SHMEM | (1 << 13),	/* WP_UNPOPULATED */
+	};
+	int fd = open_uffd(O_CLOEXEC | O_NONBLOCK);
+	bool good;
+
+	if (fd < 0)
+		return false;
+	good = ioctl(fd, UFFDIO_API, &api) == 0;
+	close(fd);
+	return good;
 }
 
 #endif /* UCMA_TESTUTIL_H */

@@ -2174,24 +2174,6 @@ static void parse_options(struct sweep *s, int argc, char **argv)
 		bail_out("no configuration \"%s\"", s->variant);
 }
 
-/* Can this process write-protect shmem with a userfaultfd (heap lending,
- * which the frames configuration exercises)?  As test_lend.c asks. */
-static bool uffd_wp_available(void)
-{
-	struct uffdio_api api = {
-		.api = UFFD_API,
-		.features = UFFD_FEATURE_WP_HUGETLBFS_SHMEM | (1 << 13),	/* WP_UNPOPULATED */
-	};
-	int fd = real.userfaultfd(O_CLOEXEC | O_NONBLOCK);
-	bool good;
-
-	if (fd < 0)
-		return false;
-	good = ioctl(fd, UFFDIO_API, &api) == 0;
-	close(fd);
-	return good;
-}
-
 /* The runner's process: the environment every run starts from, the
  * executable's address for the call sites, the shared record. */
 static void prepare(void)
@@ -2232,7 +2214,7 @@ int main(int argc, char **argv)
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	parse_options(&s, argc, argv);
 	prepare();
-	if (strcmp(s.variant, "frames") == 0 && !uffd_wp_available())
+	if (strcmp(s.variant, "frames") == 0 && !tu_uffd_wp_available(real.userfaultfd))
 		skip_all("no userfaultfd with write-protection for shmem here (root, "
 			 "vm.unprivileged_userfaultfd=1 or /dev/userfaultfd, Linux 6.4)");
 	run_baseline(&s);

@@ -2288,31 +2288,13 @@ static void hugetlb_cases(void)
 	case_kernel_writes();
 }
 
-/* Can this process write-protect shmem with a userfaultfd?  Asked here,
- * not through the library, which remembers its answer. */
-static bool uffd_wp_available(void)
-{
-	struct uffdio_api api = {
-		.api = UFFD_API,
-		.features = UFFD_FEATURE_WP_HUGETLBFS_SHMEM | (1 << 13),	/* WP_UNPOPULATED */
-	};
-	int fd = real.userfaultfd(O_CLOEXEC | O_NONBLOCK);
-	bool good;
-
-	if (fd < 0)
-		return false;
-	good = ioctl(fd, UFFDIO_API, &api) == 0;
-	close(fd);
-	return good;
-}
-
 int main(void)
 {
 	tu_clear_env();
 	/* Heap lending is off by default. */
 	setenv("UCMA_CMA_POLICY", "lend", 1);
 	real = ucma_os;
-	if (!uffd_wp_available())
+	if (!tu_uffd_wp_available(real.userfaultfd))
 		skip_all("no userfaultfd with write-protection for shmem here (root, "
 			 "vm.unprivileged_userfaultfd=1 or /dev/userfaultfd, Linux 6.4)");
 	plan_no_plan();
