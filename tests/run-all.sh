@@ -141,7 +141,7 @@ if [ -z "$quick" ]; then
 fi
 
 # distcheck runs make check once more in the unpacked tarball: there the
-# fail-nth sweep takes the first 20 runs of each entry (the normal build's
+# fail-nth sweep takes 20 runs of each entry (the normal build's
 # check above swept every run; the whole sweep again would add minutes and
 # test nothing the tarball changes).
 if [ -z "$quick" ]; then

@@ -34,8 +34,8 @@
  *   -n N       run N only (test_fail_nth -o mmap -n 17 -v reproduces one
  *              run, its log on stdout); -n 0: the run without a fault
  *   -e ERRNO   inject this errno (a name such as EINTR, or a number)
- *   -m MAX     at most MAX runs per op (the sanitizer builds' make check
- *              sweeps the first few only)
+ *   -m MAX     at most MAX runs per op, spread over its calls (the
+ *              sanitizer builds' make check sweeps a few only)
  *   -t SEC     time limit of one run (30)
  *   -k DIR     keep the logs of runs not OK in DIR
  *   -g         gdb stacks into the log of a run that hangs
@@ -2069,17 +2069,35 @@ static void run_baseline(struct sweep *s)
 	free(log);
 }
 
-/* Sweep @op: N = 1, 2, ... (or -n's N alone) up to -m's limit; one TAP
- * line, not ok when any run is a DEFECT. */
+/*
+ * The N of run @i of @op's sweep, or 0 after the last: -n's N alone;
+ * otherwise N = 1, 2, ... up to -m's limit, unless the run without a
+ * fault made more calls than -m allows runs (the sanitizer builds' short
+ * sweeps).  Then the runs are spread evenly over those calls, the first
+ * at N = 1: the first K calls alone are all start-up's, the later ones
+ * reach compaction, heap lending and fork.
+ */
+static long nth_run(const struct sweep *s, int op, long i)
+{
+	if (s->only_n > 0)
+		return i == 0 ? s->only_n : 0;
+	if (i >= s->max_runs)
+		return 0;
+	if (s->calls[op] <= s->max_runs)
+		return i + 1;
+	return 1 + i * s->calls[op] / s->max_runs;
+}
+
+/* Sweep @op, run by run (nth_run()); one TAP line, not ok when any run
+ * is a DEFECT. */
 static void sweep_op(const struct sweep *s, int op)
 {
 	int count[V_END] = { 0 };
-	long first = s->only_n > 0 ? s->only_n : 1, n, ran = 0;
-	long last = s->only_n > 0 ? s->only_n : s->max_runs;
+	long n, ran = 0;
 	double t0 = now_s();
 	char defect_ns[128] = "";
 
-	for (n = first; n <= last; n++) {
+	for (long i = 0; (n = nth_run(s, op, i)) > 0; i++) {
 		struct result r = run_once(s, op, n, NULL);
 
 		if (r.v == V_END) {
