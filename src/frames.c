@@ -544,9 +544,16 @@ static void say_step_skipped(struct ucma_arena *a, int backing)
 		 areas_bytes(a) / page);
 }
 
-/* Does step @backing use a file?  Hugetlb and plain pages do; transparent
- * huge pages only where shmem gets them (private memory has them anyway).
- * No shmem file under strict overcommit accounting (vm.overcommit_memory
+/* Would step @backing use a file but for strict overcommit?  Hugetlb and
+ * plain pages do; transparent huge pages only where shmem gets them
+ * (private memory has them anyway). */
+static bool step_wants_file(int backing)
+{
+	return backing != UCMA_BACKING_THP || ucma_os_shmem_thp_available();
+}
+
+/* Does step @backing use a file?  As step_wants_file() says, except: no
+ * shmem file under strict overcommit accounting (vm.overcommit_memory
  * = 2): the kernel charges a shmem page when it is first touched, and a
  * page it refuses then is SIGBUS in whoever touched it, the program or the
  * compaction thread, where ucma_alloc() had said yes.  Private memory is
@@ -554,11 +561,7 @@ static void say_step_skipped(struct ucma_arena *a, int backing)
  * file reserves its pool pages at mmap too. */
 static bool step_has_file(int backing)
 {
-	if (is_hugetlb(backing))
-		return true;
-	if (ucma_os_overcommit_strict())
-		return false;
-	return backing != UCMA_BACKING_THP || ucma_os_shmem_thp_available();
+	return is_hugetlb(backing) || (step_wants_file(backing) && !ucma_os_overcommit_strict());
 }
 
 /* Phase 1 of the first step from fb.step on that every area can have;
@@ -580,8 +583,7 @@ static int map_next_step(void)
 			say_step_skipped(a, backing);
 			continue;
 		}
-		if (!is_hugetlb(backing) && ucma_os_overcommit_strict() && fb.o->verbose &&
-		    (backing != UCMA_BACKING_THP || ucma_os_shmem_thp_available()))
+		if (fb.o->verbose && step_wants_file(backing) && !step_has_file(backing))
 			ucma_log("CMA areas: private memory, no file: vm.overcommit_memory is 2 "
 				 "(strict), which charges a file's pages only when first touched, "
 				 "and a page refused then is SIGBUS");

@@ -117,7 +117,6 @@ static int init_locked(void)
 		ucma_options_print(2, &ucma_opt);
 	if (ucma_arena_create(&ucma_opt, &a) != 0) {
 		int err = errno;
-
 		size_t span = ucma_arena_span(&ucma_opt);
 
 		if (span > ucma_opt.arena_size)

@@ -255,6 +255,24 @@ static uint64_t cgroup2_headroom(char *dir, size_t root_len)
 	}
 }
 
+/* The same for the v1 memory cgroup at @dir: its hierarchical limit (its
+ * ancestors' included) less its usage. */
+static uint64_t cgroup1_headroom(const char *dir)
+{
+	char stat[2048], path[640], *hl;	/* the limit is in its first lines */
+	uint64_t usage = cgroup_number(dir, "memory.usage_in_bytes"), limit;
+
+	snprintf(path, sizeof(path), "%s/memory.stat", dir);
+	hl = read_text(path, stat, sizeof(stat)) ? strstr(stat, "hierarchical_memory_limit ") :
+						    NULL;
+	limit = hl ? strtoull(hl + strlen("hierarchical_memory_limit "), NULL, 10) :
+		     cgroup_number(dir, "memory.limit_in_bytes");
+	/* "No limit" is the largest multiple of the page size. */
+	if (usage == UINT64_MAX || limit >= ((uint64_t)1 << 62))
+		return UINT64_MAX;
+	return limit > usage ? limit - usage : 0;
+}
+
 /*
  * What the process's memory cgroup still allows, from /proc/self/cgroup:
  * cgroup v2 ("0::/path", every ancestor's memory.max counted), or v1's
@@ -272,6 +290,7 @@ static uint64_t cgroup_headroom(void)
 	if (!read_text("/proc/self/cgroup", buf, sizeof(buf)))
 		return UINT64_MAX;
 	for (char *line = buf, *next; line && *line; line = next) {
+		const char *mount;
 		char *ctl, *path;
 
 		next = strchr(line, '\n');
@@ -283,26 +302,13 @@ static uint64_t cgroup_headroom(void)
 			continue;
 		*path++ = '\0';
 		ctl++;
-		if (strcmp(ctl, "") == 0) {
-			if ((size_t)snprintf(dir, sizeof(dir), "%s%s", v2,
-					     strcmp(path, "/") == 0 ? "" : path) < sizeof(dir))
-				least = at_most(least, cgroup2_headroom(dir, sizeof(v2) - 1));
-		} else if (strstr(ctl, "memory") &&
-			   (size_t)snprintf(dir, sizeof(dir), "%s%s", v1,
-					    strcmp(path, "/") == 0 ? "" : path) < sizeof(dir)) {
-			char stat[2048], *hl;	/* the limit is in its first lines */
-			uint64_t usage = cgroup_number(dir, "memory.usage_in_bytes"), limit;
-			char spath[640];
-
-			snprintf(spath, sizeof(spath), "%s/memory.stat", dir);
-			hl = read_text(spath, stat, sizeof(stat)) ?
-				     strstr(stat, "hierarchical_memory_limit ") : NULL;
-			limit = hl ? strtoull(hl + strlen("hierarchical_memory_limit "), NULL, 10) :
-				     cgroup_number(dir, "memory.limit_in_bytes");
-			/* "No limit" is the largest multiple of the page size. */
-			if (usage != UINT64_MAX && limit < ((uint64_t)1 << 62))
-				least = at_most(least, limit > usage ? limit - usage : 0);
-		}
+		/* "0::/path" is v2's line; v1 names its controllers. */
+		mount = !*ctl ? v2 : strstr(ctl, "memory") ? v1 : NULL;
+		if (!mount || (size_t)snprintf(dir, sizeof(dir), "%s%s", mount,
+					       strcmp(path, "/") == 0 ? "" : path) >= sizeof(dir))
+			continue;
+		least = at_most(least, mount == v2 ? cgroup2_headroom(dir, sizeof(v2) - 1) :
+						     cgroup1_headroom(dir));
 	}
 	return least;
 }
@@ -320,6 +326,7 @@ static uint64_t os_mem_available(void)
 		return 0;
 	avail = strtoull(line + strlen("MemAvailable:"), NULL, 10) << 10;	/* kB */
 	cg = cgroup_headroom();
+	/* (Nothing left is 1, not 0, which callers read as "unknown".) */
 	return cg < avail ? (cg ? cg : 1) : avail;
 }
 

@@ -1099,21 +1099,14 @@ int ucma_claim_free_range(struct ucma_arena *a, uint32_t start, uint32_t end, in
 	return 0;
 }
 
-/* Is the pageblock at @pfn of CMA zone @z wholly free (one block of the
- * top order on the CMA list, or deferred) and accepted by @usable?  Under
- * the zone lock. */
+/* Is the pageblock at @pfn of CMA zone @z wholly free, of the CMA type
+ * (not isolated), and accepted by @usable?  Under the zone lock. */
 static bool pageblock_free_whole(const struct ucma_zone *z, uint32_t pfn,
 				 bool (*usable)(const struct ucma_arena *a, uint32_t pfn))
 {
-	const struct ucma_arena *a = z->arena;
-
-	if (pfn < z->start_pfn || pfn + UCMA_PAGEBLOCK_PAGES > z->end_pfn ||
-	    ucma_pfn_block(a, pfn)->mt != UCMA_MT_CMA)
-		return false;
-	if (!ucma_pageblock_deferred(a, pfn) &&
-	    (a->pages[pfn].kind != UCMA_PK_FREE || a->pages[pfn].order != UCMA_MAX_ORDER))
-		return false;
-	return usable(a, pfn);
+	return pfn >= z->start_pfn && pfn + UCMA_PAGEBLOCK_PAGES <= z->end_pfn &&
+	       ucma_pfn_block(z->arena, pfn)->mt == UCMA_MT_CMA &&
+	       ucma_buddy_range_free(z, pfn, pfn + UCMA_PAGEBLOCK_PAGES) && usable(z->arena, pfn);
 }
 
 /*

@@ -333,6 +333,19 @@ static void test_fds_full(void)
 	munmap(r, 2 * sizeof(*r));
 }
 
+/* In a fork child: a new movable object comes zeroed, and can be written. */
+static bool halloc_works(void)
+{
+	ucma_handle_t h = ucma_halloc(5000, UCMA_H_ZERO);
+	char *q = h ? ucma_pin(h, 0) : NULL;
+
+	if (!q || q[4999] != 0)
+		return false;
+	memset(q, 9, 5000);
+	ucma_unpin(h);
+	return true;
+}
+
 /* vm.overcommit_memory as the library sees it, for the strict cases. */
 static int strict_mode(void)
 {
@@ -353,19 +366,13 @@ static int fork_strict_child(volatile char *p)
 	pid = fork();
 	if (pid == 0) {
 		const struct ucma_frames *f = ucma_area_frames(&ucma_arena_get()->areas[0]);
-		ucma_handle_t h;
-		char *q;
 
 		if (p[0] != 7 || p[UCMA_PAGE_SIZE - 1] != 7)
 			_exit(3);
 		if (f->fd >= 0 || f->kind != UCMA_FILE_ANON)
 			_exit(4);
-		h = ucma_halloc(5000, UCMA_H_ZERO);
-		q = h ? ucma_pin(h, 0) : NULL;
-		if (!q || q[4999] != 0)
+		if (!halloc_works())
 			_exit(5);
-		memset(q, 9, 5000);
-		ucma_unpin(h);
 		_exit(0);
 	}
 	if (pid < 0 || waitpid(pid, &status, 0) != pid)
@@ -630,19 +637,14 @@ static int fork_dontfork(volatile char *p)
 	pid = fork();
 	if (pid == 0) {
 		struct sigaction sa = { .sa_handler = segv_exit };
-		ucma_handle_t h;
-		char *q, *c;
+		char *c;
 
 		sigaction(SIGSEGV, &sa, NULL);
 		sigaction(SIGBUS, &sa, NULL);
 		if (*p == 7)
 			_exit(4);
-		h = ucma_halloc(5000, UCMA_H_ZERO);
-		q = h ? ucma_pin(h, 0) : NULL;
-		if (!q || q[4999] != 0)
+		if (!halloc_works())
 			_exit(5);
-		memset(q, 9, 5000);
-		ucma_unpin(h);
 		c = ucma_alloc(64 * 1024, 0, UCMA_ALLOC_ZERO);
 		if (!c || c[100] != 0)
 			_exit(6);
