@@ -64,9 +64,12 @@
  *    again (the kernel's drain_all_pages() before giving up), as do
  *    compaction, malloc_trim's purge, and the search for a wholly free
  *    CMA pageblock to lend.  A new slab that would take pages not resident
- *    yet drains the runs that may hold data (ucma_pcp_drain_dirty(),
- *    slab.c), so that it takes those instead.  The decay purge does not:
- *    pages on a list are the ones about to be used again.
+ *    yet while a list of any CPU holds runs that may hold data (counted
+ *    per CPU in nr_dirty, ucma_pcp_has_dirty()) drains those runs
+ *    (ucma_pcp_drain_dirty(), slab.c), so that it takes them instead: a
+ *    thread moved to another CPU leaves what it freed on the lists of the
+ *    one it left.  The decay purge does not: pages on a list are the ones
+ *    about to be used again.
  *  - fork: the zones' fork stage takes every list lock of a zone before
  *    its zone lock and releases them in both processes; the lists are
  *    memory, so the child has the same pages on the same lists.
@@ -151,16 +154,29 @@ static unsigned class_of(uint32_t npages)
 	return npages == UCMA_PAGEBLOCK_PAGES ? UCMA_PCP_PB_CLASS : npages - 1;
 }
 
-/* The counts are read without the lock (ucma_pcp_pages()): atomic stores.
- * A run of class @k joins (@n = 1) or leaves (@n = -1) the lists. */
-static void count_add(struct ucma_pcp *pcp, unsigned k, int n)
+/* The counts are read without the lock (ucma_pcp_pages(),
+ * ucma_pcp_has_dirty()): atomic stores.  A run of class @k joins (@n = 1)
+ * or leaves (@n = -1) the lists, holding data or not (@dirty). */
+static void count_add(struct ucma_pcp *pcp, unsigned k, int n, bool dirty)
 {
-	if (k == UCMA_PCP_PB_CLASS)
+	int64_t pages = n * (int64_t)(k + 1);
+
+	if (k == UCMA_PCP_PB_CLASS) {
 		__atomic_store_n(&pcp->nr_pb, (uint32_t)((int)pcp->nr_pb + n), __ATOMIC_RELAXED);
-	else
-		__atomic_store_n(&pcp->count,
-				 (uint32_t)((int64_t)pcp->count + n * (int64_t)(k + 1)),
+		return;
+	}
+	__atomic_store_n(&pcp->count, (uint32_t)((int64_t)pcp->count + pages), __ATOMIC_RELAXED);
+	if (dirty)
+		__atomic_store_n(&pcp->nr_dirty, (uint32_t)((int64_t)pcp->nr_dirty + pages),
 				 __ATOMIC_RELAXED);
+}
+
+bool ucma_pcp_has_dirty(const struct ucma_zone *z)
+{
+	for (unsigned c = 0; c < z->nr_pcp; c++)
+		if (__atomic_load_n(&z->pcp[c].nr_dirty, __ATOMIC_RELAXED))
+			return true;
+	return false;
 }
 
 uint64_t ucma_pcp_pages(const struct ucma_zone *z)
@@ -199,7 +215,7 @@ static void list_push(struct ucma_zone *z, struct ucma_pcp *pcp, uint32_t pfn, u
 	pcp->head[k][mt] = pfn;
 	pcp->nr[k][mt]++;
 	pcp->idle[k][mt] = 0;
-	count_add(pcp, k, 1);
+	count_add(pcp, k, 1, dirty);
 }
 
 /* Take the first run of list (@k, @mt); lock held, list not empty. */
@@ -210,7 +226,7 @@ static uint32_t list_pop(struct ucma_zone *z, struct ucma_pcp *pcp, unsigned k, 
 	pcp->head[k][mt] = z->arena->pages[pfn].link.next;
 	pcp->nr[k][mt]--;
 	pcp->idle[k][mt] = 0;
-	count_add(pcp, k, -1);
+	count_add(pcp, k, -1, z->arena->pages[pfn].flags & UCMA_PF_DIRTY);
 	return pfn;
 }
 
@@ -238,7 +254,7 @@ static void release_after(struct ucma_zone *z, struct ucma_pcp *pcp, unsigned k,
 
 	__atomic_store_n(link, pages[pfn].link.next, __ATOMIC_RELAXED);
 	pcp->nr[k][mt]--;
-	count_add(pcp, k, -1);
+	count_add(pcp, k, -1, dirty);
 	ucma_zone_pcp_release_locked(z, pfn, ucma_pcp_class_pages(k), dirty);
 }
 
@@ -403,31 +419,47 @@ void ucma_pcp_drain_zone(struct ucma_zone *z)
 	}
 }
 
-/* The dirty runs of list (@k, @mt) back to the buddy lists; both locks
- * held. */
-static void release_dirty_locked(struct ucma_zone *z, struct ucma_pcp *pcp, unsigned k, int mt)
+/* The runs of list (@k, @mt) that may hold data (@dirty), or the clean
+ * ones, back to the buddy lists; both locks held. */
+static void release_by_dirt_locked(struct ucma_zone *z, struct ucma_pcp *pcp, unsigned k, int mt,
+				   bool dirty)
 {
 	struct ucma_page *pages = z->arena->pages;
 
 	for (uint32_t *link = &pcp->head[k][mt]; *link != UCMA_PFN_NONE;) {
-		if (pages[*link].flags & UCMA_PF_DIRTY)
+		if (!(pages[*link].flags & UCMA_PF_DIRTY) == !dirty)
 			release_after(z, pcp, k, mt, link);
 		else
 			link = &pages[*link].link.next;
 	}
 }
 
-void ucma_pcp_drain_dirty(struct ucma_zone *z)
+void ucma_pcp_drain_dirty(struct ucma_zone *z, uint32_t npages, int mt)
 {
+	struct ucma_pcp *self = this_pcp(z);
+
+	/* The clean runs first, so that the dirty ones end up on top of the
+	 * buddy lists, where a request for resident pages looks. */
+	if (npages >= 1 && npages <= UCMA_PCP_MAX_PAGES && mt >= 0 && mt < UCMA_PCP_NR_MT) {
+		ucma_lock(&self->lock);
+		if (self->nr[class_of(npages)][mt]) {
+			ucma_mutex_lock(&z->lock);
+			release_by_dirt_locked(z, self, class_of(npages), mt, false);
+			ucma_mutex_unlock(&z->lock);
+		}
+		ucma_unlock(&self->lock);
+	}
 	for (unsigned c = 0; c < z->nr_pcp; c++) {
 		struct ucma_pcp *pcp = &z->pcp[c];
 
+		if (!__atomic_load_n(&pcp->nr_dirty, __ATOMIC_RELAXED))
+			continue;
 		ucma_lock(&pcp->lock);
-		if (pcp->count) {
+		if (pcp->nr_dirty) {
 			ucma_mutex_lock(&z->lock);
 			for (unsigned k = 0; k < UCMA_PCP_PB_CLASS; k++)
-				for (int mt = 0; mt < UCMA_PCP_NR_MT; mt++)
-					release_dirty_locked(z, pcp, k, mt);
+				for (int t = 0; t < UCMA_PCP_NR_MT; t++)
+					release_by_dirt_locked(z, pcp, k, t, true);
 			ucma_mutex_unlock(&z->lock);
 		}
 		ucma_unlock(&pcp->lock);
@@ -492,7 +524,7 @@ int ucma_pcp_check_locked(struct ucma_zone *z, char *why, size_t whylen)
 
 	for (unsigned c = 0; c < z->nr_pcp; c++) {
 		const struct ucma_pcp *pcp = &z->pcp[c];
-		uint64_t pages = 0, pbs = 0;
+		uint64_t pages = 0, dirty = 0, pbs = 0;
 
 		for (unsigned k = 0; k < UCMA_PCP_NR_CLASSES; k++) {
 			uint32_t len = ucma_pcp_class_pages(k);
@@ -532,6 +564,8 @@ int ucma_pcp_check_locked(struct ucma_zone *z, char *why, size_t whylen)
 					      "pcp %u: pageblock %u of type %d on list %d", c,
 					      pfn >> UCMA_PAGEBLOCK_ORDER, pb->mt, mt);
 					n++;
+					if (k != UCMA_PCP_PB_CLASS && (p->flags & UCMA_PF_DIRTY))
+						dirty += len;
 					CHECK(n <= z->managed_pages, "pcp %u list %u mt %d: loops",
 					      c, len, mt);
 				}
@@ -546,6 +580,8 @@ int ucma_pcp_check_locked(struct ucma_zone *z, char *why, size_t whylen)
 		}
 		CHECK(pages == pcp->count, "pcp %u: %llu pages listed, counted %u", c,
 		      (unsigned long long)pages, pcp->count);
+		CHECK(dirty == pcp->nr_dirty, "pcp %u: %llu dirty pages listed, counted %u", c,
+		      (unsigned long long)dirty, pcp->nr_dirty);
 		CHECK(pbs == pcp->nr_pb && pbs <= z->pcp_pb_high,
 		      "pcp %u: %llu pageblocks listed, counted %u, at most %u", c,
 		      (unsigned long long)pbs, pcp->nr_pb, z->pcp_pb_high);

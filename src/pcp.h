@@ -55,6 +55,7 @@ static inline uint32_t ucma_pcp_class_pages(unsigned c)
 struct ucma_pcp {
 	uint32_t lock;
 	uint32_t count;		/* pages on the lists of runs (bounded by pcp_high) */
+	uint32_t nr_dirty;	/* of those, pages in runs that may hold data */
 	uint32_t nr_pb;		/* pageblocks on the pageblock lists (pcp_pb_high) */
 	uint32_t head[UCMA_PCP_NR_CLASSES][UCMA_PCP_NR_MT];	/* first run, or NONE */
 	uint32_t nr[UCMA_PCP_NR_CLASSES][UCMA_PCP_NR_MT];	/* runs per list */
@@ -99,9 +100,18 @@ UCMA_INTERNAL int ucma_pcp_free(struct ucma_zone *z, uint32_t pfn, uint32_t npag
 
 /* drain_all_pages: every list of @z back to the buddy lists. */
 UCMA_INTERNAL void ucma_pcp_drain_zone(struct ucma_zone *z);
-/* The runs on @z's lists that may hold data (dirty) back to the buddy
- * lists, where they merge; the clean ones, which cost no memory, stay. */
-UCMA_INTERNAL void ucma_pcp_drain_dirty(struct ucma_zone *z);
+/*
+ * The runs on @z's lists that may hold data (dirty), on every CPU, back to
+ * the buddy lists, where they merge; before them, the clean runs of
+ * @npages and migratetype @mt on this CPU's lists, which the next request
+ * for @npages would be handed before any of those (npages 0: none).  The
+ * other clean runs, which cost no memory, stay.  For a caller that was
+ * handed fresh pages and asks again (slab.c).
+ */
+UCMA_INTERNAL void ucma_pcp_drain_dirty(struct ucma_zone *z, uint32_t npages, int mt);
+/* Do @z's lists, on any CPU, hold runs that may hold data?  Read without
+ * the locks: a hint for a caller about to touch fresh pages (slab.c). */
+UCMA_INTERNAL bool ucma_pcp_has_dirty(const struct ucma_zone *z);
 /* Every pcp lock of @z, ascending, and back (isolation, checks, fork,
  * a heap pageblock's take-back). */
 UCMA_INTERNAL void ucma_pcp_lock_all(struct ucma_zone *z);

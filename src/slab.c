@@ -617,13 +617,17 @@ static void registry_add(struct slab_bin *b, struct ucma_slab *s)
  * (@owner) and by the central bins, hold pages of their own length that
  * nothing else uses, and freed runs wait on the per-CPU lists by length:
  * a program that went from one size to the next found them splitting the
- * freed pages, and its new slabs took fresh pages instead.  So when the
- * page allocator hands out a run that is not resident while slabs are
- * kept, the run goes back, the kept slabs go back to the page allocator
- * and the dirty runs of the per-CPU lists to the buddy lists, where they
- * merge, and the run is asked for again (bench_malloc "simple" under the
- * preload: peak RSS in tests/bench/RESULTS.md).  A program that grows with
- * nothing kept pays a look at two counters per slab.
+ * freed pages, and its new slabs took fresh pages instead; a thread the
+ * scheduler moved finds its freed runs on the lists of the CPU it left.
+ * So when the page allocator hands out a run that is not resident while
+ * slabs are kept or any CPU's lists hold runs that may hold data, the run
+ * goes back, the kept slabs go back to the page allocator and the dirty
+ * runs of the per-CPU lists to the buddy lists (after this CPU's clean
+ * runs of the length asked for, which would be handed out first), where
+ * they merge, and the run is asked for again (bench_malloc "simple" under
+ * the preload: peak RSS in tests/bench/RESULTS.md; test_malloc's first
+ * check).  A program that grows with nothing kept and nothing freed pays
+ * a look at two counters per slab and one per CPU.
  */
 static size_t release_central(bool partials);
 
@@ -636,7 +640,8 @@ static uint32_t slab_pages(struct ucma_arena *a, uint32_t npages, struct ucma_tc
 	if (pfn == UCMA_PFN_NONE || dirty)
 		return pfn;
 	if ((owner == &ucma_slab_unowned || !ucma_tcache_keeps_empty(owner)) &&
-	    !__atomic_load_n(&central_nempty, __ATOMIC_RELAXED))
+	    !__atomic_load_n(&central_nempty, __ATOMIC_RELAXED) &&
+	    !ucma_pcp_has_dirty(&a->zones[UCMA_ZONE_NORMAL]))
 		return pfn;
 	/* Back first, so that what follows is freed after it: the buddy
 	 * lists hand out the blocks freed last first. */
@@ -644,7 +649,7 @@ static uint32_t slab_pages(struct ucma_arena *a, uint32_t npages, struct ucma_tc
 	if (owner != &ucma_slab_unowned)
 		ucma_tcache_release_kept(owner);
 	release_central(false);
-	ucma_pcp_drain_dirty(&a->zones[UCMA_ZONE_NORMAL]);
+	ucma_pcp_drain_dirty(&a->zones[UCMA_ZONE_NORMAL], npages, UCMA_MT_UNMOVABLE);
 	return ucma_pages_alloc(a, npages, gfp);
 }
 

@@ -658,16 +658,20 @@ static bool listed_run(struct ucma_zone *z, uint32_t pfn, uint32_t npages)
 /*
  * ucma_pcp_drain_dirty(): a run freed to a list (dirty: it may hold data)
  * goes back to the buddy lists; the runs a refill listed but nobody used
- * (clean, not resident) stay.
+ * (clean, not resident) stay, except those of the length and type the
+ * caller asks for next on this CPU, which would be handed out before
+ * anything the drain gave back.  ucma_pcp_has_dirty() says whether any
+ * list holds a dirty run.
  */
 static void test_drain_dirty(void)
 {
 	struct ucma_zone *z = normal();
-	uint32_t r, clean;
+	uint32_t r, clean, r1;
+	bool dirty;
 	cpu_set_t saved;
 
 	if (!stay_on_cpu(&saved)) {
-		skip(3, "cannot stay on one CPU: %s", strerror(errno));
+		skip(7, "cannot stay on one CPU: %s", strerror(errno));
 		return;
 	}
 	drain_all();
@@ -679,14 +683,39 @@ static void test_drain_dirty(void)
 		sched_setaffinity(0, sizeof(saved), &saved);
 		return;
 	}
+	ok(!ucma_pcp_has_dirty(z), "only the refill's clean runs listed: no dirty run");
 	ucma_pages_free(a, r);
-	ok(listed_run(z, r, 3) && listed_runs(z, 3) == clean + 1,
-	   "the freed 3-page run is listed, with the %u clean runs of the refill", clean);
-	ucma_pcp_drain_dirty(z);
-	ok(!listed_run(z, r, 3) && listed_runs(z, 3) == clean,
+	ok(listed_run(z, r, 3) && listed_runs(z, 3) == clean + 1 && ucma_pcp_has_dirty(z),
+	   "the freed 3-page run is listed, dirty, with the %u clean runs of the refill", clean);
+	ucma_pcp_drain_dirty(z, 0, UCMA_MT_UNMOVABLE);
+	ok(!listed_run(z, r, 3) && listed_runs(z, 3) == clean && !ucma_pcp_has_dirty(z),
 	   "draining the dirty runs gives it back and keeps the %u clean ones (%u listed)", clean,
 	   listed_runs(z, 3));
 	ok(tu_zones_ok(a, "drain dirty"), "invariants hold");
+
+	/* Asked for with the next request's length: its clean runs go too,
+	 * before the dirty ones, which a request for resident pages then
+	 * finds on top of the buddy lists. */
+	r1 = ucma_pages_alloc(a, 1, UCMA_GFP_UNMOVABLE);
+	if (r1 == UCMA_PFN_NONE) {
+		ok(0, "set-up: a 1-page run: %s", strerror(errno));
+		sched_setaffinity(0, sizeof(saved), &saved);
+		return;
+	}
+	memset(ucma_pfn_to_addr(a, r1), 1, UCMA_PAGE_SIZE);
+	ucma_pages_free(a, r1);
+	ucma_pcp_drain_dirty(z, 3, UCMA_MT_UNMOVABLE);
+	ok(listed_runs(z, 3) == 0 && !listed_run(z, r1, 1),
+	   "draining for 3-page requests gives back the dirty 1-page run and the clean 3-page "
+	   "ones (%u listed)", listed_runs(z, 3));
+	dirty = false;
+	r = ucma_pages_alloc_dirty(a, 3, UCMA_GFP_UNMOVABLE | UCMA_GFP_RESIDENT, &dirty);
+	ok(r != UCMA_PFN_NONE && dirty,
+	   "a request for 3 resident pages is handed a block that may hold data (%u), not a clean "
+	   "run", r);
+	if (r != UCMA_PFN_NONE)
+		ucma_pages_free(a, r);
+	ok(tu_zones_ok(a, "drain for a length"), "invariants hold");
 	sched_setaffinity(0, sizeof(saved), &saved);
 	drain_all();
 }
