@@ -38,6 +38,7 @@ struct extent_fit {
 	uint32_t pfn;			/* best start, or UCMA_PFN_NONE */
 	uint32_t slack;			/* its extent's pages beyond npages */
 	bool from_note;			/* pfn was read from a note, not walked */
+	unsigned top;			/* levels searched: below this one */
 };
 
 static inline bool note_holds(const struct ucma_extent_note *n, const struct ucma_pageblock *b)
@@ -153,8 +154,9 @@ static void note_walk(struct ucma_zone *z, uint32_t pb, struct ucma_extent_note 
 }
 
 /* The highest pageblock below @end and at or above @lo whose bit is set
- * in any of the levels from @level up, or UINT32_MAX. */
-static uint32_t prev_set(const struct ucma_arena *a, unsigned level, uint32_t end, uint32_t lo)
+ * in any of the levels from @level up to below @below, or UINT32_MAX. */
+static uint32_t prev_set(const struct ucma_arena *a, unsigned level, unsigned below, uint32_t end,
+			 uint32_t lo)
 {
 	size_t words = UCMA_EXTENT_LEVEL_WORDS(a);
 
@@ -162,7 +164,7 @@ static uint32_t prev_set(const struct ucma_arena *a, unsigned level, uint32_t en
 		uint32_t w = (end - 1) / 64, top = (end - 1) % 64;
 		uint64_t word = 0;
 
-		for (unsigned j = level; j < UCMA_EXTENT_LEVELS; j++)
+		for (unsigned j = level; j < below; j++)
 			word |= __atomic_load_n(a->free_levels + j * words + w, __ATOMIC_RELAXED);
 
 		if (top < 63)
@@ -196,7 +198,7 @@ static void search(struct ucma_zone *z, int mt, struct extent_fit *f)
 	unsigned level = 31u - (unsigned)__builtin_clz(f->npages), looked = 0;
 
 	for (uint32_t bi = UCMA_ALIGN_UP(last, UCMA_PAGEBLOCK_PAGES) >> UCMA_PAGEBLOCK_ORDER;
-	     (bi = prev_set(a, level, bi, first >> UCMA_PAGEBLOCK_ORDER)) != UINT32_MAX;) {
+	     (bi = prev_set(a, level, f->top, bi, first >> UCMA_PAGEBLOCK_ORDER)) != UINT32_MAX;) {
 		uint32_t pb = bi << UCMA_PAGEBLOCK_ORDER;
 		struct ucma_pageblock *b = &a->blocks[bi];
 		struct ucma_extent_note *n;
@@ -220,12 +222,13 @@ static void search(struct ucma_zone *z, int mt, struct extent_fit *f)
 	}
 }
 
-uint32_t ucma_extent_find(struct ucma_zone *z, uint32_t npages, int mt, uint32_t lo, uint32_t hi)
+static uint32_t find(struct ucma_zone *z, uint32_t npages, int mt, uint32_t lo, uint32_t hi,
+		     unsigned top)
 {
 	for (;;) {
 		struct extent_fit f = {
 			.npages = npages, .lo = lo, .hi = hi,
-			.pfn = UCMA_PFN_NONE, .slack = UINT32_MAX,
+			.pfn = UCMA_PFN_NONE, .slack = UINT32_MAX, .top = top,
 		};
 
 		search(z, mt, &f);
@@ -237,6 +240,19 @@ uint32_t ucma_extent_find(struct ucma_zone *z, uint32_t npages, int mt, uint32_t
 		z->arena->extents[f.pfn >> UCMA_PAGEBLOCK_ORDER].seq = 0;
 		z->extent_stale++;
 	}
+}
+
+uint32_t ucma_extent_find(struct ucma_zone *z, uint32_t npages, int mt, uint32_t lo, uint32_t hi)
+{
+	return find(z, npages, mt, lo, hi, UCMA_EXTENT_LEVELS);
+}
+
+/* Wholly free pageblocks are the only ones in the top level (2^9 pages). */
+uint32_t ucma_extent_find_hole(struct ucma_zone *z, uint32_t npages, int mt)
+{
+	if (npages >= UCMA_PAGEBLOCK_PAGES)
+		return UCMA_PFN_NONE;
+	return find(z, npages, mt, z->start_pfn, z->end_pfn, UCMA_EXTENT_LEVELS - 1);
 }
 
 void ucma_extent_taken(struct ucma_zone *z, uint32_t pfn, uint32_t npages)

@@ -116,6 +116,9 @@ UCMA_INTERNAL bool ucma_extent_levels_hold(const struct ucma_arena *a, uint32_t 
  * zone lock is held. */
 UCMA_INTERNAL uint32_t ucma_extent_find(struct ucma_zone *z, uint32_t npages, int mt,
 					uint32_t lo, uint32_t hi);
+/* The same among the pageblocks of @z that are in use (not wholly free),
+ * which the search passes by without looking at the free ones. */
+UCMA_INTERNAL uint32_t ucma_extent_find_hole(struct ucma_zone *z, uint32_t npages, int mt);
 /* [pfn, pfn + npages), found by ucma_extent_find(), has been taken. */
 UCMA_INTERNAL void ucma_extent_taken(struct ucma_zone *z, uint32_t pfn, uint32_t npages);
 

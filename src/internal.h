@@ -406,6 +406,9 @@ UCMA_INTERNAL struct ucma_cma_area *ucma_area_of_pfn(struct ucma_arena *a, uint3
 					 * run already on a per-CPU list is taken as it is */
 #define UCMA_GFP_NO_LEND     0x40u	/* an unmovable request that must not have a CMA frame
 					 * lent for it (a probe that may be given back unused) */
+#define UCMA_GFP_GROWS       0x80u	/* a large block realloc() moved, which may grow again:
+					 * where the buddy lists put it, with room after it, not
+					 * fitted into a hole (zone.c take_hole()) */
 
 /* buddy.c: primitives; the caller holds z->lock. */
 UCMA_INTERNAL void ucma_buddy_init_zone(struct ucma_zone *z);

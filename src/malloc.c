@@ -229,7 +229,7 @@ static size_t boot_usable(const void *p)
 	return *(const size_t *)((const char *)p - BOOT_HDR);
 }
 
-static void *large_alloc(size_t size, size_t align, bool zero);
+static void *large_alloc(size_t size, size_t align, unsigned gfp);
 
 /* Memory for a call re-entered during start-up. */
 static void *boot_alloc(size_t size, size_t align)
@@ -261,7 +261,7 @@ exhausted:
 			return ucma_tcache_alloc_slow(&ucma_tcache_dummy, cls);
 		}
 	}
-	return large_alloc(size, align, false);
+	return large_alloc(size, align, 0);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -510,7 +510,8 @@ slow:
 /* ------------------------------------------------------------------------ */
 
 /*
- * A run of exactly @npages pages whose address is aligned to @align.  The
+ * A run of exactly @npages pages whose address is aligned to @align, for
+ * a request of kind UCMA_GFP_UNMOVABLE | @gfp (UCMA_GFP_ZERO, _GROWS).  The
  * first try takes an exact run, which the buddy allocator aligns to its
  * order anyway; only when that one is misaligned is the request repeated
  * with room to align: a block of the alignment itself when it is at most a
@@ -519,9 +520,8 @@ slow:
  * as glibc gives back the ends of an over-sized chunk, so an aligned
  * block holds what it was asked for and no more.
  */
-static uint32_t run_alloc(struct ucma_arena *a, uint32_t npages, size_t align, bool zero)
+static uint32_t run_alloc(struct ucma_arena *a, uint32_t npages, size_t align, unsigned gfp)
 {
-	unsigned gfp = UCMA_GFP_UNMOVABLE | (zero ? UCMA_GFP_ZERO : 0);
 	uintptr_t mask = align > UCMA_PAGE_SIZE ? align - 1 : 0;
 	uint64_t align_pages = align >> UCMA_PAGE_SHIFT, total;
 	uint32_t pfn, h;
@@ -545,7 +545,8 @@ static uint32_t run_alloc(struct ucma_arena *a, uint32_t npages, size_t align, b
 	return pfn;
 }
 
-static void *large_alloc(size_t size, size_t align, bool zero)
+/* A large block; @gfp: UCMA_GFP_ZERO (calloc), UCMA_GFP_GROWS (realloc). */
+static void *large_alloc(size_t size, size_t align, unsigned gfp)
 {
 	struct ucma_arena *a = ucma_arena_peek();
 	int saved;
@@ -573,14 +574,14 @@ static void *large_alloc(size_t size, size_t align, bool zero)
 				__atomic_store_n(&a->pages[pfn].owner_type, UCMA_OWN_LARGE,
 						 __ATOMIC_RELEASE);
 				ucma_tcache_count_large(1, usable, 0);	/* pages kept counted */
-				if (zero)
+				if (gfp & UCMA_GFP_ZERO)
 					memset(ucma_pfn_to_addr(a, pfn), 0, usable);
 				ucma_shm_check_request(true);	/* as below */
 				return ucma_pfn_to_addr(a, pfn);
 			}
 		}
 		saved = errno;	/* a kept run touches nothing that sets it */
-		pfn = run_alloc(a, (uint32_t)npages, align, zero);
+		pfn = run_alloc(a, (uint32_t)npages, align, gfp);
 		if (pfn != UCMA_PFN_NONE) {
 			uint32_t run = a->pages[pfn].aux;
 
@@ -661,7 +662,7 @@ static __attribute__((noinline)) void *malloc_slow(size_t size)
 	}
 	if (size <= UCMA_SMALL_MAX)
 		return small_alloc(tc, ucma_size_class(size));
-	return large_alloc(size, 0, false);
+	return large_alloc(size, 0, 0);
 }
 
 /* Bin @b of @tc had nothing at hand for a request of @size bytes.  A
@@ -730,7 +731,7 @@ void *ucma_calloc(size_t nmemb, size_t size)
 			memset(p, 0, bytes);
 		return p;
 	}
-	return large_alloc(bytes, 0, true);
+	return large_alloc(bytes, 0, UCMA_GFP_ZERO);
 }
 
 static __attribute__((noinline)) void free_slow(void *p)
@@ -1025,9 +1026,14 @@ static __attribute__((noinline)) void *realloc_slow(void *p, size_t size)
 	default:
 		ucma_fatal("realloc(): invalid pointer %p", p);
 	}
-	if (size > old && size > UCMA_SMALL_MAX && size <= LARGE_MAX)
+	if (size > old && size > UCMA_SMALL_MAX && size <= LARGE_MAX) {
+		/* Placed where it has room to grow in place next time. */
 		want = large_round(size);
-	q = ucma_malloc(want);
+		q = ucma_tcache_unstarted(ucma_tcache_tls) ? ucma_malloc(want)
+							   : large_alloc(want, 0, UCMA_GFP_GROWS);
+	} else {
+		q = ucma_malloc(want);
+	}
 	if (!q)
 		return NULL;	/* errno ENOMEM; the old block stays */
 	memcpy(q, p, old < size ? old : size);
@@ -1062,7 +1068,7 @@ static void *aligned_impl(size_t align, size_t size)
 			if (!(ucma_classes[cls].size & (align - 1)))
 				return small_alloc(tc, cls);
 	}
-	return large_alloc(size, align, false);
+	return large_alloc(size, align, 0);
 }
 
 void *ucma_aligned_alloc(size_t alignment, size_t size)

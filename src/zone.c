@@ -407,6 +407,50 @@ static void thp_grow(struct ucma_zone *z)
  * NORMAL), a fresh pageblock may be reserved for lending instead: then
  * UCMA_PFN_NONE with *@lend_pb set (see ucma_pages_alloc()).
  */
+/*
+ * An unmovable run of @npages that its order would round up (more than the
+ * per-CPU lists take, less than a pageblock: large mallocs), placed
+ * by best fit in a hole of a pageblock already in use, with the lock held;
+ * UCMA_PFN_NONE when none fits, and the buddy lists serve it as before.
+ * The buddy block of its order would leave the rest of that block to
+ * smaller requests only: 300 blocks of 512 KiB + 57 bytes (129 pages) went
+ * two to a pageblock at offsets 0 and 256, the second touching 128 pages
+ * the block of 1 MiB + 57 bytes before it had not (bench_malloc
+ * large-odd; packed, three to a pageblock on the pages already resident).
+ * Wholly free pageblocks are left to rmqueue(), which knows about lending
+ * them a frame and stealing them; *@dirty as rmqueue() says it.  Movable
+ * runs are left where the buddy lists put them: where they go is
+ * compaction's business, measured with that placement (bench_highalloc).
+ * So are slabs (UCMA_GFP_RESIDENT), which want the blocks that may hold
+ * data, not the best fit: slabs of 18-28 pages placed by fit cost
+ * bench_malloc "large" 1.4 MiB of peak RSS without huge pages.  And so are
+ * the blocks realloc() moves (UCMA_GFP_GROWS): fitted behind another one,
+ * a block could not grow in place again, and bench_malloc "realloc-big"
+ * (two buffers grown side by side) peaked 2.2 MiB higher.
+ */
+static bool hole_sized(uint32_t npages, unsigned gfp)
+{
+	return !(gfp & (UCMA_GFP_MOVABLE | UCMA_GFP_RESIDENT | UCMA_GFP_GROWS)) &&
+	       npages > UCMA_PCP_MAX_PAGES &&
+	       npages < UCMA_PAGEBLOCK_PAGES && (npages & (npages - 1));
+}
+
+static uint32_t take_hole(struct ucma_zone *z, uint32_t npages, unsigned gfp, bool *dirty)
+{
+	uint32_t pfn;
+
+	if (!hole_sized(npages, gfp))
+		return UCMA_PFN_NONE;
+	pfn = ucma_extent_find_hole(z, npages, gfp_mt(z, gfp));
+	if (pfn == UCMA_PFN_NONE)
+		return UCMA_PFN_NONE;
+	*dirty = ucma_buddy_clean_tail(z, pfn, pfn + npages) != pfn;
+	if (!ucma_buddy_take_range(z, pfn, pfn + npages))
+		ucma_fatal("internal error: free block %u of zone %s is not free", pfn, z->name);
+	ucma_extent_taken(z, pfn, npages);
+	return pfn;
+}
+
 static uint32_t alloc_zone_once(struct ucma_zone *z, uint32_t npages, unsigned gfp,
 				uint32_t *lend_pb, bool *was_dirty)
 {
@@ -434,8 +478,22 @@ static uint32_t alloc_zone_once(struct ucma_zone *z, uint32_t npages, unsigned g
 	} else {
 		unsigned order = order_for(npages);
 
-		pfn = rmqueue(z, order, gfp, &dirty);
-		if (pfn != UCMA_PFN_NONE && lend_pb && !dirty &&
+		pfn = take_hole(z, npages, gfp, &dirty);
+		if (pfn != UCMA_PFN_NONE) {
+			order = 0;	/* exact: no rest to give back */
+		} else if (hole_sized(npages, gfp)) {
+			/* No hole: the start of a free pageblock, its rest
+			 * one hole for the next such run, not the halves of
+			 * the buddy block that the run's order would split. */
+			pfn = rmqueue(z, UCMA_MAX_ORDER, gfp, &dirty);
+			if (pfn != UCMA_PFN_NONE)
+				order = UCMA_MAX_ORDER;
+			else
+				pfn = rmqueue(z, order, gfp, &dirty);
+		} else {
+			pfn = rmqueue(z, order, gfp, &dirty);
+		}
+		if (pfn != UCMA_PFN_NONE && order && lend_pb && !dirty &&
 		    lend_instead(z, pfn, order, lend_pb))
 			pfn = UCMA_PFN_NONE;
 		else if (pfn != UCMA_PFN_NONE && (1u << order) > npages)

@@ -1025,6 +1025,47 @@ static void test_large_kept(void)
 }
 
 /*
+ * Large blocks whose page count is no power of two share pageblocks: 512
+ * KiB + 57 bytes is 129 pages, and three fit in a pageblock of 512.  As
+ * buddy blocks of their order (256 pages) they went two to a pageblock,
+ * at offsets 0 and 256, the second touching pages the first never had
+ * (zone.c take_hole(); bench_malloc large-odd).  30 such blocks take at
+ * most 11 pageblocks (10 full ones and the rest of one another block
+ * started), every block writable whole and intact.
+ */
+static void test_large_packed(void)
+{
+	enum { N = 30, SIZE = (512 << 10) + 57 };
+	struct ucma_arena *a = ucma_arena_peek();
+	static unsigned char *p[N];
+	uint32_t blocks[N];
+	unsigned nblocks = 0, bad = 0;
+
+	for (int i = 0; i < N; i++) {
+		uint32_t pb;
+		bool seen = false;
+
+		p[i] = ucma_malloc(SIZE);
+		if (!p[i])
+			bail_out("malloc(%d): %s", SIZE, strerror(errno));
+		memset(p[i], i + 1, SIZE);
+		pb = ucma_addr_to_pfn(a, p[i]) >> UCMA_PAGEBLOCK_ORDER;
+		for (unsigned k = 0; k < nblocks; k++)
+			seen |= blocks[k] == pb;
+		if (!seen)
+			blocks[nblocks++] = pb;
+	}
+	for (int i = 0; i < N; i++)
+		for (size_t j = 0; j < SIZE; j += 4096 / 4)
+			bad += p[i][j] != (unsigned char)(i + 1) || p[i][SIZE - 1] != (unsigned char)(i + 1);
+	ok(nblocks <= N / 3 + 1 && bad == 0,
+	   "%d blocks of 512 KiB + 57 bytes in %u pageblocks (at most %d), every byte checked "
+	   "intact (%u bad)", N, nblocks, N / 3 + 1, bad);
+	for (int i = 0; i < N; i++)
+		ucma_free(p[i]);
+}
+
+/*
  * Many kept runs of many sizes: the cache keeps at most its budget (32
  * runs, 2 MiB), each malloc of a kept size takes the newest run of that
  * size, blocks of sizes it gave back come from the zone again, every
@@ -1590,6 +1631,7 @@ int main(void)
 	test_kept_empties();
 	test_large_kept();
 	test_large_kept_sizes();
+	test_large_packed();
 	test_threads();
 	test_remote_reuse();
 	test_fork();
