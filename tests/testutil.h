@@ -382,27 +382,68 @@ static inline uint64_t tu_rand(uint64_t *s)
 	return x * 2685821657736338717ull;
 }
 
-/* Is @addr mapped from a file of the library (a CMA frame: its memfds are
- * named "ucma:...")?  Read from /proc/self/maps. */
-static inline int tu_on_frame(const void *addr)
+/*
+ * The line of /proc/self/maps of the mapping holding @addr, without its
+ * newline, in @out (@len bytes, "" when none); false when no mapping
+ * holds it or the file cannot be read.
+ */
+static inline bool tu_maps_line(const void *addr, char *out, size_t len)
 {
 	FILE *f = fopen("/proc/self/maps", "r");
 	char line[512];
-	int found = 0;
+	bool found = false;
 
+	if (len)
+		out[0] = '\0';
 	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f)) {
+		return false;
+	while (!found && fgets(line, sizeof(line), f)) {
 		unsigned long lo, hi;
 
 		if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && (uintptr_t)addr >= lo &&
 		    (uintptr_t)addr < hi) {
-			found = strstr(line, "ucma:") != NULL;
-			break;
+			if (len)
+				snprintf(out, len, "%.*s", (int)strcspn(line, "\n"), line);
+			found = true;
 		}
 	}
 	fclose(f);
 	return found;
+}
+
+/*
+ * How many mappings of /proc/self/maps overlap [lo, hi) and, with
+ * @needle, have it in their line; those wholly inside [skip_lo, skip_hi)
+ * are not counted.  -1 when the file cannot be read.
+ */
+static inline int tu_maps_count(uintptr_t lo, uintptr_t hi, const char *needle, uintptr_t skip_lo,
+				uintptr_t skip_hi)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	int n = 0;
+
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long l, h;
+
+		if (sscanf(line, "%lx-%lx", &l, &h) != 2 || l >= hi || h <= lo ||
+		    (l >= skip_lo && h <= skip_hi))
+			continue;
+		n += !needle || strstr(line, needle) != NULL;
+	}
+	fclose(f);
+	return n;
+}
+
+/* Is @addr mapped from a file of the library (a CMA frame: its memfds are
+ * named "ucma:...")? */
+static inline int tu_on_frame(const void *addr)
+{
+	char line[512];
+
+	return tu_maps_line(addr, line, sizeof(line)) && strstr(line, "ucma:") != NULL;
 }
 
 /*

@@ -129,18 +129,7 @@ static bool has_vmflag(const void *addr, const char *flag)
 /* Is @addr inside any mapping of /proc/self/maps? */
 static bool mapped(const void *addr)
 {
-	FILE *f = fopen("/proc/self/maps", "r");
-	unsigned long lo, hi;
-	char line[512];
-	bool found = false;
-
-	if (!f)
-		return false;
-	while (!found && fgets(line, sizeof(line), f))
-		if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2)
-			found = (uintptr_t)addr >= lo && (uintptr_t)addr < hi;
-	fclose(f);
-	return found;
+	return tu_maps_line(addr, NULL, 0);
 }
 
 /*

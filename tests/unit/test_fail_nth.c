@@ -948,24 +948,11 @@ static bool in_refused_unmap(uintptr_t lo, uintptr_t hi)
 	return lo >= sh->unmap_lo && hi <= sh->unmap_hi;
 }
 
-/* Mappings of the library's files still present. */
+/* Mappings of the library's files still present, but for those the
+ * refused munmap left. */
 static int maps_of_ucma_files(void)
 {
-	FILE *f = fopen("/proc/self/maps", "r");
-	char line[512];
-	int n = 0;
-
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long lo, hi;
-
-		if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && in_refused_unmap(lo, hi))
-			continue;
-		n += strstr(line, "memfd:ucma") != NULL;
-	}
-	fclose(f);
-	return n;
+	return tu_maps_count(0, UINTPTR_MAX, "memfd:ucma", sh->unmap_lo, sh->unmap_hi);
 }
 
 /* Mappings made through the table and still present: how many, their

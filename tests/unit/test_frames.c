@@ -93,26 +93,6 @@ static uint64_t stat_of(const char *name)
 	return v;
 }
 
-/* The line of /proc/self/maps holding @addr, or "" . */
-static void maps_line(const void *addr, char *out, size_t len)
-{
-	FILE *f = fopen("/proc/self/maps", "r");
-	char line[512];
-
-	out[0] = '\0';
-	if (!f)
-		return;
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long lo, hi;
-
-		if (sscanf(line, "%lx-%lx", &lo, &hi) == 2 && (uintptr_t)addr >= lo &&
-		    (uintptr_t)addr < hi) {
-			snprintf(out, len, "%.*s", (int)strcspn(line, "\n"), line);
-			break;
-		}
-	}
-	fclose(f);
-}
 
 static int open_fds(void)
 {
@@ -150,7 +130,7 @@ static void test_shmem_file(void)
 		ok(0, "plain pages: ucma_init: %s", strerror(errno));
 		return;
 	}
-	maps_line(area_base(0), line, sizeof(line));
+	tu_maps_line(area_base(0), line, sizeof(line));
 	diag("%s", line);
 	ok(stat_of("cma_default_file") == UCMA_FILE_SHMEM &&
 		   strstr(line, " rw-s ") && strstr(line, "memfd:ucma:default"),
@@ -301,7 +281,7 @@ static void record(enum ucma_mem_event ev, void *addr, size_t len, void *arg)
 	errno = 0;
 	l->deadlk_ok = ucma_mem_event_register("nested", record, l) == -1 && errno == EDEADLK;
 	if (ev == UCMA_MEM_EVENT_UNMAP) {
-		maps_line(addr, line, sizeof(line));
+		tu_maps_line(addr, line, sizeof(line));
 		l->mapped_ok = strstr(line, "rw-") != NULL;
 	} else {
 		/* Free pages are not touched (poisoned in AddressSanitizer

@@ -128,23 +128,13 @@ static bool on_frame(const void *addr)
 /* The permissions field of the mapping holding @addr ("rw-p"...). */
 static void perms_of(const void *addr, char out[5])
 {
-	FILE *f = fopen("/proc/self/maps", "r");
 	char line[512], perms[8];
 
 	strcpy(out, "????");
-	if (!f)
-		return;
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long lo, hi;
-
-		if (sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3 && (uintptr_t)addr >= lo &&
-		    (uintptr_t)addr < hi) {
-			memcpy(out, perms, 4);
-			out[4] = '\0';
-			break;
-		}
+	if (tu_maps_line(addr, line, sizeof(line)) && sscanf(line, "%*x-%*x %7s", perms) == 1) {
+		memcpy(out, perms, 4);
+		out[4] = '\0';
 	}
-	fclose(f);
 }
 
 static bool zones_ok(void)
@@ -453,20 +443,7 @@ static void case_heap_window(void)
 /* Mappings of this process that overlap [lo, hi). */
 static int mappings_over(uintptr_t lo, uintptr_t hi)
 {
-	FILE *f = fopen("/proc/self/maps", "r");
-	char line[512];
-	int n = 0;
-
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f)) {
-		unsigned long l, h;
-
-		if (sscanf(line, "%lx-%lx", &l, &h) == 2 && l < hi && h > lo)
-			n++;
-	}
-	fclose(f);
-	return n;
+	return tu_maps_count(lo, hi, NULL, 0, 0);
 }
 
 /*
