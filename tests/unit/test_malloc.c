@@ -13,6 +13,7 @@
 #include "tcache.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdio.h>
@@ -1066,6 +1067,73 @@ static void test_large_packed(void)
 }
 
 /*
+ * Two buffers grown side by side by realloc(), an eighth more each step,
+ * to 2 MiB (bench_malloc realloc-big's shape): how many of the steps
+ * above 32 KiB moved a buffer; UINT_MAX when one lost its contents.
+ */
+static unsigned grow_side_by_side(unsigned *steps)
+{
+	unsigned moves = 0, bad = 0;
+	unsigned char *p[2] = { NULL, NULL };
+	size_t size[2] = { 0, 0 };
+
+	*steps = 0;
+	for (bool grew = true; grew;) {
+		grew = false;
+		for (int k = 0; k < 2; k++) {
+			size_t next = size[k] + size[k] / 8 + 4096;
+			unsigned char *q;
+
+			if (size[k] >= ((size_t)2 << 20) - (64 << 10))
+				continue;
+			q = ucma_realloc(p[k], next);
+			if (!q)
+				return UINT_MAX;
+			for (size_t i = 0; i < size[k]; i += 4096)
+				bad += q[i] != (unsigned char)(k + 1);
+			if (size[k] > 32768) {
+				(*steps)++;
+				moves += q != p[k];
+			}
+			memset(q + size[k], k + 1, next - size[k]);
+			p[k] = q;
+			size[k] = next;
+			grew = true;
+		}
+	}
+	ucma_free(p[0]);
+	ucma_free(p[1]);
+	return bad ? UINT_MAX : moves;
+}
+
+/*
+ * The same in a fresh process (this program run again), whose zone has
+ * the holes of nothing else: a block realloc() moves is placed with room
+ * after it (UCMA_GFP_GROWS), so most steps grow in place.  Fitted into a
+ * hole right behind the other buffer instead, 21 of the 60 steps moved,
+ * against 8-11.  The child reports its count as its exit status.
+ */
+static void test_realloc_side_by_side(void)
+{
+	pid_t pid = fork();
+	int status = 0;
+
+	if (pid == 0) {
+		setenv("UCMA_TEST_GROW_CHILD", "1", 1);
+		execl("/proc/self/exe", "test_malloc", (char *)NULL);
+		_exit(254);
+	}
+	if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
+	    WEXITSTATUS(status) >= 250) {
+		ok(0, "two buffers grown side by side by realloc in a child: status %#x", status);
+		return;
+	}
+	ok(WEXITSTATUS(status) <= 15,
+	   "two buffers grown side by side by realloc to 2 MiB in a fresh process: %d of 60 steps "
+	   "moved (at most 15), contents kept", WEXITSTATUS(status));
+}
+
+/*
  * Many kept runs of many sizes: the cache keeps at most its budget (32
  * runs, 2 MiB), each malloc of a kept size takes the newest run of that
  * size, blocks of sizes it gave back come from the zone again, every
@@ -1611,6 +1679,11 @@ static void test_sizes_in_turn(void)
 
 int main(void)
 {
+	if (getenv("UCMA_TEST_GROW_CHILD")) {
+		unsigned steps, moves = grow_side_by_side(&steps);
+
+		_exit(moves == UINT_MAX ? 253 : steps != 60 ? 252 : (int)moves);
+	}
 	if (getenv("UCMA_TEST_LONG"))
 		thread_iters = 400000;
 	plan_no_plan();
@@ -1632,6 +1705,7 @@ int main(void)
 	test_large_kept();
 	test_large_kept_sizes();
 	test_large_packed();
+	test_realloc_side_by_side();
 	test_threads();
 	test_remote_reuse();
 	test_fork();
