@@ -403,11 +403,6 @@ static void thp_grow(struct ucma_zone *z)
 }
 
 /*
- * A run of @npages from zone @z.  With @lend_pb (unmovable requests in
- * NORMAL), a fresh pageblock may be reserved for lending instead: then
- * UCMA_PFN_NONE with *@lend_pb set (see ucma_pages_alloc()).
- */
-/*
  * An unmovable run of @npages that its order would round up (more than the
  * per-CPU lists take, less than a pageblock: large mallocs), placed
  * by best fit in a hole of a pageblock already in use, with the lock held;
@@ -435,13 +430,10 @@ static bool hole_sized(uint32_t npages, unsigned gfp)
 	       npages < UCMA_PAGEBLOCK_PAGES && (npages & (npages - 1));
 }
 
-static uint32_t take_hole(struct ucma_zone *z, uint32_t npages, unsigned gfp, bool *dirty)
+static uint32_t take_hole(struct ucma_zone *z, uint32_t npages, int mt, bool *dirty)
 {
-	uint32_t pfn;
+	uint32_t pfn = ucma_extent_find_hole(z, npages, mt);
 
-	if (!hole_sized(npages, gfp))
-		return UCMA_PFN_NONE;
-	pfn = ucma_extent_find_hole(z, npages, gfp_mt(z, gfp));
 	if (pfn == UCMA_PFN_NONE)
 		return UCMA_PFN_NONE;
 	*dirty = ucma_buddy_clean_tail(z, pfn, pfn + npages) != pfn;
@@ -451,6 +443,11 @@ static uint32_t take_hole(struct ucma_zone *z, uint32_t npages, unsigned gfp, bo
 	return pfn;
 }
 
+/*
+ * A run of @npages from zone @z.  With @lend_pb (unmovable requests in
+ * NORMAL), a fresh pageblock may be reserved for lending instead: then
+ * UCMA_PFN_NONE with *@lend_pb set (see ucma_pages_alloc()).
+ */
 static uint32_t alloc_zone_once(struct ucma_zone *z, uint32_t npages, unsigned gfp,
 				uint32_t *lend_pb, bool *was_dirty)
 {
@@ -478,21 +475,19 @@ static uint32_t alloc_zone_once(struct ucma_zone *z, uint32_t npages, unsigned g
 	} else {
 		unsigned order = order_for(npages);
 
-		pfn = take_hole(z, npages, gfp, &dirty);
-		if (pfn != UCMA_PFN_NONE) {
-			order = 0;	/* exact: no rest to give back */
-		} else if (hole_sized(npages, gfp)) {
-			/* No hole: the start of a free pageblock, its rest
-			 * one hole for the next such run, not the halves of
-			 * the buddy block that the run's order would split. */
-			pfn = rmqueue(z, UCMA_MAX_ORDER, gfp, &dirty);
+		pfn = UCMA_PFN_NONE;
+		if (hole_sized(npages, gfp)) {
+			/* A hole, else the start of a free pageblock, its
+			 * rest one hole for the next such run, not the halves
+			 * of the buddy block the run's order would split. */
+			pfn = take_hole(z, npages, gfp_mt(z, gfp), &dirty);
 			if (pfn != UCMA_PFN_NONE)
+				order = 0;	/* exact: no rest to give back */
+			else if ((pfn = rmqueue(z, UCMA_MAX_ORDER, gfp, &dirty)) != UCMA_PFN_NONE)
 				order = UCMA_MAX_ORDER;
-			else
-				pfn = rmqueue(z, order, gfp, &dirty);
-		} else {
-			pfn = rmqueue(z, order, gfp, &dirty);
 		}
+		if (pfn == UCMA_PFN_NONE)
+			pfn = rmqueue(z, order, gfp, &dirty);
 		if (pfn != UCMA_PFN_NONE && order && lend_pb && !dirty &&
 		    lend_instead(z, pfn, order, lend_pb))
 			pfn = UCMA_PFN_NONE;
