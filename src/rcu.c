@@ -165,6 +165,7 @@ int ucma_rcu_synchronize(void)
 	urcu_bp_synchronize_rcu();
 	TSAN_ACQUIRE_GRACE();
 	ucma_count(UCMA_STAT_RCU_GRACE_PERIODS, 1);
+	ucma_rcu_self.grace_periods++;
 	waited = ucma_os_now_ns() - t0;
 	ucma_count(UCMA_STAT_RCU_GRACE_NS, waited);
 	if (waited > UCMA_RCU_SLOW_GRACE_NS)

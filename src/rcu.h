@@ -33,6 +33,11 @@
 struct ucma_rcu_thread {
 	unsigned long depth;	/* sections open through ucma */
 	bool in_urcu;		/* the outermost one entered liburcu */
+	/* Grace periods this thread waited for: the process-wide count
+	 * (rcu_grace_periods) also holds the compaction thread's and the
+	 * deferred-free worker's, so a caller that wants to know what one
+	 * call cost reads this before and after. */
+	unsigned long grace_periods;
 };
 
 UCMA_INTERNAL extern __thread struct ucma_rcu_thread ucma_rcu_self
@@ -64,6 +69,11 @@ UCMA_INTERNAL bool ucma_rcu_can_wait(void);
  * held it up (liburcu-bp then polls every 10 ms). */
 #define UCMA_RCU_SLOW_GRACE_NS (1000ull * 1000)
 UCMA_INTERNAL int ucma_rcu_synchronize(void);
+/* Grace periods the calling thread has waited for so far. */
+static inline unsigned long ucma_rcu_own_grace_periods(void)
+{
+	return ucma_rcu_self.grace_periods;
+}
 /* Is this the child of a fork made inside a section (no grace periods)? */
 UCMA_INTERNAL bool ucma_rcu_degraded(void);
 
