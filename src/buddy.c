@@ -460,6 +460,20 @@ void ucma_buddy_free_clean_range(struct ucma_zone *z, uint32_t pfn, uint32_t npa
 	free_range(z, pfn, npages, dirty ? UCMA_PF_DIRTY : 0, z->purge_epoch, true);
 }
 
+uint32_t ucma_buddy_free_before(const struct ucma_zone *z, uint32_t end)
+{
+	uint32_t pfn = end, pb = UCMA_ALIGN_DOWN(end - 1, UCMA_PAGEBLOCK_PAGES);
+
+	while (pfn > pb) {
+		uint32_t h = find_free_head(z, pfn - 1);
+
+		if (h == UCMA_PFN_NONE)
+			break;
+		pfn = h;	/* a block never crosses the pageblock's start */
+	}
+	return pfn;
+}
+
 /*
  * ucma_buddy_take_range() - take exactly the pages [start, end) off the
  * free lists, splitting the blocks at both ends.  All-or-nothing: returns

@@ -255,6 +255,47 @@ uint32_t ucma_extent_find_hole(struct ucma_zone *z, uint32_t npages, int mt)
 	return find(z, npages, mt, z->start_pfn, z->end_pfn, UCMA_EXTENT_LEVELS - 1);
 }
 
+/*
+ * The pageblocks in use with room are those in the levels below the top
+ * one, found 64 at a time from the top of the zone down as search() finds
+ * them; a pageblock that ends in free pages and is followed by a wholly
+ * free one is a candidate, and the search ends EXTENT_BESTFIT_PAGEBLOCKS
+ * candidates after the first.  The most free pages at the end wins: it
+ * takes the least of the free pageblock, whose rest stays one hole.
+ */
+uint32_t ucma_extent_find_across(struct ucma_zone *z, uint32_t npages, int mt)
+{
+	struct ucma_arena *a = z->arena;
+	uint32_t first = z->start_pfn >> UCMA_PAGEBLOCK_ORDER;
+	uint32_t last = z->end_pfn >> UCMA_PAGEBLOCK_ORDER;
+	uint32_t best = UCMA_PFN_NONE, best_len = 0;
+	unsigned looked = 0;
+
+	if (npages >= UCMA_PAGEBLOCK_PAGES || last - first < 2)
+		return UCMA_PFN_NONE;
+	/* bi + 1 is in the zone: the search starts below the last pageblock. */
+	for (uint32_t bi = last - 1;
+	     (bi = prev_set(a, 0, UCMA_EXTENT_LEVELS - 1, bi, first)) != UINT32_MAX;) {
+		const struct ucma_pageblock *b = &a->blocks[bi], *next = &a->blocks[bi + 1];
+		uint32_t end = (bi + 1) << UCMA_PAGEBLOCK_ORDER, len;
+
+		if (b->mt != mt || b->isolate_count || b->deferred ||
+		    next->nr_free != UCMA_PAGEBLOCK_PAGES || next->isolate_count ||
+		    (next->mt != UCMA_MT_MOVABLE && next->mt != UCMA_MT_UNMOVABLE))
+			continue;
+		len = end - ucma_buddy_free_before(z, end);
+		if (len == 0)
+			continue;
+		if (len > best_len && len < npages) {
+			best = end - len;
+			best_len = len;
+		}
+		if (++looked > EXTENT_BESTFIT_PAGEBLOCKS)
+			break;
+	}
+	return best;
+}
+
 void ucma_extent_taken(struct ucma_zone *z, uint32_t pfn, uint32_t npages)
 {
 	struct ucma_arena *a = z->arena;

@@ -8,7 +8,10 @@
  *   block      a buddy block: 2^order pages, aligned to 2^order pages,
  *              never larger than a pageblock (UCMA_MAX_ORDER == 9).
  *   run        pages handed out by ucma_pages_alloc(): any count, exact.
- *              A run longer than a pageblock starts on a pageblock boundary.
+ *              A run longer than a pageblock starts on a pageblock boundary;
+ *              a shorter one lies in one pageblock, except an unmovable run
+ *              of NORMAL placed across a boundary (zone.c take_across())
+ *              and a contiguous buffer (any free range of CMA).
  *
  * Naming: public symbols are ucma_* and declared in ucma.h; internal symbols
  * shared between files are ucma_* too but carry UCMA_INTERNAL, which hides
@@ -442,6 +445,9 @@ UCMA_INTERNAL uint32_t ucma_buddy_deferred_in(const struct ucma_zone *z, uint32_
 UCMA_INTERNAL uint32_t ucma_buddy_deferred_highest(const struct ucma_zone *z, int mt,
 						   bool (*usable)(const struct ucma_arena *a,
 								  uint32_t pfn));
+/* The first of the free pages that end at @end, inside the pageblock of
+ * page @end - 1 (linked); @end when that page is not free. */
+UCMA_INTERNAL uint32_t ucma_buddy_free_before(const struct ucma_zone *z, uint32_t end);
 /* Is every page of [start, end) free?  Links nothing. */
 UCMA_INTERNAL bool ucma_buddy_range_free(const struct ucma_zone *z, uint32_t start, uint32_t end);
 /* Is every page of [start, end) free in a block that may hold data

@@ -16,8 +16,12 @@
  * Runs: a request for n pages takes a block of order ceil(log2 n) and gives
  * the tail back at once, so a 3 MiB request does not consume 4 MiB.  A run
  * longer than a pageblock takes whole, consecutive, free pageblocks and
- * gives back the tail of the last one.  The head page of a run has kind
- * RUN with aux = n; every other page has kind TAIL with aux = head pfn.
+ * gives back the tail of the last one.  Unmovable runs of 17-511 pages
+ * that are no power of two (large mallocs) are packed instead: into a
+ * hole of a pageblock in use, else across the end of one into the free
+ * pageblock after it, else at the start of a free pageblock (take_hole(),
+ * take_across()).  The head page of a run has kind RUN with aux = n;
+ * every other page has kind TAIL with aux = head pfn.
  *
  * Placement in a range: ucma_pages_alloc_in() finds room for a run inside
  * [lo, hi) (compaction puts the copies of moved objects on the far side of
@@ -444,6 +448,45 @@ static uint32_t take_hole(struct ucma_zone *z, uint32_t npages, int mt, bool *di
 }
 
 /*
+ * A hole-sized run that no hole holds, across a pageblock boundary: the
+ * free pages that end a pageblock in use and the start of the wholly free
+ * pageblock after it (ucma_extent_find_across()), lock held.  On huge
+ * pages a run of a pageblock's start makes the whole pageblock resident,
+ * so blocks of 1 MiB + 57 bytes (257 pages), which no pageblock holds two
+ * of, cost 2 MiB each (bench_malloc large-odd); packed across boundaries,
+ * each takes the rest of the last one's pageblock and the start of the
+ * next.  The free pageblock joins the run's migratetype, as a pageblock
+ * stolen by rmqueue() does, and, fresh, may be lent a frame first
+ * (UCMA_PFN_NONE with *@lend_pb set, as alloc_pageblocks()).  Such a run
+ * is unmovable and shorter than a pageblock: compaction never moves it,
+ * and no per-CPU list holds it (ucma_pages_free()); zone_check() and
+ * ucma_pages_trim() allow it.
+ */
+static uint32_t take_across(struct ucma_zone *z, uint32_t npages, int mt, bool *dirty,
+			    uint32_t *lend_pb)
+{
+	struct ucma_arena *a = z->arena;
+	uint32_t pfn = ucma_extent_find_across(z, npages, mt), next, b;
+
+	if (pfn == UCMA_PFN_NONE)
+		return UCMA_PFN_NONE;
+	next = UCMA_ALIGN_UP(pfn, UCMA_PAGEBLOCK_PAGES);
+	b = next >> UCMA_PAGEBLOCK_ORDER;
+	ucma_buddy_materialise(z, next, next + UCMA_PAGEBLOCK_PAGES);
+	if (lend_pb && lend_one_of(z, b, 1, lend_pb))
+		return UCMA_PFN_NONE;
+	if (a->blocks[b].mt != mt)
+		ucma_buddy_move_block_mt(z, b, mt);
+	*dirty = ucma_buddy_clean_tail(z, pfn, pfn + npages) != pfn;
+	if (!ucma_buddy_take_range(z, pfn, pfn + npages))
+		ucma_fatal("internal error: free pages %u+%u of zone %s are not free", pfn, npages,
+			   z->name);
+	ucma_extent_taken(z, pfn, next - pfn);
+	ucma_extent_taken(z, next, pfn + npages - next);
+	return pfn;
+}
+
+/*
  * A run of @npages from zone @z.  With @lend_pb (unmovable requests in
  * NORMAL), a fresh pageblock may be reserved for lending instead: then
  * UCMA_PFN_NONE with *@lend_pb set (see ucma_pages_alloc()).
@@ -477,12 +520,17 @@ static uint32_t alloc_zone_once(struct ucma_zone *z, uint32_t npages, unsigned g
 
 		pfn = UCMA_PFN_NONE;
 		if (hole_sized(npages, gfp)) {
-			/* A hole, else the start of a free pageblock, its
-			 * rest one hole for the next such run, not the halves
-			 * of the buddy block the run's order would split. */
+			/* A hole, else across the end of a pageblock in use,
+			 * else the start of a free pageblock, its rest one
+			 * hole for the next such run, not the halves of the
+			 * buddy block the run's order would split. */
 			pfn = take_hole(z, npages, gfp_mt(z, gfp), &dirty);
+			if (pfn == UCMA_PFN_NONE)
+				pfn = take_across(z, npages, gfp_mt(z, gfp), &dirty, lend_pb);
 			if (pfn != UCMA_PFN_NONE)
 				order = 0;	/* exact: no rest to give back */
+			else if (lend_pb && *lend_pb != UCMA_PFN_NONE)
+				goto unlock;	/* lent first: asked again */
 			else if ((pfn = rmqueue(z, UCMA_MAX_ORDER, gfp, &dirty)) != UCMA_PFN_NONE)
 				order = UCMA_MAX_ORDER;
 		}
@@ -502,6 +550,7 @@ static uint32_t alloc_zone_once(struct ucma_zone *z, uint32_t npages, unsigned g
 		wake = crossed_low_wmark(z, npages);
 		grow = thp_due(z);
 	}
+unlock:
 	ucma_mutex_unlock(&z->lock);
 done:
 	if (UCMA_UNLIKELY(wake))
@@ -933,11 +982,15 @@ void ucma_pages_trim(struct ucma_arena *a, uint32_t head, uint32_t keep, uint32_
 
 	ucma_mutex_lock(&z->lock);
 	end = head + h->aux;
+	movable = h->flags & UCMA_PF_MOVABLE;
+	/* What is kept is a run as the allocator makes them: in one
+	 * pageblock, from the start of one, or unmovable and shorter than a
+	 * pageblock across one boundary (take_across()). */
 	if (h->kind != UCMA_PK_RUN || nkeep == 0 || keep < head || kend > end ||
-	    !(one_pageblock || !(keep & (UCMA_PAGEBLOCK_PAGES - 1))))
+	    !(one_pageblock || !(keep & (UCMA_PAGEBLOCK_PAGES - 1)) ||
+	      (!movable && nkeep < UCMA_PAGEBLOCK_PAGES)))
 		ucma_fatal("internal error: cannot trim the run %u+%u to %u+%u", head,
 			   h->kind == UCMA_PK_RUN ? h->aux : 0, keep, nkeep);
-	movable = h->flags & UCMA_PF_MOVABLE;
 	/* Forget the whole run, then mark the kept part as one. */
 	for (uint32_t pfn = head; pfn < end; pfn++) {
 		UCMA_PG_SET(&a->pages[pfn], kind, UCMA_PK_UNUSED);
@@ -961,9 +1014,9 @@ void ucma_pages_trim(struct ucma_arena *a, uint32_t head, uint32_t keep, uint32_
  * May the run at @pfn, now ending at @end, take the free pages [end,
  * new_end) of @z?  They must be free on the buddy lists (not on a per-CPU
  * list: those count as taken), in pageblocks that are not isolated (a
- * claim or a compaction owns their free pages).  A run that crosses a
- * pageblock boundary starts on one (ucma_pages_trim()'s rule, which
- * isolation and compaction rely on), and the pageblocks it reaches into
+ * claim or a compaction owns their free pages).  A run that grows into
+ * another pageblock starts on one (a run longer than a pageblock always
+ * does: isolation and compaction rely on it), and the pageblocks it reaches into
  * must be wholly free and of a type alloc_pageblocks() would give it, as
  * if it had been allocated at this size.  Zone lock held.
  */
@@ -1366,11 +1419,16 @@ int ucma_zone_check(struct ucma_zone *z, char *why, size_t whylen)
 			} else if (p->kind == UCMA_PK_RUN) {
 				CHECK(p->aux > 0, "run at %u has no pages", pfn);
 				/* Only contiguous buffers (alloc-contig-range
-				 * claims any free range) may start inside a
-				 * pageblock and run past its end. */
+				 * claims any free range) and unmovable runs of
+				 * NORMAL shorter than a pageblock (take_across())
+				 * may start inside a pageblock and run past its
+				 * end. */
 				if (pfn + p->aux > end)
-					CHECK(pfn == start || UCMA_PG_GET(p, owner_type) ==
-								      UCMA_OWN_CONTIG,
+					CHECK(pfn == start ||
+						      UCMA_PG_GET(p, owner_type) == UCMA_OWN_CONTIG ||
+						      (z->id == UCMA_ZONE_NORMAL &&
+						       !(p->flags & UCMA_PF_MOVABLE) &&
+						       p->aux < UCMA_PAGEBLOCK_PAGES),
 					      "run at %u crosses a pageblock", pfn);
 				run_end = pfn + p->aux;
 				pfn += p->aux;

@@ -156,6 +156,62 @@ static void test_exact_split(void)
 }
 
 /*
+ * Unmovable runs of 17-511 pages that are no power of two are packed
+ * (zone.c take_hole(), take_across()): 257 pages (a malloc of 1 MiB + 57
+ * bytes) at the start of a free pageblock, then the next 257 across its
+ * end into the free pageblock after it, which turns UNMOVABLE, then a
+ * third in the hole that leaves.  A crossing run trims to a shorter run
+ * that still crosses, and everything merges back to whole pageblocks.
+ * Movable runs of the same length never cross a boundary.
+ */
+static void test_across(void)
+{
+	enum { N = 257 };
+	uint32_t r1, r2, r3, m[2], next;
+	bool crossed, movable_inside = true;
+
+	ucma_pcp_drain_zone(normal());
+	r1 = ucma_pages_alloc(a, N, UCMA_GFP_UNMOVABLE);
+	r2 = ucma_pages_alloc(a, N, UCMA_GFP_UNMOVABLE);
+	r3 = ucma_pages_alloc(a, N, UCMA_GFP_UNMOVABLE);
+	if (r1 == UCMA_PFN_NONE || r2 == UCMA_PFN_NONE || r3 == UCMA_PFN_NONE)
+		bail_out("set-up: three runs of %d pages: %s", N, strerror(errno));
+	next = UCMA_ALIGN_UP(r2, UCMA_PAGEBLOCK_PAGES);
+	crossed = r2 < next && r2 + N > next;
+	ok(r1 % UCMA_PAGEBLOCK_PAGES == 0 && r2 == r1 + N && crossed,
+	   "257 pages at a pageblock's start (%u), the next 257 right after, across its end "
+	   "(%u)", r1 % UCMA_PAGEBLOCK_PAGES, r2 - r1);
+	ok(a->blocks[next >> UCMA_PAGEBLOCK_ORDER].mt == UCMA_MT_UNMOVABLE,
+	   "the pageblock it reached into is UNMOVABLE");
+	ok(r3 == r2 + N, "the third in the hole after it (%d pages on)", (int)(r3 - r2));
+	ok(ucma_run_head(a, next) == r2 && ucma_run_head(a, r2 + N - 1) == r2,
+	   "its pages in the next pageblock lead to its head");
+	ok(tu_zones_ok(a, "runs across a boundary"), "invariants hold with a run across a boundary");
+	ucma_pages_trim(a, r2, r2 + 1, N - 2);
+	ok(a->pages[r2 + 1].kind == UCMA_PK_RUN && a->pages[r2 + 1].aux == N - 2 &&
+		   tu_zones_ok(a, "a crossing run trimmed"),
+	   "trimmed to %d pages, still across the boundary: invariants hold", N - 2);
+	for (int i = 0; i < 2; i++) {
+		m[i] = ucma_pages_alloc(a, N, UCMA_GFP_MOVABLE | UCMA_GFP_NO_CMA);
+		if (m[i] == UCMA_PFN_NONE)
+			bail_out("set-up: a movable run of %d pages: %s", N, strerror(errno));
+		movable_inside &= (m[i] >> UCMA_PAGEBLOCK_ORDER) ==
+				  ((m[i] + N - 1) >> UCMA_PAGEBLOCK_ORDER);
+	}
+	ok(movable_inside, "movable runs of 257 pages stay inside their pageblocks (%u, %u)",
+	   m[0] % UCMA_PAGEBLOCK_PAGES, m[1] % UCMA_PAGEBLOCK_PAGES);
+	ucma_pages_free(a, m[0]);
+	ucma_pages_free(a, m[1]);
+	ucma_pages_free(a, r1);
+	ucma_pages_free(a, r2 + 1);
+	ucma_pages_free(a, r3);
+	ok(a->blocks[r1 >> UCMA_PAGEBLOCK_ORDER].nr_free == UCMA_PAGEBLOCK_PAGES &&
+		   a->blocks[next >> UCMA_PAGEBLOCK_ORDER].nr_free == UCMA_PAGEBLOCK_PAGES &&
+		   tu_zones_ok(a, "runs across a boundary freed"),
+	   "freed, both pageblocks are wholly free again");
+}
+
+/*
  * UCMA_GFP_RESIDENT: a clean order-3 block first on its list and a dirty
  * order-4 block first on its own.  A plain take of order 3 gets the clean
  * block; a resident one splits the dirty block instead (its pages are
@@ -563,6 +619,7 @@ int main(void)
 	   "arena of 64 MiB with a 16 MiB CMA zone");
 	ok(a->base % UCMA_PAGEBLOCK_SIZE == 0, "arena is 2 MiB aligned");
 	ok(tu_zones_ok(a, "start"), "invariants hold at start");
+	test_across();
 	test_exact_split();
 	test_resident();
 	test_extent_note();

@@ -1067,6 +1067,79 @@ static void test_large_packed(void)
 }
 
 /*
+ * Blocks of 1 MiB + 57 bytes (257 pages, what a Python bytearray of 1 MiB
+ * asks for): no pageblock holds two, and one to a pageblock each made its
+ * whole pageblock resident on huge pages.  Packed across pageblock
+ * boundaries (zone.c take_across()), 30 of them touch at most 17
+ * pageblocks (30 * 257 pages fill 15.06), and some do cross.  A crossing
+ * block shrunk by realloc() to less than half stays where it is (its
+ * tail given back), grown it keeps its bytes,
+ * and every byte of the others stays intact throughout.
+ */
+static void test_large_across(void)
+{
+	enum { N = 30, SIZE = (1 << 20) + 57 };
+	struct ucma_arena *a = ucma_arena_peek();
+	static unsigned char *p[N];
+	size_t size[N];
+	uint32_t blocks[2 * N];
+	unsigned nblocks = 0, bad = 0, crossing = 0;
+	int x = -1;
+
+	for (int i = 0; i < N; i++) {
+		uint32_t pb[2];
+
+		p[i] = ucma_malloc(SIZE);
+		if (!p[i])
+			bail_out("malloc(%d): %s", SIZE, strerror(errno));
+		size[i] = SIZE;
+		memset(p[i], i + 1, SIZE);
+		pb[0] = ucma_addr_to_pfn(a, p[i]) >> UCMA_PAGEBLOCK_ORDER;
+		pb[1] = ucma_addr_to_pfn(a, p[i] + SIZE - 1) >> UCMA_PAGEBLOCK_ORDER;
+		/* (A kept part that still crosses is test_buddy's.) */
+		if (pb[0] != pb[1]) {
+			crossing++;
+			x = i;
+		}
+		for (int e = 0; e < 2; e++) {
+			bool seen = false;
+
+			for (unsigned k = 0; k < nblocks; k++)
+				seen |= blocks[k] == pb[e];
+			if (!seen)
+				blocks[nblocks++] = pb[e];
+		}
+	}
+	ok(nblocks <= 17 && crossing > 0,
+	   "%d blocks of 1 MiB + 57 bytes touch %u pageblocks (at most 17), %u of them cross a "
+	   "boundary", N, nblocks, crossing);
+	if (x >= 0) {
+		unsigned char *q = ucma_realloc(p[x], 400 << 10);	/* trimmed in place */
+
+		ok(q == p[x] && ucma_usable_size(q) == 400 << 10,
+		   "a crossing block shrunk to 400 KiB stays in place, 400 KiB usable (%zu)",
+		   ucma_usable_size(q));
+		p[x] = q;
+		size[x] = 400 << 10;
+		q = ucma_realloc(p[x], (1 << 20) + 300000);
+		if (!q)
+			bail_out("realloc to grow: %s", strerror(errno));
+		for (size_t j = 0; j < size[x]; j += 997)
+			bad += q[j] != (unsigned char)(x + 1);
+		memset(q, x + 1, (1 << 20) + 300000);
+		p[x] = q;
+		size[x] = (1 << 20) + 300000;
+	}
+	for (int i = 0; i < N; i++)
+		for (size_t j = 0; j < size[i]; j += 4096 / 4)
+			bad += p[i][j] != (unsigned char)(i + 1) ||
+			       p[i][size[i] - 1] != (unsigned char)(i + 1);
+	ok(bad == 0, "every block intact after the shrink and growth (%u bad)", bad);
+	for (int i = 0; i < N; i++)
+		ucma_free(p[i]);
+}
+
+/*
  * Two buffers grown side by side by realloc(), an eighth more each step,
  * to 2 MiB (bench_malloc realloc-big's shape): how many of the steps
  * above 32 KiB moved a buffer; UINT_MAX when one lost its contents.
@@ -1705,6 +1778,7 @@ int main(void)
 	test_large_kept();
 	test_large_kept_sizes();
 	test_large_packed();
+	test_large_across();
 	test_realloc_side_by_side();
 	test_threads();
 	test_remote_reuse();
