@@ -260,10 +260,12 @@ uint32_t ucma_extent_find_hole(struct ucma_zone *z, uint32_t npages, int mt)
  * one, found 64 at a time from the top of the zone down as search() finds
  * them; a pageblock that ends in free pages and is followed by a wholly
  * free one is a candidate, and the search ends EXTENT_BESTFIT_PAGEBLOCKS
- * candidates after the first.  The most free pages at the end wins: it
- * takes the least of the free pageblock, whose rest stays one hole.
+ * candidates after the first.  A free pageblock that may hold data wins
+ * over one never touched (its pages cost no new memory), then the most
+ * free pages at the end: it takes the least of the free pageblock, whose
+ * rest stays one hole.
  */
-uint32_t ucma_extent_find_across(struct ucma_zone *z, uint32_t npages, int mt)
+uint32_t ucma_extent_find_across(struct ucma_zone *z, uint32_t npages, int mt, bool *resident)
 {
 	struct ucma_arena *a = z->arena;
 	uint32_t first = z->start_pfn >> UCMA_PAGEBLOCK_ORDER;
@@ -271,6 +273,7 @@ uint32_t ucma_extent_find_across(struct ucma_zone *z, uint32_t npages, int mt)
 	uint32_t best = UCMA_PFN_NONE, best_len = 0;
 	unsigned looked = 0;
 
+	*resident = false;
 	if (npages >= UCMA_PAGEBLOCK_PAGES || last - first < 2)
 		return UCMA_PFN_NONE;
 	/* bi + 1 is in the zone: the search starts below the last pageblock. */
@@ -278,17 +281,22 @@ uint32_t ucma_extent_find_across(struct ucma_zone *z, uint32_t npages, int mt)
 	     (bi = prev_set(a, 0, UCMA_EXTENT_LEVELS - 1, bi, first)) != UINT32_MAX;) {
 		const struct ucma_pageblock *b = &a->blocks[bi], *next = &a->blocks[bi + 1];
 		uint32_t end = (bi + 1) << UCMA_PAGEBLOCK_ORDER, len;
+		bool dirty;
 
 		if (b->mt != mt || b->isolate_count || b->deferred ||
 		    next->nr_free != UCMA_PAGEBLOCK_PAGES || next->isolate_count ||
 		    (next->mt != UCMA_MT_MOVABLE && next->mt != UCMA_MT_UNMOVABLE))
 			continue;
 		len = end - ucma_buddy_free_before(z, end);
-		if (len == 0)
+		if (len == 0 || len >= npages)
 			continue;
-		if (len > best_len && len < npages) {
+		/* (a deferred pageblock is clean; a linked free one is one
+		 * block, its head at its start) */
+		dirty = !next->deferred && (a->pages[end].flags & UCMA_PF_DIRTY);
+		if (dirty > *resident || (dirty == *resident && len > best_len)) {
 			best = end - len;
 			best_len = len;
+			*resident = dirty;
 		}
 		if (++looked > EXTENT_BESTFIT_PAGEBLOCKS)
 			break;

@@ -466,9 +466,18 @@ static uint32_t take_across(struct ucma_zone *z, uint32_t npages, int mt, bool *
 			    uint32_t *lend_pb)
 {
 	struct ucma_arena *a = z->arena;
-	uint32_t pfn = ucma_extent_find_across(z, npages, mt), next, b;
+	uint32_t head = z->free_area[UCMA_MAX_ORDER].head[mt], pfn, next, b;
+	bool resident;
 
+	pfn = ucma_extent_find_across(z, npages, mt, &resident);
 	if (pfn == UCMA_PFN_NONE)
+		return UCMA_PFN_NONE;
+	/* Into a pageblock never touched only when rmqueue() would not hand
+	 * out one that may hold data: the pageblock freed last, first on
+	 * its list, costs no new memory.  (Without this, blocks freed by the
+	 * hundred were never used again: each run crossed into the next
+	 * fresh pageblock above the last, large-odd linked directly 772 MiB.) */
+	if (!resident && head != UCMA_PFN_NONE && (a->pages[head].flags & UCMA_PF_DIRTY))
 		return UCMA_PFN_NONE;
 	next = UCMA_ALIGN_UP(pfn, UCMA_PAGEBLOCK_PAGES);
 	b = next >> UCMA_PAGEBLOCK_ORDER;

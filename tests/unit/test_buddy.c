@@ -162,7 +162,8 @@ static void test_exact_split(void)
  * end into the free pageblock after it, which turns UNMOVABLE, then a
  * third in the hole that leaves.  A crossing run trims to a shorter run
  * that still crosses, and everything merges back to whole pageblocks.
- * Movable runs of the same length never cross a boundary.
+ * A run does not cross into a never-used pageblock while one that holds
+ * data is free.  Movable runs of the same length never cross a boundary.
  */
 static void test_across(void)
 {
@@ -191,6 +192,28 @@ static void test_across(void)
 	ok(a->pages[r2 + 1].kind == UCMA_PK_RUN && a->pages[r2 + 1].aux == N - 2 &&
 		   tu_zones_ok(a, "a crossing run trimmed"),
 	   "trimmed to %d pages, still across the boundary: invariants hold", N - 2);
+	ucma_pages_free(a, r1);
+	ucma_pages_free(a, r2 + 1);
+	ucma_pages_free(a, r3);
+	ok(a->blocks[r1 >> UCMA_PAGEBLOCK_ORDER].nr_free == UCMA_PAGEBLOCK_PAGES &&
+		   a->blocks[next >> UCMA_PAGEBLOCK_ORDER].nr_free == UCMA_PAGEBLOCK_PAGES &&
+		   tu_zones_ok(a, "runs across a boundary freed"),
+	   "freed, both pageblocks are wholly free again");
+	/*
+	 * Both now hold data (dirty), the second freed last, first on its
+	 * list: the next run takes its start, and the one after does not
+	 * cross into the never-used pageblock above it while the other
+	 * resident one is free: it takes that.
+	 */
+	r1 = ucma_pages_alloc(a, N, UCMA_GFP_UNMOVABLE);
+	r2 = ucma_pages_alloc(a, N, UCMA_GFP_UNMOVABLE);
+	ok(r1 == next && r2 == next - UCMA_PAGEBLOCK_PAGES,
+	   "with resident free pageblocks, no run crosses into a fresh one (%d, %d pageblocks "
+	   "from the first)", ((int)r1 - (int)next) / (int)UCMA_PAGEBLOCK_PAGES,
+	   ((int)r2 - (int)next) / (int)UCMA_PAGEBLOCK_PAGES);
+	ucma_pages_free(a, r1);
+	ucma_pages_free(a, r2);
+	ok(tu_zones_ok(a, "resident pageblocks first"), "invariants hold");
 	for (int i = 0; i < 2; i++) {
 		m[i] = ucma_pages_alloc(a, N, UCMA_GFP_MOVABLE | UCMA_GFP_NO_CMA);
 		if (m[i] == UCMA_PFN_NONE)
@@ -202,13 +225,6 @@ static void test_across(void)
 	   m[0] % UCMA_PAGEBLOCK_PAGES, m[1] % UCMA_PAGEBLOCK_PAGES);
 	ucma_pages_free(a, m[0]);
 	ucma_pages_free(a, m[1]);
-	ucma_pages_free(a, r1);
-	ucma_pages_free(a, r2 + 1);
-	ucma_pages_free(a, r3);
-	ok(a->blocks[r1 >> UCMA_PAGEBLOCK_ORDER].nr_free == UCMA_PAGEBLOCK_PAGES &&
-		   a->blocks[next >> UCMA_PAGEBLOCK_ORDER].nr_free == UCMA_PAGEBLOCK_PAGES &&
-		   tu_zones_ok(a, "runs across a boundary freed"),
-	   "freed, both pageblocks are wholly free again");
 }
 
 /*
