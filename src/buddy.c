@@ -474,6 +474,20 @@ uint32_t ucma_buddy_free_before(const struct ucma_zone *z, uint32_t end)
 	return pfn;
 }
 
+uint32_t ucma_buddy_free_from(const struct ucma_zone *z, uint32_t pfn)
+{
+	uint32_t end = UCMA_ALIGN_DOWN(pfn, UCMA_PAGEBLOCK_PAGES) + UCMA_PAGEBLOCK_PAGES;
+
+	while (pfn < end) {
+		uint32_t h = find_free_head(z, pfn);
+
+		if (h == UCMA_PFN_NONE)
+			break;
+		pfn = h + (1u << pg(z, h)->order);
+	}
+	return pfn;
+}
+
 /*
  * ucma_buddy_take_range() - take exactly the pages [start, end) off the
  * free lists, splitting the blocks at both ends.  All-or-nothing: returns

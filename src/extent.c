@@ -31,6 +31,13 @@
 #include "extent.h"
 
 #define EXTENT_BESTFIT_PAGEBLOCKS 8	/* looked at after the first that fits */
+/*
+ * Pageblocks in use that a search for room across a boundary looks at in
+ * all (1 GiB of heap): it walks them one by one, and in a heap with no
+ * wholly free pageblock among them it would otherwise walk every one of
+ * them for each large malloc.
+ */
+#define EXTENT_ACROSS_PAGEBLOCKS 512
 
 /* The best fit for a request seen so far. */
 struct extent_fit {
@@ -255,53 +262,92 @@ uint32_t ucma_extent_find_hole(struct ucma_zone *z, uint32_t npages, int mt)
 	return find(z, npages, mt, z->start_pfn, z->end_pfn, UCMA_EXTENT_LEVELS - 1);
 }
 
+/* May a run reach into pageblock @b of @z, wholly free? */
+static bool across_free(const struct ucma_zone *z, uint32_t b)
+{
+	const struct ucma_pageblock *pb = &z->arena->blocks[b];
+
+	return b >= z->start_pfn >> UCMA_PAGEBLOCK_ORDER && b < z->end_pfn >> UCMA_PAGEBLOCK_ORDER &&
+	       pb->nr_free == UCMA_PAGEBLOCK_PAGES && !pb->isolate_count &&
+	       (pb->mt == UCMA_MT_MOVABLE || pb->mt == UCMA_MT_UNMOVABLE);
+}
+
+/* Does wholly free pageblock @b hold data?  (A deferred one is clean; a
+ * linked one is one block, its head at its start.) */
+static bool across_resident(const struct ucma_arena *a, uint32_t b)
+{
+	return !a->blocks[b].deferred &&
+	       (a->pages[b << UCMA_PAGEBLOCK_ORDER].flags & UCMA_PF_DIRTY);
+}
+
+/* The search's best so far: *@pfn and friends, replaced by (@cand, @free_b,
+ * @len) when that one is better. */
+struct across_fit {
+	uint32_t pfn, free_pb, len;
+	bool resident;
+};
+
+static void across_consider(const struct ucma_arena *a, struct across_fit *f, uint32_t cand,
+			    uint32_t free_b, uint32_t len)
+{
+	bool res = across_resident(a, free_b);
+
+	if (f->pfn == UCMA_PFN_NONE || res > f->resident || (res == f->resident && len > f->len)) {
+		f->pfn = cand;
+		f->free_pb = free_b;
+		f->len = len;
+		f->resident = res;
+	}
+}
+
 /*
  * The pageblocks in use with room are those in the levels below the top
  * one, found 64 at a time from the top of the zone down as search() finds
- * them; a pageblock that ends in free pages and is followed by a wholly
- * free one is a candidate, and the search ends EXTENT_BESTFIT_PAGEBLOCKS
- * candidates after the first.  A free pageblock that may hold data wins
- * over one never touched (its pages cost no new memory), then the most
- * free pages at the end: it takes the least of the free pageblock, whose
- * rest stays one hole.
+ * them; one that ends in free pages with a wholly free pageblock after it,
+ * or starts with free pages after a wholly free one, is a candidate, and
+ * the search ends EXTENT_BESTFIT_PAGEBLOCKS pageblocks after the first,
+ * or EXTENT_ACROSS_PAGEBLOCKS in all.  A free pageblock that may hold
+ * data wins over one never touched (its pages cost no new memory), then
+ * the most free pages in the pageblock in use: the run takes the least of
+ * the free pageblock, whose rest stays one hole.  Both directions, since
+ * pageblocks freed in a row come back last-freed first, from the top
+ * down.
  */
-uint32_t ucma_extent_find_across(struct ucma_zone *z, uint32_t npages, int mt, bool *resident)
+uint32_t ucma_extent_find_across(struct ucma_zone *z, uint32_t npages, int mt, uint32_t *free_pb,
+				 bool *resident)
 {
 	struct ucma_arena *a = z->arena;
 	uint32_t first = z->start_pfn >> UCMA_PAGEBLOCK_ORDER;
 	uint32_t last = z->end_pfn >> UCMA_PAGEBLOCK_ORDER;
-	uint32_t best = UCMA_PFN_NONE, best_len = 0;
-	unsigned looked = 0;
+	struct across_fit f = { .pfn = UCMA_PFN_NONE };
+	unsigned looked = 0, walked = 0;
 
-	*resident = false;
-	if (npages >= UCMA_PAGEBLOCK_PAGES || last - first < 2)
-		return UCMA_PFN_NONE;
-	/* bi + 1 is in the zone: the search starts below the last pageblock. */
-	for (uint32_t bi = last - 1;
-	     (bi = prev_set(a, 0, UCMA_EXTENT_LEVELS - 1, bi, first)) != UINT32_MAX;) {
-		const struct ucma_pageblock *b = &a->blocks[bi], *next = &a->blocks[bi + 1];
-		uint32_t end = (bi + 1) << UCMA_PAGEBLOCK_ORDER, len;
-		bool dirty;
+	if (npages < UCMA_PAGEBLOCK_PAGES) {
+		for (uint32_t bi = last;
+		     (bi = prev_set(a, 0, UCMA_EXTENT_LEVELS - 1, bi, first)) != UINT32_MAX;) {
+			const struct ucma_pageblock *b = &a->blocks[bi];
+			uint32_t start = bi << UCMA_PAGEBLOCK_ORDER, end = start + UCMA_PAGEBLOCK_PAGES;
+			uint32_t tail = 0, head = 0;
 
-		if (b->mt != mt || b->isolate_count || b->deferred ||
-		    next->nr_free != UCMA_PAGEBLOCK_PAGES || next->isolate_count ||
-		    (next->mt != UCMA_MT_MOVABLE && next->mt != UCMA_MT_UNMOVABLE))
-			continue;
-		len = end - ucma_buddy_free_before(z, end);
-		if (len == 0 || len >= npages)
-			continue;
-		/* (a deferred pageblock is clean; a linked free one is one
-		 * block, its head at its start) */
-		dirty = !next->deferred && (a->pages[end].flags & UCMA_PF_DIRTY);
-		if (dirty > *resident || (dirty == *resident && len > best_len)) {
-			best = end - len;
-			best_len = len;
-			*resident = dirty;
+			if (++walked > EXTENT_ACROSS_PAGEBLOCKS)
+				break;
+			if (b->mt != mt || b->isolate_count || b->deferred)
+				continue;
+			if (across_free(z, bi + 1))
+				tail = end - ucma_buddy_free_before(z, end);
+			if (bi > 0 && across_free(z, bi - 1))
+				head = ucma_buddy_free_from(z, start) - start;
+			if (tail && tail < npages)
+				across_consider(a, &f, end - tail, bi + 1, tail);
+			if (head && head < npages)
+				across_consider(a, &f, start + head - npages, bi - 1, head);
+			if (f.pfn != UCMA_PFN_NONE && ++looked > EXTENT_BESTFIT_PAGEBLOCKS)
+				break;
 		}
-		if (++looked > EXTENT_BESTFIT_PAGEBLOCKS)
-			break;
 	}
-	return best;
+	*free_pb = f.free_pb;
+	*resident = f.resident;
+	return f.pfn;
 }
 
 void ucma_extent_taken(struct ucma_zone *z, uint32_t pfn, uint32_t npages)

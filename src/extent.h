@@ -121,13 +121,15 @@ UCMA_INTERNAL uint32_t ucma_extent_find(struct ucma_zone *z, uint32_t npages, in
 UCMA_INTERNAL uint32_t ucma_extent_find_hole(struct ucma_zone *z, uint32_t npages, int mt);
 /* Room for @npages (less than a pageblock) that no hole holds, across a
  * pageblock boundary: the free pages that end a pageblock in use of
- * migratetype @mt, and the start of the wholly free pageblock after it,
- * which the run may take (MOVABLE or UNMOVABLE, not isolated).  Of the
- * pageblocks looked at, one whose successor may hold data (resident)
- * first, then the one with the most free pages at its end; the run's
- * first page, or UCMA_PFN_NONE, and in *@resident which kind it is. */
+ * migratetype @mt and the start of the wholly free pageblock after it, or
+ * the free pages that start such a pageblock and the end of the wholly
+ * free one before it, which the run may take (MOVABLE or UNMOVABLE, not
+ * isolated).  A wholly free pageblock that may hold data (resident) first,
+ * then the most free pages in the pageblock in use; the run's first page,
+ * or UCMA_PFN_NONE, with the wholly free pageblock in *@free_pb and in
+ * *@resident which kind it is. */
 UCMA_INTERNAL uint32_t ucma_extent_find_across(struct ucma_zone *z, uint32_t npages, int mt,
-					       bool *resident);
+					       uint32_t *free_pb, bool *resident);
 /* [pfn, pfn + npages), found by ucma_extent_find(), has been taken. */
 UCMA_INTERNAL void ucma_extent_taken(struct ucma_zone *z, uint32_t pfn, uint32_t npages);
 

@@ -448,6 +448,9 @@ UCMA_INTERNAL uint32_t ucma_buddy_deferred_highest(const struct ucma_zone *z, in
 /* The first of the free pages that end at @end, inside the pageblock of
  * page @end - 1 (linked); @end when that page is not free. */
 UCMA_INTERNAL uint32_t ucma_buddy_free_before(const struct ucma_zone *z, uint32_t end);
+/* The end of the free pages that start at @pfn, inside its pageblock
+ * (linked); @pfn when that page is not free. */
+UCMA_INTERNAL uint32_t ucma_buddy_free_from(const struct ucma_zone *z, uint32_t pfn);
 /* Is every page of [start, end) free?  Links nothing. */
 UCMA_INTERNAL bool ucma_buddy_range_free(const struct ucma_zone *z, uint32_t start, uint32_t end);
 /* Is every page of [start, end) free in a block that may hold data

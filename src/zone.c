@@ -18,9 +18,10 @@
  * longer than a pageblock takes whole, consecutive, free pageblocks and
  * gives back the tail of the last one.  Unmovable runs of 17-511 pages
  * that are no power of two (large mallocs) are packed instead: into a
- * hole of a pageblock in use, else across the end of one into the free
- * pageblock after it, else at the start of a free pageblock (take_hole(),
- * take_across()).  The head page of a run has kind RUN with aux = n;
+ * hole of a pageblock in use, else across the boundary between one and a
+ * wholly free pageblock next to it, else into a free pageblock, at the end
+ * of it that keeps its rest next to a free neighbour (take_hole(),
+ * take_across(), at_end()).  The head page of a run has kind RUN with aux = n;
  * every other page has kind TAIL with aux = head pfn.
  *
  * Placement in a range: ucma_pages_alloc_in() finds room for a run inside
@@ -436,10 +437,18 @@ static bool hole_sized(uint32_t npages, unsigned gfp)
 
 static uint32_t take_hole(struct ucma_zone *z, uint32_t npages, int mt, bool *dirty)
 {
-	uint32_t pfn = ucma_extent_find_hole(z, npages, mt);
+	uint32_t pfn = ucma_extent_find_hole(z, npages, mt), end;
 
 	if (pfn == UCMA_PFN_NONE)
 		return UCMA_PFN_NONE;
+	/* A hole that starts its pageblock is filled from its end, so that
+	 * its rest stays at the boundary, where a run can cross into it
+	 * (take_across()); one that ends its pageblock from its start. */
+	if (!(pfn & (UCMA_PAGEBLOCK_PAGES - 1))) {
+		end = ucma_buddy_free_from(z, pfn);
+		if (end & (UCMA_PAGEBLOCK_PAGES - 1))
+			pfn = end - npages;
+	}
 	*dirty = ucma_buddy_clean_tail(z, pfn, pfn + npages) != pfn;
 	if (!ucma_buddy_take_range(z, pfn, pfn + npages))
 		ucma_fatal("internal error: free block %u of zone %s is not free", pfn, z->name);
@@ -450,7 +459,9 @@ static uint32_t take_hole(struct ucma_zone *z, uint32_t npages, int mt, bool *di
 /*
  * A hole-sized run that no hole holds, across a pageblock boundary: the
  * free pages that end a pageblock in use and the start of the wholly free
- * pageblock after it (ucma_extent_find_across()), lock held.  On huge
+ * pageblock after it, or the free start of a pageblock in use and the end
+ * of the wholly free one before it (ucma_extent_find_across()), lock
+ * held.  On huge
  * pages a run of a pageblock's start makes the whole pageblock resident,
  * so blocks of 1 MiB + 57 bytes (257 pages), which no pageblock holds two
  * of, cost 2 MiB each (bench_malloc large-odd); packed across boundaries,
@@ -469,7 +480,7 @@ static uint32_t take_across(struct ucma_zone *z, uint32_t npages, int mt, bool *
 	uint32_t head = z->free_area[UCMA_MAX_ORDER].head[mt], pfn, next, b;
 	bool resident;
 
-	pfn = ucma_extent_find_across(z, npages, mt, &resident);
+	pfn = ucma_extent_find_across(z, npages, mt, &b, &resident);
 	if (pfn == UCMA_PFN_NONE)
 		return UCMA_PFN_NONE;
 	/* Into a pageblock never touched only when rmqueue() would not hand
@@ -479,9 +490,8 @@ static uint32_t take_across(struct ucma_zone *z, uint32_t npages, int mt, bool *
 	 * fresh pageblock above the last, large-odd linked directly 772 MiB.) */
 	if (!resident && head != UCMA_PFN_NONE && (a->pages[head].flags & UCMA_PF_DIRTY))
 		return UCMA_PFN_NONE;
-	next = UCMA_ALIGN_UP(pfn, UCMA_PAGEBLOCK_PAGES);
-	b = next >> UCMA_PAGEBLOCK_ORDER;
-	ucma_buddy_materialise(z, next, next + UCMA_PAGEBLOCK_PAGES);
+	next = UCMA_ALIGN_UP(pfn, UCMA_PAGEBLOCK_PAGES);	/* the boundary */
+	ucma_buddy_materialise(z, b << UCMA_PAGEBLOCK_ORDER, (b + 1) << UCMA_PAGEBLOCK_ORDER);
 	if (lend_pb && lend_one_of(z, b, 1, lend_pb))
 		return UCMA_PFN_NONE;
 	if (a->blocks[b].mt != mt)
@@ -493,6 +503,22 @@ static uint32_t take_across(struct ucma_zone *z, uint32_t npages, int mt, bool *
 	ucma_extent_taken(z, pfn, next - pfn);
 	ucma_extent_taken(z, next, pfn + npages - next);
 	return pfn;
+}
+
+/*
+ * Should a hole-sized run that takes the wholly free pageblock at @pfn sit
+ * at its end?  When the pageblock before it is wholly free too and the one
+ * after it is not: its rest then lies next to the free one, and the next
+ * such run crosses the boundary between them (take_across()).  Pageblocks
+ * freed in a row come back from the top down.  Lock held.
+ */
+static bool at_end(const struct ucma_zone *z, uint32_t pfn)
+{
+	const struct ucma_pageblock *pb = z->arena->blocks + (pfn >> UCMA_PAGEBLOCK_ORDER);
+
+	return pfn >= z->start_pfn + UCMA_PAGEBLOCK_PAGES && pb[-1].nr_free == UCMA_PAGEBLOCK_PAGES &&
+	       (pfn + UCMA_PAGEBLOCK_PAGES >= z->end_pfn ||
+		pb[1].nr_free != UCMA_PAGEBLOCK_PAGES);
 }
 
 /*
@@ -526,13 +552,14 @@ static uint32_t alloc_zone_once(struct ucma_zone *z, uint32_t npages, unsigned g
 		}
 	} else {
 		unsigned order = order_for(npages);
+		bool hole = hole_sized(npages, gfp);
 
 		pfn = UCMA_PFN_NONE;
-		if (hole_sized(npages, gfp)) {
-			/* A hole, else across the end of a pageblock in use,
-			 * else the start of a free pageblock, its rest one
-			 * hole for the next such run, not the halves of the
-			 * buddy block the run's order would split. */
+		if (hole) {
+			/* A hole, else across a pageblock boundary, else a
+			 * free pageblock, its rest one hole for the next such
+			 * run, not the halves of the buddy block the run's
+			 * order would split. */
 			pfn = take_hole(z, npages, gfp_mt(z, gfp), &dirty);
 			if (pfn == UCMA_PFN_NONE)
 				pfn = take_across(z, npages, gfp_mt(z, gfp), &dirty, lend_pb);
@@ -546,10 +573,18 @@ static uint32_t alloc_zone_once(struct ucma_zone *z, uint32_t npages, unsigned g
 		if (pfn == UCMA_PFN_NONE)
 			pfn = rmqueue(z, order, gfp, &dirty);
 		if (pfn != UCMA_PFN_NONE && order && lend_pb && !dirty &&
-		    lend_instead(z, pfn, order, lend_pb))
+		    lend_instead(z, pfn, order, lend_pb)) {
 			pfn = UCMA_PFN_NONE;
-		else if (pfn != UCMA_PFN_NONE && (1u << order) > npages)
-			ucma_buddy_free_clean_range(z, pfn + npages, (1u << order) - npages, dirty);
+		} else if (pfn != UCMA_PFN_NONE && (1u << order) > npages) {
+			uint32_t rest = (1u << order) - npages;
+
+			if (hole && order == UCMA_MAX_ORDER && at_end(z, pfn)) {
+				ucma_buddy_free_clean_range(z, pfn, rest, dirty);
+				pfn += rest;
+			} else {
+				ucma_buddy_free_clean_range(z, pfn + npages, rest, dirty);
+			}
+		}
 	}
 	if (pfn != UCMA_PFN_NONE) {
 		if (pfn < z->start_pfn || pfn + npages > z->end_pfn)

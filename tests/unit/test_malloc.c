@@ -1139,6 +1139,63 @@ static void test_large_across(void)
 		ucma_free(p[i]);
 }
 
+/* Note the pageblocks [p, p + size) touches in @seen (a set of @n). */
+static void note_pageblocks(const void *p, size_t size, uint32_t *seen, unsigned *n)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+	uint32_t lo = ucma_addr_to_pfn(a, p) >> UCMA_PAGEBLOCK_ORDER;
+	uint32_t hi = ucma_addr_to_pfn(a, (const char *)p + size - 1) >> UCMA_PAGEBLOCK_ORDER;
+
+	for (uint32_t b = lo; b <= hi; b++) {
+		bool known = false;
+
+		for (unsigned k = 0; k < *n; k++)
+			known |= seen[k] == b;
+		if (!known)
+			seen[(*n)++] = b;
+	}
+}
+
+/*
+ * Rounds of large-odd's shape: 30 blocks of 1 MiB + 57 bytes, all freed
+ * in the order allocated, then 30 of 512 KiB + 57 bytes, freed, twice.
+ * The pageblocks freed come back last-freed first, from the top down;
+ * packed across boundaries in both directions (zone.c take_across(),
+ * at_end()), the later rounds use the pageblocks the first one did, and
+ * all rounds together touch at most 17.  Runs that crossed only upwards,
+ * into the next free pageblock above, took one pageblock each on the way
+ * down, and the rounds spread over more and more (bench_malloc_ucma
+ * large-odd 386 MiB peak against 312).
+ */
+static void test_large_rounds(void)
+{
+	enum { N = 30 };
+	static const size_t sizes[] = { (1 << 20) + 57, (512 << 10) + 57 };
+	static unsigned char *p[N];
+	uint32_t seen[4 * N];
+	unsigned n = 0, bad = 0;
+
+	for (int r = 0; r < 2; r++) {
+		for (int k = 0; k < 2; k++) {
+			for (int i = 0; i < N; i++) {
+				p[i] = ucma_malloc(sizes[k]);
+				if (!p[i])
+					bail_out("malloc(%zu): %s", sizes[k], strerror(errno));
+				memset(p[i], i + 1, sizes[k]);
+				note_pageblocks(p[i], sizes[k], seen, &n);
+			}
+			for (int i = 0; i < N; i++) {
+				for (size_t j = 0; j < sizes[k]; j += 4096)
+					bad += p[i][j] != (unsigned char)(i + 1);
+				ucma_free(p[i]);
+			}
+		}
+	}
+	ok(n <= 17 && bad == 0,
+	   "two rounds of 30 blocks of 1 MiB + 57 bytes, then of 512 KiB + 57 bytes, touch %u "
+	   "pageblocks (at most 17), every block intact (%u bad)", n, bad);
+}
+
 /*
  * Two buffers grown side by side by realloc(), an eighth more each step,
  * to 2 MiB (bench_malloc realloc-big's shape): how many of the steps
@@ -1779,6 +1836,7 @@ int main(void)
 	test_large_kept_sizes();
 	test_large_packed();
 	test_large_across();
+	test_large_rounds();
 	test_realloc_side_by_side();
 	test_threads();
 	test_remote_reuse();
