@@ -262,14 +262,22 @@ uint32_t ucma_extent_find_hole(struct ucma_zone *z, uint32_t npages, int mt)
 	return find(z, npages, mt, z->start_pfn, z->end_pfn, UCMA_EXTENT_LEVELS - 1);
 }
 
-/* May a run reach into pageblock @b of @z, wholly free? */
-static bool across_free(const struct ucma_zone *z, uint32_t b)
+/*
+ * May a run of migratetype @mt reach into pageblock @b of @z, wholly free?
+ * One of its own type, or a MOVABLE one for an UNMOVABLE run when no
+ * UNMOVABLE pageblock is free, as rmqueue() steals one only then: unmovable
+ * pages cluster.
+ */
+static bool across_free(const struct ucma_zone *z, uint32_t b, int mt)
 {
 	const struct ucma_pageblock *pb = &z->arena->blocks[b];
 
-	return b >= z->start_pfn >> UCMA_PAGEBLOCK_ORDER && b < z->end_pfn >> UCMA_PAGEBLOCK_ORDER &&
-	       pb->nr_free == UCMA_PAGEBLOCK_PAGES && !pb->isolate_count &&
-	       (pb->mt == UCMA_MT_MOVABLE || pb->mt == UCMA_MT_UNMOVABLE);
+	if (b < z->start_pfn >> UCMA_PAGEBLOCK_ORDER || b >= z->end_pfn >> UCMA_PAGEBLOCK_ORDER ||
+	    pb->nr_free != UCMA_PAGEBLOCK_PAGES || pb->isolate_count)
+		return false;
+	return pb->mt == mt ||
+	       (pb->mt == UCMA_MT_MOVABLE && mt == UCMA_MT_UNMOVABLE &&
+		z->free_area[UCMA_MAX_ORDER].nr_free[UCMA_MT_UNMOVABLE] == 0);
 }
 
 /* Does wholly free pageblock @b hold data?  (A deferred one is clean; a
@@ -280,22 +288,36 @@ static bool across_resident(const struct ucma_arena *a, uint32_t b)
 	       (a->pages[b << UCMA_PAGEBLOCK_ORDER].flags & UCMA_PF_DIRTY);
 }
 
-/* The search's best so far: *@pfn and friends, replaced by (@cand, @free_b,
- * @len) when that one is better. */
-struct across_fit {
-	uint32_t pfn, free_pb, len;
-	bool resident;
-};
-
-static void across_consider(const struct ucma_arena *a, struct across_fit *f, uint32_t cand,
-			    uint32_t free_b, uint32_t len)
+/*
+ * The @n pageblocks from @b on are wholly free and may be taken; 0 when
+ * not, 1 when they may, 2 when they may and all hold data.
+ */
+static int across_span(const struct ucma_zone *z, uint32_t b, uint32_t n, int mt)
 {
-	bool res = across_resident(a, free_b);
+	bool resident = true;
 
-	if (f->pfn == UCMA_PFN_NONE || res > f->resident || (res == f->resident && len > f->len)) {
+	for (uint32_t i = 0; i < n; i++) {
+		if (!across_free(z, b + i, mt))
+			return 0;
+		resident = resident && across_resident(z->arena, b + i);
+	}
+	return resident ? 2 : 1;
+}
+
+/* A candidate: the run at @cand, the @count wholly free pageblocks from
+ * @free_b that it reaches into (@kind from across_span()), and @len of its
+ * pages in the pageblock in use; kept in @f when better. */
+static void across_consider(struct ucma_extent_across *f, uint32_t cand, uint32_t free_b,
+			    uint32_t count, int kind, uint32_t len)
+{
+	bool res = kind == 2;
+
+	if (f->pfn == UCMA_PFN_NONE || res > f->resident ||
+	    (res == f->resident && len > f->in_use)) {
 		f->pfn = cand;
 		f->free_pb = free_b;
-		f->len = len;
+		f->nr_free_pb = count;
+		f->in_use = len;
 		f->resident = res;
 	}
 }
@@ -303,51 +325,56 @@ static void across_consider(const struct ucma_arena *a, struct across_fit *f, ui
 /*
  * The pageblocks in use with room are those in the levels below the top
  * one, found 64 at a time from the top of the zone down as search() finds
- * them; one that ends in free pages with a wholly free pageblock after it,
- * or starts with free pages after a wholly free one, is a candidate, and
- * the search ends EXTENT_BESTFIT_PAGEBLOCKS pageblocks after the first,
- * or EXTENT_ACROSS_PAGEBLOCKS in all.  A free pageblock that may hold
- * data wins over one never touched (its pages cost no new memory), then
- * the most free pages in the pageblock in use: the run takes the least of
- * the free pageblock, whose rest stays one hole.  Both directions, since
- * pageblocks freed in a row come back last-freed first, from the top
+ * them; one that ends in free pages with enough wholly free pageblocks
+ * after it, or starts with free pages after enough wholly free ones, is a
+ * candidate, and the search ends EXTENT_BESTFIT_PAGEBLOCKS pageblocks
+ * after the first, or EXTENT_ACROSS_PAGEBLOCKS in all.  Free pageblocks
+ * that hold data win over ones never touched (their pages cost no new
+ * memory), then the most pages in the pageblock in use: the run takes the
+ * least of the free ones, whose rest stays one hole.  Both directions,
+ * since pageblocks freed in a row come back last-freed first, from the top
  * down.
  */
-uint32_t ucma_extent_find_across(struct ucma_zone *z, uint32_t npages, int mt, uint32_t *free_pb,
-				 bool *resident)
+bool ucma_extent_find_across(struct ucma_zone *z, uint32_t npages, int mt,
+			     struct ucma_extent_across *f)
 {
 	struct ucma_arena *a = z->arena;
 	uint32_t first = z->start_pfn >> UCMA_PAGEBLOCK_ORDER;
 	uint32_t last = z->end_pfn >> UCMA_PAGEBLOCK_ORDER;
-	struct across_fit f = { .pfn = UCMA_PFN_NONE };
 	unsigned looked = 0, walked = 0;
 
-	if (npages < UCMA_PAGEBLOCK_PAGES) {
-		for (uint32_t bi = last;
-		     (bi = prev_set(a, 0, UCMA_EXTENT_LEVELS - 1, bi, first)) != UINT32_MAX;) {
-			const struct ucma_pageblock *b = &a->blocks[bi];
-			uint32_t start = bi << UCMA_PAGEBLOCK_ORDER, end = start + UCMA_PAGEBLOCK_PAGES;
-			uint32_t tail = 0, head = 0;
+	f->pfn = UCMA_PFN_NONE;
+	f->resident = false;
+	for (uint32_t bi = last;
+	     (bi = prev_set(a, 0, UCMA_EXTENT_LEVELS - 1, bi, first)) != UINT32_MAX;) {
+		const struct ucma_pageblock *b = &a->blocks[bi];
+		uint32_t start = bi << UCMA_PAGEBLOCK_ORDER, end = start + UCMA_PAGEBLOCK_PAGES;
+		uint32_t tail, head, n;
+		int kind;
 
-			if (++walked > EXTENT_ACROSS_PAGEBLOCKS)
-				break;
-			if (b->mt != mt || b->isolate_count || b->deferred)
-				continue;
-			if (across_free(z, bi + 1))
-				tail = end - ucma_buddy_free_before(z, end);
-			if (bi > 0 && across_free(z, bi - 1))
-				head = ucma_buddy_free_from(z, start) - start;
-			if (tail && tail < npages)
-				across_consider(a, &f, end - tail, bi + 1, tail);
-			if (head && head < npages)
-				across_consider(a, &f, start + head - npages, bi - 1, head);
-			if (f.pfn != UCMA_PFN_NONE && ++looked > EXTENT_BESTFIT_PAGEBLOCKS)
-				break;
+		if (++walked > EXTENT_ACROSS_PAGEBLOCKS)
+			break;
+		if (b->mt != mt || b->isolate_count || b->deferred)
+			continue;
+		/* (the pageblock next to it is free whatever the length) */
+		tail = across_free(z, bi + 1, mt) ? end - ucma_buddy_free_before(z, end) : 0;
+		if (tail && tail < npages) {
+			n = (npages - tail + UCMA_PAGEBLOCK_PAGES - 1) >> UCMA_PAGEBLOCK_ORDER;
+			if ((kind = across_span(z, bi + 1, n, mt)))
+				across_consider(f, end - tail, bi + 1, n, kind, tail);
 		}
+		head = bi > first && across_free(z, bi - 1, mt)
+			       ? ucma_buddy_free_from(z, start) - start
+			       : 0;
+		if (head && head < npages) {
+			n = (npages - head + UCMA_PAGEBLOCK_PAGES - 1) >> UCMA_PAGEBLOCK_ORDER;
+			if (bi >= first + n && (kind = across_span(z, bi - n, n, mt)))
+				across_consider(f, start + head - npages, bi - n, n, kind, head);
+		}
+		if (f->pfn != UCMA_PFN_NONE && ++looked > EXTENT_BESTFIT_PAGEBLOCKS)
+			break;
 	}
-	*free_pb = f.free_pb;
-	*resident = f.resident;
-	return f.pfn;
+	return f->pfn != UCMA_PFN_NONE;
 }
 
 void ucma_extent_taken(struct ucma_zone *z, uint32_t pfn, uint32_t npages)

@@ -119,17 +119,26 @@ UCMA_INTERNAL uint32_t ucma_extent_find(struct ucma_zone *z, uint32_t npages, in
 /* The same among the pageblocks of @z that are in use (not wholly free),
  * which the search passes by without looking at the free ones. */
 UCMA_INTERNAL uint32_t ucma_extent_find_hole(struct ucma_zone *z, uint32_t npages, int mt);
-/* Room for @npages (less than a pageblock) that no hole holds, across a
- * pageblock boundary: the free pages that end a pageblock in use of
- * migratetype @mt and the start of the wholly free pageblock after it, or
- * the free pages that start such a pageblock and the end of the wholly
- * free one before it, which the run may take (MOVABLE or UNMOVABLE, not
- * isolated).  A wholly free pageblock that may hold data (resident) first,
- * then the most free pages in the pageblock in use; the run's first page,
- * or UCMA_PFN_NONE, with the wholly free pageblock in *@free_pb and in
- * *@resident which kind it is. */
-UCMA_INTERNAL uint32_t ucma_extent_find_across(struct ucma_zone *z, uint32_t npages, int mt,
-					       uint32_t *free_pb, bool *resident);
+/*
+ * Room for a run of @npages (no multiple of a pageblock) that no hole
+ * holds, across pageblock boundaries: the free pages that end a pageblock
+ * in use of migratetype @mt and the start of the wholly free pageblocks
+ * after it, as many as the rest needs, or the free pages that start such
+ * a pageblock and the end of the wholly free ones before it; free
+ * pageblocks the run may take (not isolated, of its type, or MOVABLE for
+ * an UNMOVABLE run when no UNMOVABLE pageblock is free).  Free
+ * pageblocks that all hold data (resident) first, then the most pages in
+ * the pageblock in use.  False when there is none.
+ */
+struct ucma_extent_across {
+	uint32_t pfn;		/* the run's first page */
+	uint32_t free_pb;	/* the first wholly free pageblock it reaches into */
+	uint32_t nr_free_pb;	/* how many */
+	uint32_t in_use;	/* its pages in the pageblock in use */
+	bool resident;		/* all those pageblocks may hold data */
+};
+UCMA_INTERNAL bool ucma_extent_find_across(struct ucma_zone *z, uint32_t npages, int mt,
+					   struct ucma_extent_across *f);
 /* [pfn, pfn + npages), found by ucma_extent_find(), has been taken. */
 UCMA_INTERNAL void ucma_extent_taken(struct ucma_zone *z, uint32_t pfn, uint32_t npages);
 

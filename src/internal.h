@@ -8,10 +8,10 @@
  *   block      a buddy block: 2^order pages, aligned to 2^order pages,
  *              never larger than a pageblock (UCMA_MAX_ORDER == 9).
  *   run        pages handed out by ucma_pages_alloc(): any count, exact.
- *              A run longer than a pageblock starts on a pageblock boundary;
- *              a shorter one lies in one pageblock, except an unmovable run
- *              of NORMAL placed across a boundary (zone.c take_across())
- *              and a contiguous buffer (any free range of CMA).
+ *              A run lies in one pageblock or starts on a pageblock
+ *              boundary, except an unmovable run of NORMAL, which may start
+ *              anywhere (zone.c take_across()), and a contiguous buffer
+ *              (any free range of CMA).
  *
  * Naming: public symbols are ucma_* and declared in ucma.h; internal symbols
  * shared between files are ucma_* too but carry UCMA_INTERNAL, which hides

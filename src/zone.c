@@ -408,10 +408,13 @@ static void thp_grow(struct ucma_zone *z)
 }
 
 /*
- * An unmovable run of @npages that its order would round up (more than the
- * per-CPU lists take, less than a pageblock: large mallocs), placed
- * by best fit in a hole of a pageblock already in use, with the lock held;
- * UCMA_PFN_NONE when none fits, and the buddy lists serve it as before.
+ * Packed runs: unmovable runs of more pages than the per-CPU lists take
+ * (large mallocs) that neither a buddy block of their order nor whole
+ * pageblocks would hold exactly: no power of two below a pageblock, no
+ * multiple of one above.  Below a pageblock, take_hole() places one by
+ * best fit in a hole of a pageblock already in use, with the lock held;
+ * UCMA_PFN_NONE when none fits.  Then (any length) take_across(), then a
+ * buddy block or whole pageblocks, the run at the end at_end() says.
  * The buddy block of its order would leave the rest of that block to
  * smaller requests only: 300 blocks of 512 KiB + 57 bytes (129 pages) went
  * two to a pageblock at offsets 0 and 256, the second touching 128 pages
@@ -428,11 +431,11 @@ static void thp_grow(struct ucma_zone *z)
  * a block could not grow in place again, and bench_malloc "realloc-big"
  * (two buffers grown side by side) peaked 2.2 MiB higher.
  */
-static bool hole_sized(uint32_t npages, unsigned gfp)
+static bool packed(uint32_t npages, unsigned gfp)
 {
 	return !(gfp & (UCMA_GFP_MOVABLE | UCMA_GFP_RESIDENT | UCMA_GFP_GROWS)) &&
-	       npages > UCMA_PCP_MAX_PAGES &&
-	       npages < UCMA_PAGEBLOCK_PAGES && (npages & (npages - 1));
+	       npages > UCMA_PCP_MAX_PAGES && (npages & (UCMA_PAGEBLOCK_PAGES - 1)) &&
+	       (npages > UCMA_PAGEBLOCK_PAGES || (npages & (npages - 1)));
 }
 
 static uint32_t take_hole(struct ucma_zone *z, uint32_t npages, int mt, bool *dirty)
@@ -457,68 +460,80 @@ static uint32_t take_hole(struct ucma_zone *z, uint32_t npages, int mt, bool *di
 }
 
 /*
- * A hole-sized run that no hole holds, across a pageblock boundary: the
- * free pages that end a pageblock in use and the start of the wholly free
- * pageblock after it, or the free start of a pageblock in use and the end
- * of the wholly free one before it (ucma_extent_find_across()), lock
- * held.  On huge
- * pages a run of a pageblock's start makes the whole pageblock resident,
- * so blocks of 1 MiB + 57 bytes (257 pages), which no pageblock holds two
- * of, cost 2 MiB each (bench_malloc large-odd); packed across boundaries,
- * each takes the rest of the last one's pageblock and the start of the
- * next.  The free pageblock joins the run's migratetype, as a pageblock
- * stolen by rmqueue() does, and, fresh, may be lent a frame first
- * (UCMA_PFN_NONE with *@lend_pb set, as alloc_pageblocks()).  Such a run
- * is unmovable and shorter than a pageblock: compaction never moves it,
- * and no per-CPU list holds it (ucma_pages_free()); zone_check() and
- * ucma_pages_trim() allow it.
+ * A packed run that no hole holds, across pageblock boundaries: the free
+ * pages that end a pageblock in use and the start of the wholly free
+ * pageblocks after it, or the free start of a pageblock in use and the
+ * end of the wholly free ones before it (ucma_extent_find_across()), lock
+ * held.  On huge pages a run of a pageblock's start makes the whole
+ * pageblock resident, so blocks of 1 MiB + 57 bytes (257 pages), which no
+ * pageblock holds two of, cost 2 MiB each (bench_malloc large-odd), and
+ * blocks of 2 MiB + 57 bytes 4 MiB; packed across boundaries, each takes
+ * the rest of the last one's pageblock and the start of the next.  The
+ * free pageblocks join the run's migratetype, as a pageblock stolen by
+ * rmqueue() does, and, fresh, may be lent a frame first (UCMA_PFN_NONE
+ * with *@lend_pb set, as alloc_pageblocks()).  Such a run is unmovable:
+ * compaction never moves it, no per-CPU list holds it (ucma_pages_free()),
+ * and it never grows into another pageblock (grow_allowed());
+ * zone_check() and ucma_pages_trim() allow it.
  */
 static uint32_t take_across(struct ucma_zone *z, uint32_t npages, int mt, bool *dirty,
 			    uint32_t *lend_pb)
 {
 	struct ucma_arena *a = z->arena;
-	uint32_t head = z->free_area[UCMA_MAX_ORDER].head[mt], pfn, next, b;
-	bool resident;
+	uint32_t head = z->free_area[UCMA_MAX_ORDER].head[mt], pfn, end;
+	struct ucma_extent_across f;
 
-	pfn = ucma_extent_find_across(z, npages, mt, &b, &resident);
-	if (pfn == UCMA_PFN_NONE)
+	if (!ucma_extent_find_across(z, npages, mt, &f))
 		return UCMA_PFN_NONE;
 	/* Into a pageblock never touched only when rmqueue() would not hand
 	 * out one that may hold data: the pageblock freed last, first on
 	 * its list, costs no new memory.  (Without this, blocks freed by the
 	 * hundred were never used again: each run crossed into the next
-	 * fresh pageblock above the last, large-odd linked directly 772 MiB.) */
-	if (!resident && head != UCMA_PFN_NONE && (a->pages[head].flags & UCMA_PF_DIRTY))
+	 * fresh pageblock above the last, large-odd linked directly 772 MiB.)
+	 * A run longer than a pageblock goes across in any case: whole
+	 * pageblocks (alloc_pageblocks()) are the lowest free ones, resident
+	 * or not, and leave most of the last one to nobody. */
+	if (npages < UCMA_PAGEBLOCK_PAGES && !f.resident && head != UCMA_PFN_NONE &&
+	    (a->pages[head].flags & UCMA_PF_DIRTY))
 		return UCMA_PFN_NONE;
-	next = UCMA_ALIGN_UP(pfn, UCMA_PAGEBLOCK_PAGES);	/* the boundary */
-	ucma_buddy_materialise(z, b << UCMA_PAGEBLOCK_ORDER, (b + 1) << UCMA_PAGEBLOCK_ORDER);
-	if (lend_pb && lend_one_of(z, b, 1, lend_pb))
+	pfn = f.pfn;
+	end = pfn + npages;
+	ucma_buddy_materialise(z, f.free_pb << UCMA_PAGEBLOCK_ORDER,
+			       (f.free_pb + f.nr_free_pb) << UCMA_PAGEBLOCK_ORDER);
+	if (lend_pb && lend_one_of(z, f.free_pb, f.nr_free_pb, lend_pb))
 		return UCMA_PFN_NONE;
-	if (a->blocks[b].mt != mt)
-		ucma_buddy_move_block_mt(z, b, mt);
-	*dirty = ucma_buddy_clean_tail(z, pfn, pfn + npages) != pfn;
-	if (!ucma_buddy_take_range(z, pfn, pfn + npages))
+	for (uint32_t b = f.free_pb; b < f.free_pb + f.nr_free_pb; b++)
+		if (a->blocks[b].mt != mt)
+			ucma_buddy_move_block_mt(z, b, mt);
+	*dirty = ucma_buddy_clean_tail(z, pfn, end) != pfn;
+	if (!ucma_buddy_take_range(z, pfn, end))
 		ucma_fatal("internal error: free pages %u+%u of zone %s are not free", pfn, npages,
 			   z->name);
-	ucma_extent_taken(z, pfn, next - pfn);
-	ucma_extent_taken(z, next, pfn + npages - next);
+	/* The pieces of the run, pageblock by pageblock. */
+	for (uint32_t p = pfn, next; p < end; p = next) {
+		next = UCMA_ALIGN_DOWN(p, UCMA_PAGEBLOCK_PAGES) + UCMA_PAGEBLOCK_PAGES;
+		if (next > end)
+			next = end;
+		ucma_extent_taken(z, p, next - p);
+	}
 	return pfn;
 }
 
 /*
- * Should a hole-sized run that takes the wholly free pageblock at @pfn sit
- * at its end?  When the pageblock before it is wholly free too and the one
- * after it is not: its rest then lies next to the free one, and the next
- * such run crosses the boundary between them (take_across()).  Pageblocks
- * freed in a row come back from the top down.  Lock held.
+ * Should a packed run that takes the @span wholly free pages at @pfn (whole
+ * pageblocks) sit at their end?  When the pageblock before them is wholly
+ * free too and the one after them is not: the rest then lies next to the
+ * free one, and the next such run crosses the boundary between them
+ * (take_across()).  Pageblocks freed in a row come back from the top
+ * down.  Lock held.
  */
-static bool at_end(const struct ucma_zone *z, uint32_t pfn)
+static bool at_end(const struct ucma_zone *z, uint32_t pfn, uint32_t span)
 {
 	const struct ucma_pageblock *pb = z->arena->blocks + (pfn >> UCMA_PAGEBLOCK_ORDER);
 
 	return pfn >= z->start_pfn + UCMA_PAGEBLOCK_PAGES && pb[-1].nr_free == UCMA_PAGEBLOCK_PAGES &&
-	       (pfn + UCMA_PAGEBLOCK_PAGES >= z->end_pfn ||
-		pb[1].nr_free != UCMA_PAGEBLOCK_PAGES);
+	       (pfn + span >= z->end_pfn ||
+		pb[span >> UCMA_PAGEBLOCK_ORDER].nr_free != UCMA_PAGEBLOCK_PAGES);
 }
 
 /*
@@ -543,16 +558,26 @@ static uint32_t alloc_zone_once(struct ucma_zone *z, uint32_t npages, unsigned g
 	}
 	ucma_mutex_lock(&z->lock);
 	if (npages > UCMA_PAGEBLOCK_PAGES) {
-		pfn = alloc_pageblocks(z, npages, gfp, &dirty, lend_pb);
-		if (pfn != UCMA_PFN_NONE) {
-			uint32_t span = UCMA_ALIGN_UP(npages, UCMA_PAGEBLOCK_PAGES);
+		bool pack = packed(npages, gfp);
 
-			if (span > npages)
-				ucma_buddy_free_clean_range(z, pfn + npages, span - npages, dirty);
+		pfn = pack ? take_across(z, npages, gfp_mt(z, gfp), &dirty, lend_pb) : UCMA_PFN_NONE;
+		if (pfn == UCMA_PFN_NONE && !(lend_pb && *lend_pb != UCMA_PFN_NONE)) {
+			pfn = alloc_pageblocks(z, npages, gfp, &dirty, lend_pb);
+			if (pfn != UCMA_PFN_NONE) {
+				uint32_t span = UCMA_ALIGN_UP(npages, UCMA_PAGEBLOCK_PAGES);
+
+				if (pack && at_end(z, pfn, span)) {
+					ucma_buddy_free_clean_range(z, pfn, span - npages, dirty);
+					pfn += span - npages;
+				} else if (span > npages) {
+					ucma_buddy_free_clean_range(z, pfn + npages, span - npages,
+								    dirty);
+				}
+			}
 		}
 	} else {
 		unsigned order = order_for(npages);
-		bool hole = hole_sized(npages, gfp);
+		bool hole = packed(npages, gfp);
 
 		pfn = UCMA_PFN_NONE;
 		if (hole) {
@@ -578,7 +603,7 @@ static uint32_t alloc_zone_once(struct ucma_zone *z, uint32_t npages, unsigned g
 		} else if (pfn != UCMA_PFN_NONE && (1u << order) > npages) {
 			uint32_t rest = (1u << order) - npages;
 
-			if (hole && order == UCMA_MAX_ORDER && at_end(z, pfn)) {
+			if (hole && order == UCMA_MAX_ORDER && at_end(z, pfn, 1u << order)) {
 				ucma_buddy_free_clean_range(z, pfn, rest, dirty);
 				pfn += rest;
 			} else {
@@ -1028,11 +1053,10 @@ void ucma_pages_trim(struct ucma_arena *a, uint32_t head, uint32_t keep, uint32_
 	end = head + h->aux;
 	movable = h->flags & UCMA_PF_MOVABLE;
 	/* What is kept is a run as the allocator makes them: in one
-	 * pageblock, from the start of one, or unmovable and shorter than a
-	 * pageblock across one boundary (take_across()). */
+	 * pageblock, from the start of one, or unmovable across boundaries
+	 * (take_across()). */
 	if (h->kind != UCMA_PK_RUN || nkeep == 0 || keep < head || kend > end ||
-	    !(one_pageblock || !(keep & (UCMA_PAGEBLOCK_PAGES - 1)) ||
-	      (!movable && nkeep < UCMA_PAGEBLOCK_PAGES)))
+	    !(one_pageblock || !(keep & (UCMA_PAGEBLOCK_PAGES - 1)) || !movable))
 		ucma_fatal("internal error: cannot trim the run %u+%u to %u+%u", head,
 			   h->kind == UCMA_PK_RUN ? h->aux : 0, keep, nkeep);
 	/* Forget the whole run, then mark the kept part as one. */
@@ -1464,15 +1488,13 @@ int ucma_zone_check(struct ucma_zone *z, char *why, size_t whylen)
 				CHECK(p->aux > 0, "run at %u has no pages", pfn);
 				/* Only contiguous buffers (alloc-contig-range
 				 * claims any free range) and unmovable runs of
-				 * NORMAL shorter than a pageblock (take_across())
-				 * may start inside a pageblock and run past its
-				 * end. */
+				 * NORMAL (take_across()) may start inside a
+				 * pageblock and run past its end. */
 				if (pfn + p->aux > end)
 					CHECK(pfn == start ||
 						      UCMA_PG_GET(p, owner_type) == UCMA_OWN_CONTIG ||
 						      (z->id == UCMA_ZONE_NORMAL &&
-						       !(p->flags & UCMA_PF_MOVABLE) &&
-						       p->aux < UCMA_PAGEBLOCK_PAGES),
+						       !(p->flags & UCMA_PF_MOVABLE)),
 					      "run at %u crosses a pageblock", pfn);
 				run_end = pfn + p->aux;
 				pfn += p->aux;

@@ -26,6 +26,7 @@
  *              more each step (each step written), to 24 MiB, then freed
  *   large-odd  300 live blocks of 1 MiB + 57 bytes, then of 512 KiB + 57
  *              bytes, every page written (sizes just above a power of two)
+ *   large-odd-2m  100 live blocks of 2 MiB + 57 bytes, then of 3 MiB + 57
  *   mt-small   the small case in two threads at once
  *   mt-mixed   the mixed case in two threads at once
  * and four shapes of the well-known allocator benchmarks, written here:
@@ -314,17 +315,20 @@ static void realloc_big(void)
  * large-odd: 300 live blocks of 1 MiB + 57 bytes (what a Python bytearray
  * of 1 MiB asks for), then 300 of 512 KiB + 57 bytes, every page written,
  * freed, a few rounds: sizes just above a power of two, where the pages a
- * large block does not use may become resident with it.
+ * large block does not use may become resident with it.  large-odd-2m:
+ * the same with 100 blocks of 2 MiB + 57 bytes (an array of 2 MiB with a
+ * header), then 100 of 3 MiB + 57, where the pages left are those of a
+ * whole 2 MiB page.
  */
-static void large_odd(void)
+static void large_odd(int live, size_t size0, size_t size1)
 {
-	enum { LIVE = 300, ROUNDS = 3 };
-	static const size_t sizes[] = { ((size_t)1 << 20) + 57, ((size_t)512 << 10) + 57 };
-	static void *p[LIVE];
+	enum { ROUNDS = 3 };
+	const size_t sizes[] = { size0, size1 };
+	static void *p[300];
 
 	for (int r = 0; r < ROUNDS / (int)work_div + 1; r++) {
 		for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
-			for (int i = 0; i < LIVE; i++) {
+			for (int i = 0; i < live; i++) {
 				p[i] = bm_malloc(sizes[k]);
 				if (!p[i]) {
 					perror("malloc");
@@ -332,7 +336,7 @@ static void large_odd(void)
 				}
 				touch(p[i], sizes[k], (uint64_t)(r + i));
 			}
-			for (int i = 0; i < LIVE; i++)
+			for (int i = 0; i < live; i++)
 				bm_free(p[i]);
 		}
 	}
@@ -554,7 +558,7 @@ int main(int argc, char **argv)
 #endif
 	if (i >= argc) {
 		fprintf(stderr, "usage: %s [--ucma] small|small-batch|mixed|large|prodcons|"
-				"realloc|realloc-big|large-odd|mt-small|mt-mixed|simple|thread|larson|burst\n", argv[0]);
+				"realloc|realloc-big|large-odd|large-odd-2m|mt-small|mt-mixed|simple|thread|larson|burst\n", argv[0]);
 		return 2;
 	}
 	c = argv[i];
@@ -579,7 +583,9 @@ int main(int argc, char **argv)
 	} else if (strcmp(c, "realloc") == 0) {
 		realloc_growth();
 	} else if (strcmp(c, "large-odd") == 0) {
-		large_odd();
+		large_odd(300, ((size_t)1 << 20) + 57, ((size_t)512 << 10) + 57);
+	} else if (strcmp(c, "large-odd-2m") == 0) {
+		large_odd(100, ((size_t)2 << 20) + 57, ((size_t)3 << 20) + 57);
 	} else if (strcmp(c, "realloc-big") == 0) {
 		realloc_big();
 	} else if (strcmp(c, "mt-small") == 0) {

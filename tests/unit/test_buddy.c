@@ -143,7 +143,6 @@ static void test_exact_split(void)
 	ok(pfn != UCMA_PFN_NONE, "3 MiB unmovable run allocated");
 	ok(before - tu_zone_free(normal()) == 768, "3 MiB consumed exactly 768 pages (took %llu)",
 	   (unsigned long long)(before - tu_zone_free(normal())));
-	ok(pfn % UCMA_PAGEBLOCK_PAGES == 0, "a run longer than a pageblock starts on one");
 	ok(ucma_run_head(a, pfn + 700) == pfn && ucma_run_head(a, pfn) == pfn,
 	   "tail pages lead to the head");
 	before = tu_zone_free(normal());
@@ -225,6 +224,105 @@ static void test_across(void)
 	   m[0] % UCMA_PAGEBLOCK_PAGES, m[1] % UCMA_PAGEBLOCK_PAGES);
 	ucma_pages_free(a, m[0]);
 	ucma_pages_free(a, m[1]);
+}
+
+/*
+ * Crossing a boundary may take a free MOVABLE pageblock for an unmovable
+ * run only when no UNMOVABLE pageblock is free, as rmqueue() steals one
+ * only then.  On the fresh arena: two pageblocks taken whole (stolen,
+ * UNMOVABLE) and given back unused (clean), a run of 257 pages at the
+ * start of the one freed last; the next does not cross into the MOVABLE
+ * pageblock above it but takes the other free UNMOVABLE one.
+ */
+static void test_across_steal(void)
+{
+	enum { N = 257 };
+	uint32_t x[2], r1, r2, above;
+
+	for (int i = 0; i < 2; i++) {
+		x[i] = ucma_pages_alloc(a, UCMA_PAGEBLOCK_PAGES, UCMA_GFP_UNMOVABLE);
+		if (x[i] == UCMA_PFN_NONE)
+			bail_out("set-up: a pageblock: %s", strerror(errno));
+	}
+	ucma_pages_free_unused(a, x[0]);
+	ucma_pages_free_unused(a, x[1]);
+	r1 = ucma_pages_alloc(a, N, UCMA_GFP_UNMOVABLE);
+	above = (r1 >> UCMA_PAGEBLOCK_ORDER) + 1;
+	if (r1 == UCMA_PFN_NONE || a->blocks[above].mt != UCMA_MT_MOVABLE ||
+	    a->blocks[above].nr_free != UCMA_PAGEBLOCK_PAGES)
+		bail_out("set-up: a run below a free MOVABLE pageblock");
+	r2 = ucma_pages_alloc(a, N, UCMA_GFP_UNMOVABLE);
+	ok(r2 != UCMA_PFN_NONE && (r2 >> UCMA_PAGEBLOCK_ORDER) + 1 != above &&
+		   a->blocks[above].mt == UCMA_MT_MOVABLE,
+	   "with an UNMOVABLE pageblock free, no run crosses into a MOVABLE one (pageblock %u "
+	   "is %s)", above, a->blocks[above].mt == UCMA_MT_MOVABLE ? "MOVABLE" : "taken");
+	ucma_pages_free(a, r1);
+	ucma_pages_free(a, r2);
+	ok(tu_zones_ok(a, "steal rule"), "invariants hold");
+}
+
+/*
+ * Runs longer than a pageblock whose length is no multiple of one are
+ * packed too: 513 pages (a malloc of 2 MiB + 57 bytes) take a whole
+ * pageblock and one page of the next, and the next 513 go across, from
+ * the 511 free pages ending that one through the start of the one after,
+ * instead of a pageblock and a page of their own.  A trimmed crossing run
+ * that still spans three pageblocks keeps the invariants, and everything
+ * merges back.  Runs that are whole pageblocks still start on one.
+ */
+static void test_across_long(void)
+{
+	enum { N = 513 };
+	uint32_t r[3], whole;
+	bool packed = true;
+
+	ucma_pcp_drain_zone(normal());
+	for (int i = 0; i < 3; i++) {
+		r[i] = ucma_pages_alloc(a, N, UCMA_GFP_UNMOVABLE);
+		if (r[i] == UCMA_PFN_NONE)
+			bail_out("set-up: three runs of %d pages: %s", N, strerror(errno));
+		packed &= i == 0 || r[i] == r[i - 1] + N;
+	}
+	ok(packed && (r[1] & (UCMA_PAGEBLOCK_PAGES - 1)) != 0,
+	   "three runs of 513 pages back to back (%u, %u, %u pages on), the second starting "
+	   "inside a pageblock", 0, r[1] - r[0], r[2] - r[0]);
+	ok(ucma_run_head(a, r[1] + N - 1) == r[1] && tu_zones_ok(a, "long runs across"),
+	   "its last page leads to its head; invariants hold");
+	whole = ucma_pages_alloc(a, 2 * UCMA_PAGEBLOCK_PAGES, UCMA_GFP_UNMOVABLE);
+	ok(whole != UCMA_PFN_NONE && (whole & (UCMA_PAGEBLOCK_PAGES - 1)) == 0,
+	   "a run of two whole pageblocks still starts on one");
+	ucma_pages_trim(a, r[1], r[1] + 1, N - 2);
+	ok(a->pages[r[1] + 1].aux == N - 2 && tu_zones_ok(a, "a long crossing run trimmed"),
+	   "trimmed to %d pages, still across a boundary: invariants hold", N - 2);
+	ucma_pages_free(a, whole);
+	ucma_pages_free(a, r[0]);
+	ucma_pages_free(a, r[1] + 1);
+	ucma_pages_free(a, r[2]);
+	/* A run across a boundary grows in place inside the pageblock it
+	 * reached into, past a pageblock's length: still one run. */
+	r[0] = ucma_pages_alloc(a, 257, UCMA_GFP_UNMOVABLE);
+	r[1] = ucma_pages_alloc(a, 257, UCMA_GFP_UNMOVABLE);
+	if (r[0] == UCMA_PFN_NONE || r[1] == UCMA_PFN_NONE)
+		bail_out("set-up: two runs of 257 pages: %s", strerror(errno));
+	if ((r[1] >> UCMA_PAGEBLOCK_ORDER) == ((r[1] + 256) >> UCMA_PAGEBLOCK_ORDER)) {
+		skip(1, "the second run of 257 pages did not cross a boundary here");
+	} else {
+		uint32_t room = UCMA_ALIGN_UP(r[1], UCMA_PAGEBLOCK_PAGES) + UCMA_PAGEBLOCK_PAGES -
+				r[1];
+
+		ok(room > UCMA_PAGEBLOCK_PAGES && ucma_pages_grow(a, r[1], room, false) &&
+			   a->pages[r[1]].aux == room && tu_zones_ok(a, "grown across"),
+		   "a run across a boundary grows to %u pages, to the end of the pageblock it "
+		   "reached into: invariants hold", room);
+		ok(!ucma_pages_grow(a, r[1], room + 1, false),
+		   "but not into the pageblock after that");
+	}
+	ucma_pages_free(a, r[0]);
+	ucma_pages_free(a, r[1]);
+	ok(tu_zones_ok(a, "long runs freed") &&
+		   a->blocks[(r[2] + N - 1) >> UCMA_PAGEBLOCK_ORDER].nr_free == UCMA_PAGEBLOCK_PAGES &&
+		   a->blocks[r[0] >> UCMA_PAGEBLOCK_ORDER].nr_free == UCMA_PAGEBLOCK_PAGES,
+	   "freed, the pageblocks are wholly free again");
 }
 
 /*
@@ -635,7 +733,9 @@ int main(void)
 	   "arena of 64 MiB with a 16 MiB CMA zone");
 	ok(a->base % UCMA_PAGEBLOCK_SIZE == 0, "arena is 2 MiB aligned");
 	ok(tu_zones_ok(a, "start"), "invariants hold at start");
+	test_across_steal();
 	test_across();
+	test_across_long();
 	test_exact_split();
 	test_resident();
 	test_extent_note();

@@ -1197,6 +1197,38 @@ static void test_large_rounds(void)
 }
 
 /*
+ * Blocks of 2 MiB + 57 bytes (513 pages) took two pageblocks each, the
+ * second with one page in use, which transparent huge pages make resident
+ * whole: twice the memory asked for.  Packed across boundaries, 12 of them
+ * touch at most 14 pageblocks (12 * 513 pages fill 12.02), and every byte
+ * of each stays intact.
+ */
+static void test_large_long(void)
+{
+	enum { N = 12, SIZE = (2 << 20) + 57 };
+	static unsigned char *p[N];
+	uint32_t seen[3 * N];
+	unsigned n = 0, bad = 0;
+
+	for (int i = 0; i < N; i++) {
+		p[i] = ucma_malloc(SIZE);
+		if (!p[i])
+			bail_out("malloc(%d): %s", SIZE, strerror(errno));
+		memset(p[i], i + 1, SIZE);
+		note_pageblocks(p[i], SIZE, seen, &n);
+	}
+	for (int i = 0; i < N; i++) {
+		for (size_t j = 0; j < SIZE; j += 4096)
+			bad += p[i][j] != (unsigned char)(i + 1);
+		bad += p[i][SIZE - 1] != (unsigned char)(i + 1);
+		ucma_free(p[i]);
+	}
+	ok(n <= 14 && bad == 0,
+	   "%d blocks of 2 MiB + 57 bytes touch %u pageblocks (at most 14), every block intact "
+	   "(%u bad)", N, n, bad);
+}
+
+/*
  * Two buffers grown side by side by realloc(), an eighth more each step,
  * to 2 MiB (bench_malloc realloc-big's shape): how many of the steps
  * above 32 KiB moved a buffer; UINT_MAX when one lost its contents.
@@ -1837,6 +1869,7 @@ int main(void)
 	test_large_packed();
 	test_large_across();
 	test_large_rounds();
+	test_large_long();
 	test_realloc_side_by_side();
 	test_threads();
 	test_remote_reuse();
