@@ -472,9 +472,9 @@ static uint32_t take_hole(struct ucma_zone *z, uint32_t npages, int mt, bool *di
  * free pageblocks join the run's migratetype, as a pageblock stolen by
  * rmqueue() does, and, fresh, may be lent a frame first (UCMA_PFN_NONE
  * with *@lend_pb set, as alloc_pageblocks()).  Such a run is unmovable:
- * compaction never moves it, no per-CPU list holds it (ucma_pages_free()),
- * and it never grows into another pageblock (grow_allowed());
- * zone_check() and ucma_pages_trim() allow it.
+ * compaction never moves it and no per-CPU list holds it
+ * (ucma_pages_free()); zone_check(), ucma_pages_trim() and
+ * grow_allowed() allow it.
  */
 static uint32_t take_across(struct ucma_zone *z, uint32_t npages, int mt, bool *dirty,
 			    uint32_t *lend_pb)
@@ -1083,8 +1083,9 @@ void ucma_pages_trim(struct ucma_arena *a, uint32_t head, uint32_t keep, uint32_
  * new_end) of @z?  They must be free on the buddy lists (not on a per-CPU
  * list: those count as taken), in pageblocks that are not isolated (a
  * claim or a compaction owns their free pages).  A run that grows into
- * another pageblock starts on one (a run longer than a pageblock always
- * does: isolation and compaction rely on it), and the pageblocks it reaches into
+ * another pageblock starts on one (isolation and compaction rely on it),
+ * unless it is an unmovable run of NORMAL, which may lie across boundaries
+ * anywhere (take_across()), and the pageblocks it reaches into
  * must be wholly free and of a type alloc_pageblocks() would give it, as
  * if it had been allocated at this size.  Zone lock held.
  */
@@ -1096,7 +1097,8 @@ static bool grow_allowed(struct ucma_zone *z, uint32_t pfn, uint32_t end, uint32
 
 	if (new_end > z->end_pfn || a->blocks[last_pb].isolate_count)
 		return false;
-	if (new_last_pb > last_pb && (pfn & (UCMA_PAGEBLOCK_PAGES - 1)))
+	if (new_last_pb > last_pb && (pfn & (UCMA_PAGEBLOCK_PAGES - 1)) &&
+	    (z->id != UCMA_ZONE_NORMAL || (a->pages[pfn].flags & UCMA_PF_MOVABLE)))
 		return false;
 	for (uint32_t b = last_pb + 1; b <= new_last_pb; b++) {
 		const struct ucma_pageblock *pb = &a->blocks[b];

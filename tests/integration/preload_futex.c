@@ -53,7 +53,10 @@
 #include "lent.h"
 
 #define MiB ((size_t)1 << 20)
-#define BLOCK (3 * MiB)
+/* Whole pageblocks, fresh ones: blocks of other sizes are packed across
+ * pageblock boundaries (zone.c take_across()), partly onto pages that are
+ * not lent. */
+#define BLOCK (4 * MiB)
 #define PAGE ((size_t)4096)
 #define WAIT_S 4		/* how long a sleeper waits for its wake */
 

@@ -5,7 +5,7 @@
  * longterm.c), so that a later ucma_alloc() never copies it away from
  * under the kernel.
  *
- * Each case mallocs fresh 3 MiB blocks, which the heap backs with CMA
+ * Each case mallocs fresh 4 MiB blocks, which the heap backs with CMA
  * frames (seen in /proc/self/maps: the frames are the area's file), hands
  * one to the call, and checks that its whole range is on memory of its
  * own with its data intact.  The io_uring cases then take the whole CMA
@@ -66,7 +66,10 @@
 #include "lent.h"
 
 #define MiB ((size_t)1 << 20)
-#define BLOCK (3 * MiB)
+/* Whole pageblocks, fresh ones: blocks of other sizes are packed across
+ * pageblock boundaries (zone.c take_across()), partly onto pages that are
+ * not lent. */
+#define BLOCK (4 * MiB)
 #define PAGE ((size_t)4096)
 
 /* Does any page of [@b, @b + @len) lie on a CMA frame? */

@@ -314,8 +314,14 @@ static void test_across_long(void)
 			   a->pages[r[1]].aux == room && tu_zones_ok(a, "grown across"),
 		   "a run across a boundary grows to %u pages, to the end of the pageblock it "
 		   "reached into: invariants hold", room);
-		ok(!ucma_pages_grow(a, r[1], room + 1, false),
-		   "but not into the pageblock after that");
+		bool next_free = (r[1] + room) < normal()->end_pfn &&
+				 a->blocks[(r[1] + room) >> UCMA_PAGEBLOCK_ORDER].nr_free ==
+					 UCMA_PAGEBLOCK_PAGES;
+
+		ok(ucma_pages_grow(a, r[1], room + 1, false) == next_free &&
+			   tu_zones_ok(a, "grown across two boundaries"),
+		   "and on into the pageblock after that when it is free (it is %s): invariants "
+		   "hold", next_free ? "free" : "not");
 	}
 	ucma_pages_free(a, r[0]);
 	ucma_pages_free(a, r[1]);
