@@ -1175,7 +1175,7 @@ static void note_pageblocks(const void *p, size_t size, uint32_t *seen, unsigned
  * all rounds together touch at most 17.  Runs that crossed only upwards,
  * into the next free pageblock above, took one pageblock each on the way
  * down, and the rounds spread over more and more (bench_malloc_ucma
- * large-odd 386 MiB peak against 312).
+ * large-odd 377 MiB peak against 305).
  */
 static void test_large_rounds(void)
 {
