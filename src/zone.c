@@ -16,13 +16,15 @@
  * Runs: a request for n pages takes a block of order ceil(log2 n) and gives
  * the tail back at once, so a 3 MiB request does not consume 4 MiB.  A run
  * longer than a pageblock takes whole, consecutive, free pageblocks and
- * gives back the tail of the last one.  Unmovable runs of 17-511 pages
- * that are no power of two (large mallocs) are packed instead: into a
- * hole of a pageblock in use, else across the boundary between one and a
- * wholly free pageblock next to it, else into a free pageblock, at the end
- * of it that keeps its rest next to a free neighbour (take_hole(),
- * take_across(), at_end()).  The head page of a run has kind RUN with aux = n;
- * every other page has kind TAIL with aux = head pfn.
+ * gives back the tail of the last one.  Unmovable runs (large mallocs)
+ * that neither hold exactly (no power of two below a pageblock, no
+ * multiple of one above) are packed instead: into a hole of a pageblock in
+ * use, else across the boundaries between one and wholly free pageblocks
+ * next to it, else into free pageblocks, at the end that keeps the rest
+ * next to a free neighbour (packed(), take_hole(), take_across(),
+ * at_end()).  So an unmovable run of NORMAL may cross pageblock
+ * boundaries anywhere (run_may_cross()).  The head page of a run has kind
+ * RUN with aux = n; every other page has kind TAIL with aux = head pfn.
  *
  * Placement in a range: ucma_pages_alloc_in() finds room for a run inside
  * [lo, hi) (compaction puts the copies of moved objects on the far side of
@@ -149,6 +151,18 @@ static void set_tails(struct ucma_arena *a, uint32_t pfn, uint32_t start, uint32
 		UCMA_PG_SET(t, owner, owner);
 		__atomic_store_n(&t->owner_type, owner_type, __ATOMIC_RELEASE);
 	}
+}
+
+/*
+ * May a run of @z with these page @flags start inside a pageblock and run
+ * past its end?  An unmovable run of NORMAL may (take_across()): nothing
+ * walks those pageblock by pageblock to move or claim them.  Others start
+ * on a pageblock when they cross one (isolation and compaction rely on
+ * it), contiguous buffers aside (ucma_zone_check()).
+ */
+static inline bool run_may_cross(const struct ucma_zone *z, uint8_t flags)
+{
+	return z->id == UCMA_ZONE_NORMAL && !(flags & UCMA_PF_MOVABLE);
 }
 
 static void set_run(struct ucma_arena *a, uint32_t pfn, uint32_t npages, bool movable)
@@ -537,6 +551,25 @@ static bool at_end(const struct ucma_zone *z, uint32_t pfn, uint32_t span)
 }
 
 /*
+ * Give back what a run of @npages does not use of the @span free pages it
+ * took at @pfn (a buddy block or whole pageblocks, *@dirty as taken), and
+ * return where the run starts: at the end when it is @pack-ed and at_end()
+ * says so, else at @pfn.  Lock held.
+ */
+static uint32_t place_in(struct ucma_zone *z, uint32_t pfn, uint32_t span, uint32_t npages,
+			 bool pack, bool dirty)
+{
+	if (span == npages)
+		return pfn;
+	if (pack && at_end(z, pfn, span)) {
+		ucma_buddy_free_clean_range(z, pfn, span - npages, dirty);
+		return pfn + span - npages;
+	}
+	ucma_buddy_free_clean_range(z, pfn + npages, span - npages, dirty);
+	return pfn;
+}
+
+/*
  * A run of @npages from zone @z.  With @lend_pb (unmovable requests in
  * NORMAL), a fresh pageblock may be reserved for lending instead: then
  * UCMA_PFN_NONE with *@lend_pb set (see ucma_pages_alloc()).
@@ -563,17 +596,9 @@ static uint32_t alloc_zone_once(struct ucma_zone *z, uint32_t npages, unsigned g
 		pfn = pack ? take_across(z, npages, gfp_mt(z, gfp), &dirty, lend_pb) : UCMA_PFN_NONE;
 		if (pfn == UCMA_PFN_NONE && !(lend_pb && *lend_pb != UCMA_PFN_NONE)) {
 			pfn = alloc_pageblocks(z, npages, gfp, &dirty, lend_pb);
-			if (pfn != UCMA_PFN_NONE) {
-				uint32_t span = UCMA_ALIGN_UP(npages, UCMA_PAGEBLOCK_PAGES);
-
-				if (pack && at_end(z, pfn, span)) {
-					ucma_buddy_free_clean_range(z, pfn, span - npages, dirty);
-					pfn += span - npages;
-				} else if (span > npages) {
-					ucma_buddy_free_clean_range(z, pfn + npages, span - npages,
-								    dirty);
-				}
-			}
+			if (pfn != UCMA_PFN_NONE)
+				pfn = place_in(z, pfn, UCMA_ALIGN_UP(npages, UCMA_PAGEBLOCK_PAGES),
+					       npages, pack, dirty);
 		}
 	} else {
 		unsigned order = order_for(npages);
@@ -600,15 +625,10 @@ static uint32_t alloc_zone_once(struct ucma_zone *z, uint32_t npages, unsigned g
 		if (pfn != UCMA_PFN_NONE && order && lend_pb && !dirty &&
 		    lend_instead(z, pfn, order, lend_pb)) {
 			pfn = UCMA_PFN_NONE;
-		} else if (pfn != UCMA_PFN_NONE && (1u << order) > npages) {
-			uint32_t rest = (1u << order) - npages;
-
-			if (hole && order == UCMA_MAX_ORDER && at_end(z, pfn, 1u << order)) {
-				ucma_buddy_free_clean_range(z, pfn, rest, dirty);
-				pfn += rest;
-			} else {
-				ucma_buddy_free_clean_range(z, pfn + npages, rest, dirty);
-			}
+		} else if (pfn != UCMA_PFN_NONE && order) {
+			/* (only a whole pageblock may go at its end) */
+			pfn = place_in(z, pfn, 1u << order, npages, hole && order == UCMA_MAX_ORDER,
+				       dirty);
 		}
 	}
 	if (pfn != UCMA_PFN_NONE) {
@@ -1051,14 +1071,12 @@ void ucma_pages_trim(struct ucma_arena *a, uint32_t head, uint32_t keep, uint32_
 
 	ucma_mutex_lock(&z->lock);
 	end = head + h->aux;
-	movable = h->flags & UCMA_PF_MOVABLE;
-	/* What is kept is a run as the allocator makes them: in one
-	 * pageblock, from the start of one, or unmovable across boundaries
-	 * (take_across()). */
+	/* What is kept is a run as the allocator makes them. */
 	if (h->kind != UCMA_PK_RUN || nkeep == 0 || keep < head || kend > end ||
-	    !(one_pageblock || !(keep & (UCMA_PAGEBLOCK_PAGES - 1)) || !movable))
+	    !(one_pageblock || !(keep & (UCMA_PAGEBLOCK_PAGES - 1)) || run_may_cross(z, h->flags)))
 		ucma_fatal("internal error: cannot trim the run %u+%u to %u+%u", head,
 			   h->kind == UCMA_PK_RUN ? h->aux : 0, keep, nkeep);
+	movable = h->flags & UCMA_PF_MOVABLE;
 	/* Forget the whole run, then mark the kept part as one. */
 	for (uint32_t pfn = head; pfn < end; pfn++) {
 		UCMA_PG_SET(&a->pages[pfn], kind, UCMA_PK_UNUSED);
@@ -1083,9 +1101,8 @@ void ucma_pages_trim(struct ucma_arena *a, uint32_t head, uint32_t keep, uint32_
  * new_end) of @z?  They must be free on the buddy lists (not on a per-CPU
  * list: those count as taken), in pageblocks that are not isolated (a
  * claim or a compaction owns their free pages).  A run that grows into
- * another pageblock starts on one (isolation and compaction rely on it),
- * unless it is an unmovable run of NORMAL, which may lie across boundaries
- * anywhere (take_across()), and the pageblocks it reaches into
+ * another pageblock starts on one unless run_may_cross(), and the
+ * pageblocks it reaches into
  * must be wholly free and of a type alloc_pageblocks() would give it, as
  * if it had been allocated at this size.  Zone lock held.
  */
@@ -1098,7 +1115,7 @@ static bool grow_allowed(struct ucma_zone *z, uint32_t pfn, uint32_t end, uint32
 	if (new_end > z->end_pfn || a->blocks[last_pb].isolate_count)
 		return false;
 	if (new_last_pb > last_pb && (pfn & (UCMA_PAGEBLOCK_PAGES - 1)) &&
-	    (z->id != UCMA_ZONE_NORMAL || (a->pages[pfn].flags & UCMA_PF_MOVABLE)))
+	    !run_may_cross(z, a->pages[pfn].flags))
 		return false;
 	for (uint32_t b = last_pb + 1; b <= new_last_pb; b++) {
 		const struct ucma_pageblock *pb = &a->blocks[b];
@@ -1495,8 +1512,7 @@ int ucma_zone_check(struct ucma_zone *z, char *why, size_t whylen)
 				if (pfn + p->aux > end)
 					CHECK(pfn == start ||
 						      UCMA_PG_GET(p, owner_type) == UCMA_OWN_CONTIG ||
-						      (z->id == UCMA_ZONE_NORMAL &&
-						       !(p->flags & UCMA_PF_MOVABLE)),
+						      run_may_cross(z, p->flags),
 					      "run at %u crosses a pageblock", pfn);
 				run_end = pfn + p->aux;
 				pfn += p->aux;
