@@ -32,12 +32,12 @@
 
 #define EXTENT_BESTFIT_PAGEBLOCKS 8	/* looked at after the first that fits */
 /*
- * Pageblocks in use that a search for room across a boundary looks at in
- * all (1 GiB of heap): it walks them one by one, and in a heap with no
- * wholly free pageblock among them it would otherwise walk every one of
- * them for each large malloc.
+ * Candidates (pageblocks in use next to a wholly free one) that a search
+ * for room across a boundary looks at in all.  Only a heap where in-use
+ * and free pageblocks alternate, searched for a run that needs two free
+ * pageblocks or more in a row, has this many that all fail.
  */
-#define EXTENT_ACROSS_PAGEBLOCKS 512
+#define EXTENT_ACROSS_CANDIDATES 512
 
 /* The best fit for a request seen so far. */
 struct extent_fit {
@@ -160,19 +160,59 @@ static void note_walk(struct ucma_zone *z, uint32_t pb, struct ucma_extent_note 
 	note_longest(a, pb >> UCMA_PAGEBLOCK_ORDER, longest);
 }
 
-/* The highest pageblock below @end and at or above @lo whose bit is set
- * in any of the levels from @level up to below @below, or UINT32_MAX. */
-static uint32_t prev_set(const struct ucma_arena *a, unsigned level, unsigned below, uint32_t end,
-			 uint32_t lo)
+/* Word @w of the levels from @level up to below @below: a pageblock's bit
+ * is set when its longest free extent may reach one of those levels. */
+static uint64_t levels_word(const struct ucma_arena *a, uint32_t w, unsigned level,
+			    unsigned below)
 {
 	size_t words = UCMA_EXTENT_LEVEL_WORDS(a);
+	uint64_t word = 0;
 
+	for (unsigned j = level; j < below; j++)
+		word |= __atomic_load_n(a->free_levels + j * words + w, __ATOMIC_RELAXED);
+	return word;
+}
+
+/*
+ * Word @w of the pageblocks in use with free pages (in a level below the
+ * top one) next to a wholly free one (in the top level, 2^9 pages): where
+ * a run across a boundary may start or end.  The levels are a filter
+ * (they may list a pageblock of another zone or type, or an isolated
+ * one); ucma_extent_find_across() checks each candidate.
+ */
+static uint64_t across_word(const struct ucma_arena *a, uint32_t w, unsigned level_unused,
+			    unsigned below_unused)
+{
+	size_t words = UCMA_EXTENT_LEVEL_WORDS(a);
+	const uint64_t *whole = a->free_levels + (UCMA_EXTENT_LEVELS - 1) * words;
+	uint64_t free = __atomic_load_n(whole + w, __ATOMIC_RELAXED), up, down;
+
+	(void)level_unused;
+	(void)below_unused;
+	/* bit i: pageblock 64w + i + 1 is free; then 64w + i - 1 */
+	up = free >> 1;
+	if (w + 1 < words)
+		up |= __atomic_load_n(whole + w + 1, __ATOMIC_RELAXED) << 63;
+	down = free << 1;
+	if (w > 0)
+		down |= __atomic_load_n(whole + w - 1, __ATOMIC_RELAXED) >> 63;
+	return levels_word(a, w, 0, UCMA_EXTENT_LEVELS - 1) & (up | down);
+}
+
+/*
+ * The highest pageblock below @end and at or above @lo whose bit is set in
+ * the words @word_of() makes of the levels (with @level and @below), or
+ * UINT32_MAX: 64 pageblocks a word, so that a stretch of pageblocks with
+ * nothing to offer costs one look per 64, not one per pageblock.
+ */
+static inline __attribute__((always_inline)) uint32_t
+prev_bit(const struct ucma_arena *a, uint32_t end, uint32_t lo,
+	 uint64_t (*word_of)(const struct ucma_arena *, uint32_t, unsigned, unsigned),
+	 unsigned level, unsigned below)
+{
 	while (end > lo) {
 		uint32_t w = (end - 1) / 64, top = (end - 1) % 64;
-		uint64_t word = 0;
-
-		for (unsigned j = level; j < below; j++)
-			word |= __atomic_load_n(a->free_levels + j * words + w, __ATOMIC_RELAXED);
+		uint64_t word = word_of(a, w, level, below);
 
 		if (top < 63)
 			word &= (2ull << top) - 1;
@@ -184,6 +224,21 @@ static uint32_t prev_set(const struct ucma_arena *a, unsigned level, unsigned be
 		end = w * 64;
 	}
 	return UINT32_MAX;
+}
+
+/* The highest pageblock below @end and at or above @lo whose bit is set
+ * in any of the levels from @level up to below @below, or UINT32_MAX. */
+static uint32_t prev_set(const struct ucma_arena *a, unsigned level, unsigned below, uint32_t end,
+			 uint32_t lo)
+{
+	return prev_bit(a, end, lo, levels_word, level, below);
+}
+
+/* The highest candidate of across_word() below @end and at or above @lo,
+ * or UINT32_MAX. */
+static uint32_t prev_across(const struct ucma_arena *a, uint32_t end, uint32_t lo)
+{
+	return prev_bit(a, end, lo, across_word, 0, 0);
 }
 
 /*
@@ -323,12 +378,12 @@ static void across_consider(struct ucma_extent_across *f, uint32_t cand, uint32_
 }
 
 /*
- * The pageblocks in use with room are those in the levels below the top
- * one, found 64 at a time from the top of the zone down as search() finds
- * them; one that ends in free pages with enough wholly free pageblocks
- * after it, or starts with free pages after enough wholly free ones, is a
- * candidate, and the search ends EXTENT_BESTFIT_PAGEBLOCKS pageblocks
- * after the first, or EXTENT_ACROSS_PAGEBLOCKS in all.  Free pageblocks
+ * The pageblocks in use with room next to a wholly free one are found 64
+ * at a time from the top of the zone down (prev_across()); one that ends
+ * in free pages with enough wholly free pageblocks after it, or starts
+ * with free pages after enough wholly free ones, is a candidate, and the
+ * search ends EXTENT_BESTFIT_PAGEBLOCKS candidates after the first, or
+ * EXTENT_ACROSS_CANDIDATES in all.  Free pageblocks
  * that hold data win over ones never touched (their pages cost no new
  * memory), then the most pages in the pageblock in use: the run takes the
  * least of the free ones, whose rest stays one hole.  Both directions,
@@ -341,18 +396,17 @@ bool ucma_extent_find_across(struct ucma_zone *z, uint32_t npages, int mt,
 	struct ucma_arena *a = z->arena;
 	uint32_t first = z->start_pfn >> UCMA_PAGEBLOCK_ORDER;
 	uint32_t last = z->end_pfn >> UCMA_PAGEBLOCK_ORDER;
-	unsigned looked = 0, walked = 0;
+	unsigned looked = 0, candidates = 0;
 
 	f->pfn = UCMA_PFN_NONE;
 	f->resident = false;
-	for (uint32_t bi = last;
-	     (bi = prev_set(a, 0, UCMA_EXTENT_LEVELS - 1, bi, first)) != UINT32_MAX;) {
+	for (uint32_t bi = last; (bi = prev_across(a, bi, first)) != UINT32_MAX;) {
 		const struct ucma_pageblock *b = &a->blocks[bi];
 		uint32_t start = bi << UCMA_PAGEBLOCK_ORDER, end = start + UCMA_PAGEBLOCK_PAGES;
 		uint32_t tail, head, n;
 		int kind;
 
-		if (++walked > EXTENT_ACROSS_PAGEBLOCKS)
+		if (++candidates > EXTENT_ACROSS_CANDIDATES)
 			break;
 		if (b->mt != mt || b->isolate_count || b->deferred)
 			continue;

@@ -27,6 +27,8 @@
  *   large-odd  300 live blocks of 1 MiB + 57 bytes, then of 512 KiB + 57
  *              bytes, every page written (sizes just above a power of two)
  *   large-odd-2m  100 live blocks of 2 MiB + 57 bytes, then of 3 MiB + 57
+ *   large-holes  a heap of 1 MiB blocks with 1 MiB holes, then blocks of
+ *              1 MiB + 57 bytes (which no hole holds) allocated and freed
  *   mt-small   the small case in two threads at once
  *   mt-mixed   the mixed case in two threads at once
  * and four shapes of the well-known allocator benchmarks, written here:
@@ -342,6 +344,46 @@ static void large_odd(int live, size_t size0, size_t size1)
 	}
 }
 
+/*
+ * large-holes: 512 live blocks of 1 MiB, every page written, every fourth
+ * freed, so that every other 2 MiB of the heap holds a hole of 1 MiB; then
+ * blocks of 1 MiB + 57 bytes allocated and freed one at a time, the first
+ * page of each written.  No hole holds such a block and no free memory
+ * lies next to a hole: the time is that of looking for room in a heap
+ * full of holes that are all too small.
+ */
+static void large_holes(void)
+{
+	enum { LIVE = 512 };
+	static void *p[LIVE];
+	unsigned long ops = 100000 / work_div;
+
+	for (int i = 0; i < LIVE; i++) {
+		p[i] = bm_malloc((size_t)1 << 20);
+		if (!p[i]) {
+			perror("malloc");
+			exit(1);
+		}
+		touch(p[i], (size_t)1 << 20, (uint64_t)i);
+	}
+	for (int i = 0; i < LIVE; i += 4) {
+		bm_free(p[i]);
+		p[i] = NULL;
+	}
+	for (unsigned long k = 0; k < ops; k++) {
+		char *q = bm_malloc(((size_t)1 << 20) + 57);
+
+		if (!q) {
+			perror("malloc");
+			exit(1);
+		}
+		*(volatile char *)q = (char)k;
+		bm_free(q);
+	}
+	for (int i = 0; i < LIVE; i++)
+		bm_free(p[i]);
+}
+
 /* ------------------------------------------------------------------------ */
 /* simple: batches of one size                                               */
 /* ------------------------------------------------------------------------ */
@@ -558,7 +600,7 @@ int main(int argc, char **argv)
 #endif
 	if (i >= argc) {
 		fprintf(stderr, "usage: %s [--ucma] small|small-batch|mixed|large|prodcons|"
-				"realloc|realloc-big|large-odd|large-odd-2m|mt-small|mt-mixed|simple|thread|larson|burst\n", argv[0]);
+				"realloc|realloc-big|large-odd|large-odd-2m|large-holes|mt-small|mt-mixed|simple|thread|larson|burst\n", argv[0]);
 		return 2;
 	}
 	c = argv[i];
@@ -586,6 +628,8 @@ int main(int argc, char **argv)
 		large_odd(300, ((size_t)1 << 20) + 57, ((size_t)512 << 10) + 57);
 	} else if (strcmp(c, "large-odd-2m") == 0) {
 		large_odd(100, ((size_t)2 << 20) + 57, ((size_t)3 << 20) + 57);
+	} else if (strcmp(c, "large-holes") == 0) {
+		large_holes();
 	} else if (strcmp(c, "realloc-big") == 0) {
 		realloc_big();
 	} else if (strcmp(c, "mt-small") == 0) {

@@ -45,7 +45,7 @@ bench=$b/tests/bench/bench_malloc
 # every other run uses the one that links nothing of ucma.
 bench_ucma=$b/tests/bench/bench_malloc_ucma
 runs=${RUNS:-3}
-cases=${CASES:-"simple thread larson burst small small-batch mixed large large-odd large-odd-2m prodcons realloc realloc-big mt-small mt-mixed"}
+cases=${CASES:-"simple thread larson burst small small-batch mixed large large-odd large-odd-2m large-holes prodcons realloc realloc-big mt-small mt-mixed"}
 impls=${IMPLS:-"glibc jemalloc mimalloc tcmalloc ucma ucma-preload"}
 jemalloc=$JEMALLOC
 mimalloc=$MIMALLOC

@@ -5,6 +5,13 @@ TESTS += tests/unit/test_buddy
 tests_unit_test_buddy_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_buddy_LDADD = $(TEST_LDADD)
 
+## Runs across pageblock boundaries found below more than 1 GiB of
+## pageblocks in use.
+check_PROGRAMS += tests/unit/test_across_heap
+TESTS += tests/unit/test_across_heap
+tests_unit_test_across_heap_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_across_heap_LDADD = $(TEST_LDADD)
+
 ## Deferred initialisation of pageblocks: the metadata of pageblocks never
 ## used stays untouched (mincore), and every walk still sees them free.
 check_PROGRAMS += tests/unit/test_deferred

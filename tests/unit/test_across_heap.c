@@ -1,0 +1,152 @@
+/*
+ * test_across_heap.c - runs placed across pageblock boundaries in a heap
+ * of more than 1 GiB (zone.c take_across(), extent.c
+ * ucma_extent_find_across()).
+ *
+ * A run whose length neither a buddy block nor whole pageblocks hold
+ * exactly (300 pages here) goes, when no hole holds it, across the
+ * boundary between a pageblock in use that ends (or starts) with free
+ * pages and a wholly free one next to it.  The search looks only at
+ * pageblocks in use that have a wholly free neighbour, found 64 at a time
+ * in the level bitmaps, so it finds such a place however many pageblocks
+ * in use lie above it: here 535 pageblocks with free pages but no free
+ * neighbour, more than the 512 a search once walked one by one before it
+ * gave up and took a whole pageblock.  The places chosen sit next to a
+ * word boundary of the bitmaps (pageblocks 63, 64, 65 of the zone), so
+ * the carries between words are exercised in both directions.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "internal.h"
+#include "pcp.h"
+#include "tap.h"
+#include "testutil.h"
+#include "zones.h"
+
+#include <errno.h>
+#include <string.h>
+
+#define ARENA (1280u << 20)
+#define CMA   (16u << 20)
+#define PB    UCMA_PAGEBLOCK_PAGES
+#define FILL  600u	/* pageblocks taken from the zone's start */
+#define KEEP  500u	/* pages each keeps: 12 free pages end each one */
+#define RUN   300u	/* the packed run placed */
+
+static struct ucma_arena *a;
+static uint32_t heads[FILL];	/* heads[i]: the run in pageblock i of the zone */
+
+static struct ucma_zone *normal(void) { return &a->zones[UCMA_ZONE_NORMAL]; }
+
+/* First pfn of pageblock @i of the zone. */
+static uint32_t pb_start(uint32_t i)
+{
+	return normal()->start_pfn + i * PB;
+}
+
+/* Fill FILL pageblocks with whole-pageblock runs, each trimmed to its first
+ * KEEP pages: all of them in use with a little room, none wholly free. */
+static void fill(void)
+{
+	for (uint32_t i = 0; i < FILL; i++) {
+		uint32_t r = ucma_pages_alloc(a, PB, UCMA_GFP_UNMOVABLE);
+
+		if (r == UCMA_PFN_NONE)
+			bail_out("set-up: pageblock %u: %s", i, strerror(errno));
+		if (r != pb_start(i))
+			bail_out("set-up: pageblock %u of the zone came at pfn %u, not %u", i, r,
+				 pb_start(i));
+		ucma_pages_trim(a, r, r, KEEP);
+		heads[i] = r;
+	}
+	ucma_pcp_drain_zone(normal());
+}
+
+static void test_deep_tail(void)
+{
+	uint32_t r, want = pb_start(63) + RUN;
+
+	/* pageblock 64 wholly free, 63 ends in 212 free pages */
+	ucma_pages_free(a, heads[64]);
+	heads[64] = UCMA_PFN_NONE;
+	ucma_pages_trim(a, heads[63], heads[63], RUN);
+	ucma_pcp_drain_zone(normal());
+	if (a->blocks[pb_start(64) >> UCMA_PAGEBLOCK_ORDER].nr_free != PB)
+		bail_out("set-up: pageblock 64 is not wholly free");
+	ok(tu_zones_ok(a, "set-up"), "%u pageblocks in use, 64 free: invariants hold", FILL - 1);
+
+	r = ucma_pages_alloc(a, RUN, UCMA_GFP_UNMOVABLE);
+	ok(r == want,
+	   "a run of %u pages goes across the end of pageblock 63 into 64, below %u pageblocks "
+	   "in use with room (at pageblock %d + %d)",
+	   RUN, FILL - 65, r == UCMA_PFN_NONE ? -1 : (int)((r - normal()->start_pfn) / PB),
+	   r == UCMA_PFN_NONE ? -1 : (int)((r - normal()->start_pfn) % PB));
+	ok(r != UCMA_PFN_NONE && ucma_run_head(a, r + RUN - 1) == r &&
+		   tu_zones_ok(a, "a deep run across"),
+	   "its last page leads to its head; invariants hold");
+	if (r != UCMA_PFN_NONE)
+		ucma_pages_free(a, r);
+	ucma_pcp_drain_zone(normal());
+}
+
+static void test_deep_head(void)
+{
+	uint32_t r, keep = pb_start(65) + 250, want = pb_start(65) + 250 - RUN;
+
+	/* pageblock 65 starts with 250 free pages: more than the 212 that
+	 * end pageblock 63, so the run goes the other way */
+	ucma_pages_trim(a, heads[65], keep, KEEP - 250);
+	heads[65] = keep;
+	ucma_pcp_drain_zone(normal());
+	if (a->blocks[pb_start(64) >> UCMA_PAGEBLOCK_ORDER].nr_free != PB)
+		bail_out("set-up: pageblock 64 is not wholly free again");
+
+	r = ucma_pages_alloc(a, RUN, UCMA_GFP_UNMOVABLE);
+	ok(r == want,
+	   "a run of %u pages goes across the start of pageblock 65, from the end of 64 "
+	   "(at pageblock %d + %d)",
+	   RUN, r == UCMA_PFN_NONE ? -1 : (int)((r - normal()->start_pfn) / PB),
+	   r == UCMA_PFN_NONE ? -1 : (int)((r - normal()->start_pfn) % PB));
+	ok(r != UCMA_PFN_NONE && tu_zones_ok(a, "a deep run across, downwards"),
+	   "invariants hold");
+	if (r != UCMA_PFN_NONE)
+		ucma_pages_free(a, r);
+}
+
+static void release(void)
+{
+	for (uint32_t i = 0; i < FILL; i++)
+		if (heads[i] != UCMA_PFN_NONE)
+			ucma_pages_free(a, heads[i]);
+	ucma_pcp_drain_zone(normal());
+	bool whole = true;
+
+	for (uint32_t i = 0; i < FILL; i++)
+		whole &= a->blocks[pb_start(i) >> UCMA_PAGEBLOCK_ORDER].nr_free == PB;
+	ok(whole && tu_zones_ok(a, "all freed"), "all freed: every pageblock whole again");
+}
+
+int main(void)
+{
+	struct ucma_config cfg = {
+		.arena_size = ARENA,
+		.cma_size = CMA,
+		.hugepages = UCMA_BACKING_NONE,
+		.hugepages_normal = UCMA_BACKING_NONE,
+		/* The free counts are the buddy allocator's alone. */
+		.cma_policy = UCMA_CMA_LEND_HANDLES,
+	};
+
+	plan_no_plan();
+	if (ucma_init(&cfg) != 0)
+		bail_out("ucma_init: %s", strerror(errno));
+	a = ucma_arena_get();
+	if (normal()->managed_pages < FILL * PB)
+		bail_out("set-up: the zone has %lu pages, fewer than %u",
+			 (unsigned long)normal()->managed_pages, FILL * PB);
+	fill();
+	test_deep_tail();
+	test_deep_head();
+	release();
+	return done();
+}
