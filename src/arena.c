@@ -64,7 +64,7 @@ static void *map_anon(size_t len)
 static size_t extents_size(const struct ucma_arena *a)
 {
 	return UCMA_ALIGN_UP((size_t)a->nr_pageblocks * sizeof(struct ucma_extent_note) +
-				     UCMA_EXTENT_LEVELS * UCMA_EXTENT_LEVEL_WORDS(a) * sizeof(uint64_t),
+				     UCMA_EXTENT_ROWS * UCMA_EXTENT_LEVEL_WORDS(a) * sizeof(uint64_t),
 			     UCMA_PAGE_SIZE);
 }
 

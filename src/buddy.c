@@ -168,6 +168,7 @@ void ucma_buddy_init_zone(struct ucma_zone *z)
 			ucma_fatal("internal error: pageblock %u starts isolated",
 				   pfn >> UCMA_PAGEBLOCK_ORDER);
 		pb->deferred = 1;
+		ucma_extent_deferred_note(z->arena, pfn >> UCMA_PAGEBLOCK_ORDER, true);
 		pb->nr_free = 0;
 		pb->longest_levels = 0;
 		z->nr_deferred[pb->mt]++;
@@ -182,6 +183,7 @@ static void materialise(struct ucma_zone *z, uint32_t b)
 	struct ucma_pageblock *pb = &z->arena->blocks[b];
 
 	pb->deferred = 0;
+	ucma_extent_deferred_note(z->arena, b, false);
 	z->nr_deferred[pb->mt]--;
 	ucma_extent_levels_refresh(z->arena, b);	/* out of level 0 (extent.h) */
 	free_list_link(z, b << UCMA_PAGEBLOCK_ORDER, UCMA_MAX_ORDER, pb->mt, 0, 0);

@@ -71,13 +71,16 @@ bool ucma_extent_levels_hold(const struct ucma_arena *a, uint32_t b)
 {
 	size_t words = UCMA_EXTENT_LEVEL_WORDS(a);
 
+	uint64_t d = __atomic_load_n(a->free_levels + UCMA_EXTENT_DEFERRED_ROW * words + b / 64,
+				     __ATOMIC_RELAXED);
+
 	for (unsigned j = 0; j < UCMA_EXTENT_LEVELS; j++) {
 		uint64_t w = __atomic_load_n(a->free_levels + j * words + b / 64, __ATOMIC_RELAXED);
 
 		if (((w >> (b % 64)) & 1) != (j + 1 == a->blocks[b].levels))
 			return false;
 	}
-	return true;
+	return ((d >> (b % 64)) & 1) == a->blocks[b].deferred;
 }
 
 /*
@@ -173,29 +176,40 @@ static uint64_t levels_word(const struct ucma_arena *a, uint32_t w, unsigned lev
 	return word;
 }
 
+/* Word @w of the wholly free pageblocks: the top level (2^9 pages) and the
+ * deferred row. */
+static uint64_t whole_word(const struct ucma_arena *a, uint32_t w)
+{
+	size_t words = UCMA_EXTENT_LEVEL_WORDS(a);
+
+	return __atomic_load_n(a->free_levels + (UCMA_EXTENT_LEVELS - 1) * words + w,
+			       __ATOMIC_RELAXED) |
+	       __atomic_load_n(a->free_levels + UCMA_EXTENT_DEFERRED_ROW * words + w,
+			       __ATOMIC_RELAXED);
+}
+
 /*
  * Word @w of the pageblocks in use with free pages (in a level below the
- * top one) next to a wholly free one (in the top level, 2^9 pages): where
- * a run across a boundary may start or end.  The levels are a filter
- * (they may list a pageblock of another zone or type, or an isolated
- * one); ucma_extent_find_across() checks each candidate.
+ * top one) next to a wholly free one (whole_word()): where a run across a
+ * boundary may start or end.  The bits are a filter (they may list a
+ * pageblock of another zone or type, or an isolated one);
+ * ucma_extent_find_across() checks each candidate.
  */
 static uint64_t across_word(const struct ucma_arena *a, uint32_t w, unsigned level_unused,
 			    unsigned below_unused)
 {
 	size_t words = UCMA_EXTENT_LEVEL_WORDS(a);
-	const uint64_t *whole = a->free_levels + (UCMA_EXTENT_LEVELS - 1) * words;
-	uint64_t free = __atomic_load_n(whole + w, __ATOMIC_RELAXED), up, down;
+	uint64_t free = whole_word(a, w), up, down;
 
 	(void)level_unused;
 	(void)below_unused;
 	/* bit i: pageblock 64w + i + 1 is free; then 64w + i - 1 */
 	up = free >> 1;
 	if (w + 1 < words)
-		up |= __atomic_load_n(whole + w + 1, __ATOMIC_RELAXED) << 63;
+		up |= whole_word(a, w + 1) << 63;
 	down = free << 1;
 	if (w > 0)
-		down |= __atomic_load_n(whole + w - 1, __ATOMIC_RELAXED) >> 63;
+		down |= whole_word(a, w - 1) >> 63;
 	return levels_word(a, w, 0, UCMA_EXTENT_LEVELS - 1) & (up | down);
 }
 

@@ -78,6 +78,28 @@ _Static_assert(sizeof(struct ucma_extent_note) == 64, "an extent note is one cac
  */
 #define UCMA_EXTENT_LEVELS 10		/* 2^0 .. 2^9 = a pageblock's pages */
 #define UCMA_EXTENT_LEVEL_WORDS(a) (((size_t)(a)->nr_pageblocks + 63) / 64)
+/*
+ * After the levels, one more row of as many words: the deferred
+ * pageblocks (buddy.c), which are wholly free but in no level.  A search
+ * for room across a pageblock boundary (ucma_extent_find_across()) may
+ * reach into one, and finds the pageblocks next to one by these bits.
+ * Changed under the zone lock with atomic read-modify-writes, as the
+ * levels.
+ */
+#define UCMA_EXTENT_DEFERRED_ROW UCMA_EXTENT_LEVELS
+#define UCMA_EXTENT_ROWS (UCMA_EXTENT_LEVELS + 1)
+
+/* Note pageblock @b as deferred or not (zone lock). */
+static inline void ucma_extent_deferred_note(struct ucma_arena *a, uint32_t b, bool deferred)
+{
+	uint64_t bit = 1ull << (b % 64);
+	uint64_t *w = a->free_levels + UCMA_EXTENT_DEFERRED_ROW * UCMA_EXTENT_LEVEL_WORDS(a) + b / 64;
+
+	if (deferred)
+		__atomic_fetch_or(w, bit, __ATOMIC_RELAXED);
+	else
+		__atomic_fetch_and(w, ~bit, __ATOMIC_RELAXED);
+}
 
 /* The levels a free extent (or a count of free pages) of @pages reaches:
  * 0 .. 10. */
@@ -108,7 +130,8 @@ static inline void ucma_extent_levels_changed(struct ucma_arena *a, uint32_t b)
 		ucma_extent_levels_refresh(a, b);
 }
 
-/* Is pageblock @b's bit set in the level its pb->levels says, and no other? */
+/* Is pageblock @b's bit set in the level its pb->levels says, and no other,
+ * and in the deferred row exactly when it is deferred? */
 UCMA_INTERNAL bool ucma_extent_levels_hold(const struct ucma_arena *a, uint32_t b);
 
 /* The start of @npages free pages in [lo, hi) of @z, in pageblocks of

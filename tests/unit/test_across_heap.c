@@ -13,7 +13,9 @@
  * neighbour, more than the 512 a search once walked one by one before it
  * gave up and took a whole pageblock.  The places chosen sit next to a
  * word boundary of the bitmaps (pageblocks 63, 64, 65 of the zone), so
- * the carries between words are exercised in both directions.
+ * the carries between words are exercised in both directions.  First, a
+ * run goes from the top pageblock in use into the one above it, which was
+ * never used (deferred: wholly free, but in no level).
  *
  * SPDX-License-Identifier: MIT
  */
@@ -59,6 +61,31 @@ static void fill(void)
 		ucma_pages_trim(a, r, r, KEEP);
 		heads[i] = r;
 	}
+	ucma_pcp_drain_zone(normal());
+}
+
+/* The pageblock above the filled ones was never used (deferred, in no
+ * level): a run still goes across into it from the top one. */
+static void test_into_deferred(void)
+{
+	uint32_t top = FILL - 1, r, want = pb_start(top) + RUN;
+
+	if (!a->blocks[pb_start(FILL) >> UCMA_PAGEBLOCK_ORDER].deferred)
+		bail_out("set-up: pageblock %u of the zone has been used", FILL);
+	ucma_pages_trim(a, heads[top], heads[top], RUN);
+	ucma_pcp_drain_zone(normal());
+	r = ucma_pages_alloc(a, RUN, UCMA_GFP_UNMOVABLE);
+	ok(r == want,
+	   "a run of %u pages goes across the end of pageblock %u into %u, never used before "
+	   "(at pageblock %d + %d)",
+	   RUN, top, FILL, r == UCMA_PFN_NONE ? -1 : (int)((r - normal()->start_pfn) / PB),
+	   r == UCMA_PFN_NONE ? -1 : (int)((r - normal()->start_pfn) % PB));
+	ok(tu_zones_ok(a, "a run into a deferred pageblock"), "invariants hold");
+	if (r != UCMA_PFN_NONE)
+		ucma_pages_free(a, r);
+	/* back to KEEP pages, so that the deep tests below see 12 free */
+	if (!ucma_pages_grow(a, heads[top], KEEP, false))
+		bail_out("set-up: pageblock %u's run does not grow back", top);
 	ucma_pcp_drain_zone(normal());
 }
 
@@ -145,6 +172,7 @@ int main(void)
 		bail_out("set-up: the zone has %lu pages, fewer than %u",
 			 (unsigned long)normal()->managed_pages, FILL * PB);
 	fill();
+	test_into_deferred();
 	test_deep_tail();
 	test_deep_head();
 	release();
