@@ -208,6 +208,17 @@ static bool steal_fallback(struct ucma_zone *z, unsigned order, int from, int to
 	return false;
 }
 
+/* Wholly free pageblock @b of @z joins migratetype @to for a request that
+ * takes it whole (alloc_pageblocks(), take_across()); a change counts as a
+ * steal, as steal_fallback()'s does.  Lock held. */
+static void steal_whole(struct ucma_zone *z, uint32_t b, int to)
+{
+	if (z->arena->blocks[b].mt == to)
+		return;
+	ucma_buddy_move_block_mt(z, b, to);
+	ucma_count(UCMA_STAT_PAGEBLOCK_STEAL, 1);
+}
+
 /* The migratetype a request of kind @gfp takes its pages from in @z. */
 static int gfp_mt(const struct ucma_zone *z, unsigned gfp)
 {
@@ -373,7 +384,7 @@ static uint32_t alloc_pageblocks(struct ucma_zone *z, uint32_t npages, unsigned 
 			uint32_t pbi = (start >> UCMA_PAGEBLOCK_ORDER) + i;
 
 			*dirty |= a->pages[pbi << UCMA_PAGEBLOCK_ORDER].flags & UCMA_PF_DIRTY;
-			ucma_buddy_move_block_mt(z, pbi, to);
+			steal_whole(z, pbi, to);
 		}
 		if (!ucma_buddy_take_range(z, start, start + need * UCMA_PAGEBLOCK_PAGES))
 			ucma_fatal("internal error: free pageblocks %u+%u not free", start, need);
@@ -517,8 +528,7 @@ static uint32_t take_across(struct ucma_zone *z, uint32_t npages, int mt, bool *
 	if (lend_pb && lend_one_of(z, f.free_pb, f.nr_free_pb, lend_pb))
 		return UCMA_PFN_NONE;
 	for (uint32_t b = f.free_pb; b < f.free_pb + f.nr_free_pb; b++)
-		if (a->blocks[b].mt != mt)
-			ucma_buddy_move_block_mt(z, b, mt);
+		steal_whole(z, b, mt);
 	*dirty = ucma_buddy_clean_tail(z, pfn, end) != pfn;
 	if (!ucma_buddy_take_range(z, pfn, end))
 		ucma_fatal("internal error: free pages %u+%u of zone %s are not free", pfn, npages,

@@ -262,6 +262,46 @@ static void test_across_steal(void)
 }
 
 /*
+ * A run of whole pageblocks takes the lowest free ones, MOVABLE or
+ * UNMOVABLE, and those of the other type join its own: each such change
+ * counts in pageblock_steal, as a steal by rmqueue() does.  A movable run
+ * turns the lowest free UNMOVABLE pageblocks MOVABLE, then an unmovable
+ * one turns them back.
+ */
+static void steal_count(unsigned gfp, int mt, const char *what)
+{
+	enum { N = 2 * UCMA_PAGEBLOCK_PAGES };
+	uint32_t first = normal()->start_pfn >> UCMA_PAGEBLOCK_ORDER;
+	uint32_t last = normal()->end_pfn >> UCMA_PAGEBLOCK_ORDER, r, other = 0;
+	uint8_t *was = calloc(last, 1);
+	uint64_t before = ucma_vmstat_read(UCMA_STAT_PAGEBLOCK_STEAL), after;
+
+	if (!was)
+		bail_out("set-up: out of memory");
+	for (uint32_t b = first; b < last; b++)
+		was[b] = a->blocks[b].mt;
+	r = ucma_pages_alloc(a, N, gfp);
+	if (r == UCMA_PFN_NONE || r < normal()->start_pfn || r >= normal()->end_pfn)
+		bail_out("set-up: %s run of %d pages in NORMAL: %s", what, N, strerror(errno));
+	for (uint32_t b = r >> UCMA_PAGEBLOCK_ORDER; b < (r + N) >> UCMA_PAGEBLOCK_ORDER; b++)
+		other += was[b] != mt;
+	after = ucma_vmstat_read(UCMA_STAT_PAGEBLOCK_STEAL);
+	ok(other > 0 && after - before == other,
+	   "%s run of two whole pageblocks, %u of them of another type before: "
+	   "pageblock_steal counts %u", what, other, (unsigned)(after - before));
+	ucma_pages_free(a, r);
+	free(was);
+}
+
+static void test_steal_count(void)
+{
+	ucma_pcp_drain_zone(normal());
+	steal_count(UCMA_GFP_MOVABLE | UCMA_GFP_NO_CMA, UCMA_MT_MOVABLE, "a movable");
+	steal_count(UCMA_GFP_UNMOVABLE, UCMA_MT_UNMOVABLE, "an unmovable");
+	ok(tu_zones_ok(a, "steals counted"), "invariants hold");
+}
+
+/*
  * Runs longer than a pageblock whose length is no multiple of one are
  * packed too: 513 pages (a malloc of 2 MiB + 57 bytes) take a whole
  * pageblock and one page of the next, and the next 513 go across, from
@@ -742,6 +782,7 @@ int main(void)
 	test_across_steal();
 	test_across();
 	test_across_long();
+	test_steal_count();
 	test_exact_split();
 	test_resident();
 	test_extent_note();
