@@ -32,10 +32,13 @@
 
 #define EXTENT_BESTFIT_PAGEBLOCKS 8	/* looked at after the first that fits */
 /*
- * Candidates (pageblocks in use next to a wholly free one) that a search
- * for room across a boundary looks at in all.  Only a heap where in-use
- * and free pageblocks alternate, searched for a run that needs two free
- * pageblocks or more in a row, has this many that all fail.
+ * Candidates (pageblocks in use with room next to a wholly free one) that
+ * a search for room across a boundary looks at in all.  Candidates that
+ * fail count too: those of another migratetype (MOVABLE pageblocks next
+ * to free MOVABLE ones, for an unmovable run while an UNMOVABLE pageblock
+ * is free), of the other zone sharing a word of the bitmaps, or whose
+ * neighbours are too few for the run.  The old walk stopped after 512
+ * pageblocks in use, whether next to a free one or not.
  */
 #define EXTENT_ACROSS_CANDIDATES 512
 

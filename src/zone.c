@@ -208,9 +208,9 @@ static bool steal_fallback(struct ucma_zone *z, unsigned order, int from, int to
 	return false;
 }
 
-/* Wholly free pageblock @b of @z joins migratetype @to for a request that
- * takes it whole (alloc_pageblocks(), take_across()); a change counts as a
- * steal, as steal_fallback()'s does.  Lock held. */
+/* Wholly free pageblock @b of @z joins migratetype @to for a run that
+ * takes it whole (alloc_pageblocks(), take_across(), ucma_pages_grow()); a
+ * change counts as a steal, as steal_fallback()'s does.  Lock held. */
 static void steal_whole(struct ucma_zone *z, uint32_t b, int to)
 {
 	if (z->arena->blocks[b].mt == to)
@@ -1164,8 +1164,7 @@ bool ucma_pages_grow(struct ucma_arena *a, uint32_t pfn, uint32_t npages, bool r
 	for (uint32_t b = ((end - 1) >> UCMA_PAGEBLOCK_ORDER) + 1;
 	     b <= (new_end - 1) >> UCMA_PAGEBLOCK_ORDER; b++) {
 		ucma_buddy_materialise(z, b << UCMA_PAGEBLOCK_ORDER, (b + 1) << UCMA_PAGEBLOCK_ORDER);
-		if (a->blocks[b].mt != mt)
-			ucma_buddy_move_block_mt(z, b, mt);
+		steal_whole(z, b, mt);
 	}
 	if (!ucma_buddy_take_range(z, end, new_end))
 		ucma_fatal("internal error: free pages %u-%u of zone %s are not free", end,
@@ -1486,7 +1485,8 @@ int ucma_zone_check(struct ucma_zone *z, char *why, size_t whylen)
 		      "NORMAL pageblock %u has migratetype CMA", b);
 		CHECK(ucma_extent_levels_hold(a, b),
 		      "pageblock %u: its bit in the levels of pageblocks with room is not at its "
-		      "level, %u", b, a->blocks[b].levels);
+		      "level, %u, or its deferred bit is not %u", b, a->blocks[b].levels,
+		      a->blocks[b].deferred);
 		if (a->blocks[b].deferred) {
 			/* Wholly free, never isolated, its metadata not read. */
 			CHECK(b >= z->deferred_first, "deferred pageblock %u below the first, %u", b,

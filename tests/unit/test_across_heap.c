@@ -11,11 +11,15 @@
  * in the level bitmaps, so it finds such a place however many pageblocks
  * in use lie above it: here 535 pageblocks with free pages but no free
  * neighbour, more than the 512 a search once walked one by one before it
- * gave up and took a whole pageblock.  The places chosen sit next to a
- * word boundary of the bitmaps (pageblocks 63, 64, 65 of the zone), so
- * the carries between words are exercised in both directions.  First, a
- * run goes from the top pageblock in use into the one above it, which was
- * never used (deferred: wholly free, but in no level).
+ * gave up and took a whole pageblock (with that walk, the three deep
+ * cases fail).  The places chosen sit at a word boundary of the bitmaps:
+ * pageblock 63 (the first word's last bit) is found as a candidate
+ * through its free neighbour 64 in the next word, and pageblock 64 (the
+ * second word's first bit) through its free neighbour 63 in the word
+ * before; a third case crosses from 64 into 65.  First, a run goes from the top
+ * pageblock in use into the one above it, which was never used
+ * (deferred: wholly free, but in no level); that pageblock is then taken
+ * whole, so that the deep cases find no free pageblock above them.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -26,6 +30,7 @@
 #include "zones.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define ARENA (1280u << 20)
@@ -37,6 +42,7 @@
 
 static struct ucma_arena *a;
 static uint32_t heads[FILL];	/* heads[i]: the run in pageblock i of the zone */
+static uint32_t cap = UCMA_PFN_NONE;	/* a run filling pageblock FILL */
 
 static struct ucma_zone *normal(void) { return &a->zones[UCMA_ZONE_NORMAL]; }
 
@@ -83,9 +89,13 @@ static void test_into_deferred(void)
 	ok(tu_zones_ok(a, "a run into a deferred pageblock"), "invariants hold");
 	if (r != UCMA_PFN_NONE)
 		ucma_pages_free(a, r);
-	/* back to KEEP pages, so that the deep tests below see 12 free */
+	/* Back to KEEP pages, and the pageblock above taken whole, so that
+	 * the deep tests below find no free pageblock above pageblock 65. */
 	if (!ucma_pages_grow(a, heads[top], KEEP, false))
 		bail_out("set-up: pageblock %u's run does not grow back", top);
+	cap = ucma_pages_alloc(a, PB, UCMA_GFP_UNMOVABLE);
+	if (cap != pb_start(FILL))
+		bail_out("set-up: a pageblock's run went to %u, not %u", cap, pb_start(FILL));
 	ucma_pcp_drain_zone(normal());
 }
 
@@ -140,15 +150,50 @@ static void test_deep_head(void)
 		ucma_pages_free(a, r);
 }
 
+/*
+ * Pageblock 64 (bit 0 of the bitmaps' second word) starts with free pages
+ * and pageblock 63 (bit 63 of the first) is wholly free: the candidate is
+ * found only through the carry from the word below.  Pageblock 62 ends in
+ * 12 free pages next to 63 too, a worse candidate.
+ */
+static void test_deep_head_carry(void)
+{
+	uint32_t r, keep = pb_start(64) + 250, want = pb_start(64) + 250 - RUN;
+
+	heads[64] = ucma_pages_alloc(a, PB, UCMA_GFP_UNMOVABLE);
+	if (heads[64] != pb_start(64))
+		bail_out("set-up: a pageblock's run went to %u, not %u", heads[64], pb_start(64));
+	ucma_pages_trim(a, heads[64], keep, PB - 250);
+	heads[64] = keep;
+	ucma_pages_free(a, heads[63]);
+	heads[63] = UCMA_PFN_NONE;
+	ucma_pcp_drain_zone(normal());
+	if (a->blocks[pb_start(63) >> UCMA_PAGEBLOCK_ORDER].nr_free != PB)
+		bail_out("set-up: pageblock 63 is not wholly free");
+
+	r = ucma_pages_alloc(a, RUN, UCMA_GFP_UNMOVABLE);
+	ok(r == want,
+	   "a run of %u pages goes across the start of pageblock 64, from the end of 63, a word "
+	   "of the bitmaps below (at pageblock %d + %d)",
+	   RUN, r == UCMA_PFN_NONE ? -1 : (int)((r - normal()->start_pfn) / PB),
+	   r == UCMA_PFN_NONE ? -1 : (int)((r - normal()->start_pfn) % PB));
+	ok(r != UCMA_PFN_NONE && tu_zones_ok(a, "a deep run across two words, downwards"),
+	   "invariants hold");
+	if (r != UCMA_PFN_NONE)
+		ucma_pages_free(a, r);
+}
+
 static void release(void)
 {
 	for (uint32_t i = 0; i < FILL; i++)
 		if (heads[i] != UCMA_PFN_NONE)
 			ucma_pages_free(a, heads[i]);
+	if (cap != UCMA_PFN_NONE)
+		ucma_pages_free(a, cap);
 	ucma_pcp_drain_zone(normal());
 	bool whole = true;
 
-	for (uint32_t i = 0; i < FILL; i++)
+	for (uint32_t i = 0; i <= FILL; i++)
 		whole &= a->blocks[pb_start(i) >> UCMA_PAGEBLOCK_ORDER].nr_free == PB;
 	ok(whole && tu_zones_ok(a, "all freed"), "all freed: every pageblock whole again");
 }
@@ -164,9 +209,16 @@ int main(void)
 		.cma_policy = UCMA_CMA_LEND_HANDLES,
 	};
 
+	/* The arena is reserved, never written: prefaulting it would make
+	 * 1.25 GiB resident for nothing. */
+	unsetenv("UCMA_POPULATE");
 	plan_no_plan();
-	if (ucma_init(&cfg) != 0)
+	if (ucma_init(&cfg) != 0) {
+		if (errno == ENOMEM)
+			skip_all("no room for an arena of %u MiB here: %s", ARENA >> 20,
+				 strerror(errno));
 		bail_out("ucma_init: %s", strerror(errno));
+	}
 	a = ucma_arena_get();
 	if (normal()->managed_pages < FILL * PB)
 		bail_out("set-up: the zone has %lu pages, fewer than %u",
@@ -175,6 +227,7 @@ int main(void)
 	test_into_deferred();
 	test_deep_tail();
 	test_deep_head();
+	test_deep_head_carry();
 	release();
 	return done();
 }

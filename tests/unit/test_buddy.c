@@ -293,11 +293,43 @@ static void steal_count(unsigned gfp, int mt, const char *what)
 	free(was);
 }
 
+/* A run grown in place into a free pageblock of the other type turns it
+ * too (ucma_pages_grow()). */
+static void grow_steal_count(void)
+{
+	enum { PB = UCMA_PAGEBLOCK_PAGES };
+	uint32_t r = ucma_pages_alloc(a, 2 * PB, UCMA_GFP_UNMOVABLE), m, next;
+	uint64_t before, steals;
+	bool grown;
+
+	if (r == UCMA_PFN_NONE)
+		bail_out("set-up: a run of two pageblocks: %s", strerror(errno));
+	ucma_pages_trim(a, r, r, PB);
+	/* the pageblock given back is the lowest free one: a movable run of
+	 * two takes it and the next, which turns them MOVABLE */
+	m = ucma_pages_alloc(a, 2 * PB, UCMA_GFP_MOVABLE | UCMA_GFP_NO_CMA);
+	next = r + PB;
+	if (m != next)
+		bail_out("set-up: the movable run went to %u, not %u", m, next);
+	ucma_pages_free(a, m);
+	if (a->blocks[next >> UCMA_PAGEBLOCK_ORDER].mt != UCMA_MT_MOVABLE ||
+	    a->blocks[next >> UCMA_PAGEBLOCK_ORDER].nr_free != PB)
+		bail_out("set-up: pageblock %u is not free and MOVABLE", next >> UCMA_PAGEBLOCK_ORDER);
+	before = ucma_vmstat_read(UCMA_STAT_PAGEBLOCK_STEAL);
+	grown = ucma_pages_grow(a, r, 2 * PB, false);
+	steals = ucma_vmstat_read(UCMA_STAT_PAGEBLOCK_STEAL) - before;
+	ok(grown && a->blocks[next >> UCMA_PAGEBLOCK_ORDER].mt == UCMA_MT_UNMOVABLE && steals == 1,
+	   "an unmovable run grown into a free MOVABLE pageblock turns it: pageblock_steal counts "
+	   "%u", (unsigned)steals);
+	ucma_pages_free(a, r);
+}
+
 static void test_steal_count(void)
 {
 	ucma_pcp_drain_zone(normal());
 	steal_count(UCMA_GFP_MOVABLE | UCMA_GFP_NO_CMA, UCMA_MT_MOVABLE, "a movable");
 	steal_count(UCMA_GFP_UNMOVABLE, UCMA_MT_UNMOVABLE, "an unmovable");
+	grow_steal_count();
 	ok(tu_zones_ok(a, "steals counted"), "invariants hold");
 }
 
