@@ -30,7 +30,7 @@
 #include "lent.h"
 
 #define MiB ((size_t)1 << 20)
-#define BLOCK (3 * MiB)
+#define BLOCK (4 * MiB)
 #define PAGE ((size_t)4096)
 #define MAX_FD 1024
 

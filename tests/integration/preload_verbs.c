@@ -28,7 +28,7 @@
 #include "lent.h"
 #include "fake_verbs.h"
 
-#define BLOCK ((size_t)3 << 20)
+#define BLOCK ((size_t)4 << 20)
 #define PAGE ((size_t)4096)
 #define MR_LEN (16 * PAGE)
 
