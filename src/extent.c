@@ -73,7 +73,6 @@ void ucma_extent_levels_refresh(struct ucma_arena *a, uint32_t b)
 bool ucma_extent_levels_hold(const struct ucma_arena *a, uint32_t b)
 {
 	size_t words = UCMA_EXTENT_LEVEL_WORDS(a);
-
 	uint64_t d = __atomic_load_n(a->free_levels + UCMA_EXTENT_DEFERRED_ROW * words + b / 64,
 				     __ATOMIC_RELAXED);
 
@@ -198,14 +197,11 @@ static uint64_t whole_word(const struct ucma_arena *a, uint32_t w)
  * pageblock of another zone or type, or an isolated one);
  * ucma_extent_find_across() checks each candidate.
  */
-static uint64_t across_word(const struct ucma_arena *a, uint32_t w, unsigned level_unused,
-			    unsigned below_unused)
+static uint64_t across_word(const struct ucma_arena *a, uint32_t w)
 {
 	size_t words = UCMA_EXTENT_LEVEL_WORDS(a);
 	uint64_t free = whole_word(a, w), up, down;
 
-	(void)level_unused;
-	(void)below_unused;
 	/* bit i: pageblock 64w + i + 1 is free; then 64w + i - 1 */
 	up = free >> 1;
 	if (w + 1 < words)
@@ -218,18 +214,18 @@ static uint64_t across_word(const struct ucma_arena *a, uint32_t w, unsigned lev
 
 /*
  * The highest pageblock below @end and at or above @lo whose bit is set in
- * the words @word_of() makes of the levels (with @level and @below), or
- * UINT32_MAX: 64 pageblocks a word, so that a stretch of pageblocks with
- * nothing to offer costs one look per 64, not one per pageblock.
+ * the levels from @level up to below @below, or with @across among the
+ * candidates of across_word(); UINT32_MAX when there is none.  64
+ * pageblocks a word, so that a stretch of pageblocks with nothing to offer
+ * costs one look per 64, not one per pageblock.
  */
 static inline __attribute__((always_inline)) uint32_t
-prev_bit(const struct ucma_arena *a, uint32_t end, uint32_t lo,
-	 uint64_t (*word_of)(const struct ucma_arena *, uint32_t, unsigned, unsigned),
-	 unsigned level, unsigned below)
+prev_bit(const struct ucma_arena *a, uint32_t end, uint32_t lo, bool across, unsigned level,
+	 unsigned below)
 {
 	while (end > lo) {
 		uint32_t w = (end - 1) / 64, top = (end - 1) % 64;
-		uint64_t word = word_of(a, w, level, below);
+		uint64_t word = across ? across_word(a, w) : levels_word(a, w, level, below);
 
 		if (top < 63)
 			word &= (2ull << top) - 1;
@@ -248,14 +244,14 @@ prev_bit(const struct ucma_arena *a, uint32_t end, uint32_t lo,
 static uint32_t prev_set(const struct ucma_arena *a, unsigned level, unsigned below, uint32_t end,
 			 uint32_t lo)
 {
-	return prev_bit(a, end, lo, levels_word, level, below);
+	return prev_bit(a, end, lo, false, level, below);
 }
 
 /* The highest candidate of across_word() below @end and at or above @lo,
  * or UINT32_MAX. */
 static uint32_t prev_across(const struct ucma_arena *a, uint32_t end, uint32_t lo)
 {
-	return prev_bit(a, end, lo, across_word, 0, 0);
+	return prev_bit(a, end, lo, true, 0, 0);
 }
 
 /*

@@ -178,6 +178,18 @@ static void set_run(struct ucma_arena *a, uint32_t pfn, uint32_t npages, bool mo
 	set_tails(a, pfn, pfn + 1, pfn + npages);
 }
 
+/* Pageblock @b of @z joins migratetype @to for a request of another kind:
+ * a steal, counted.  The callers: rmqueue()'s fallback, and the runs that
+ * take free pageblocks whole (alloc_pageblocks(), take_across(),
+ * ucma_pages_grow()).  Lock held. */
+static void steal_pageblock(struct ucma_zone *z, uint32_t b, int to)
+{
+	if (z->arena->blocks[b].mt == to)
+		return;
+	ucma_buddy_move_block_mt(z, b, to);
+	ucma_count(UCMA_STAT_PAGEBLOCK_STEAL, 1);
+}
+
 /*
  * Steal for an unmovable or movable request that found nothing of its own
  * type in NORMAL: the largest free block of a @from pageblock; claim the
@@ -199,24 +211,12 @@ static bool steal_fallback(struct ucma_zone *z, unsigned order, int from, int to
 		if (pb->isolate_count)
 			continue;
 		if (always || pb->nr_free >= UCMA_PAGEBLOCK_PAGES / 2) {
-			ucma_buddy_move_block_mt(z, pb_index, to);
-			ucma_count(UCMA_STAT_PAGEBLOCK_STEAL, 1);
+			steal_pageblock(z, pb_index, to);
 			return true;
 		}
 		return false;
 	}
 	return false;
-}
-
-/* Wholly free pageblock @b of @z joins migratetype @to for a run that
- * takes it whole (alloc_pageblocks(), take_across(), ucma_pages_grow()); a
- * change counts as a steal, as steal_fallback()'s does.  Lock held. */
-static void steal_whole(struct ucma_zone *z, uint32_t b, int to)
-{
-	if (z->arena->blocks[b].mt == to)
-		return;
-	ucma_buddy_move_block_mt(z, b, to);
-	ucma_count(UCMA_STAT_PAGEBLOCK_STEAL, 1);
 }
 
 /* The migratetype a request of kind @gfp takes its pages from in @z. */
@@ -384,7 +384,7 @@ static uint32_t alloc_pageblocks(struct ucma_zone *z, uint32_t npages, unsigned 
 			uint32_t pbi = (start >> UCMA_PAGEBLOCK_ORDER) + i;
 
 			*dirty |= a->pages[pbi << UCMA_PAGEBLOCK_ORDER].flags & UCMA_PF_DIRTY;
-			steal_whole(z, pbi, to);
+			steal_pageblock(z, pbi, to);
 		}
 		if (!ucma_buddy_take_range(z, start, start + need * UCMA_PAGEBLOCK_PAGES))
 			ucma_fatal("internal error: free pageblocks %u+%u not free", start, need);
@@ -528,7 +528,7 @@ static uint32_t take_across(struct ucma_zone *z, uint32_t npages, int mt, bool *
 	if (lend_pb && lend_one_of(z, f.free_pb, f.nr_free_pb, lend_pb))
 		return UCMA_PFN_NONE;
 	for (uint32_t b = f.free_pb; b < f.free_pb + f.nr_free_pb; b++)
-		steal_whole(z, b, mt);
+		steal_pageblock(z, b, mt);
 	*dirty = ucma_buddy_clean_tail(z, pfn, end) != pfn;
 	if (!ucma_buddy_take_range(z, pfn, end))
 		ucma_fatal("internal error: free pages %u+%u of zone %s are not free", pfn, npages,
@@ -1164,7 +1164,7 @@ bool ucma_pages_grow(struct ucma_arena *a, uint32_t pfn, uint32_t npages, bool r
 	for (uint32_t b = ((end - 1) >> UCMA_PAGEBLOCK_ORDER) + 1;
 	     b <= (new_end - 1) >> UCMA_PAGEBLOCK_ORDER; b++) {
 		ucma_buddy_materialise(z, b << UCMA_PAGEBLOCK_ORDER, (b + 1) << UCMA_PAGEBLOCK_ORDER);
-		steal_whole(z, b, mt);
+		steal_pageblock(z, b, mt);
 	}
 	if (!ucma_buddy_take_range(z, end, new_end))
 		ucma_fatal("internal error: free pages %u-%u of zone %s are not free", end,

@@ -30,6 +30,8 @@
 #include "zones.h"
 
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -50,6 +52,32 @@ static struct ucma_zone *normal(void) { return &a->zones[UCMA_ZONE_NORMAL]; }
 static uint32_t pb_start(uint32_t i)
 {
 	return normal()->start_pfn + i * PB;
+}
+
+/* Fail the set-up unless pageblock @i of the zone is wholly free. */
+static void need_free(uint32_t i)
+{
+	if (a->blocks[pb_start(i) >> UCMA_PAGEBLOCK_ORDER].nr_free != PB)
+		bail_out("set-up: pageblock %u is not wholly free", i);
+}
+
+/* Allocate a run of RUN pages and check that it starts at @want; the check
+ * says where it went, as "a run of RUN pages goes <@fmt...> (at pageblock
+ * b + offset)".  Returns the run, or UCMA_PFN_NONE. */
+__attribute__((format(printf, 2, 3))) static uint32_t place_run(uint32_t want, const char *fmt,
+								 ...)
+{
+	uint32_t r = ucma_pages_alloc(a, RUN, UCMA_GFP_UNMOVABLE);
+	int b = r == UCMA_PFN_NONE ? -1 : (int)((r - normal()->start_pfn) / PB);
+	int off = r == UCMA_PFN_NONE ? -1 : (int)((r - normal()->start_pfn) % PB);
+	char where[160];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(where, sizeof(where), fmt, ap);
+	va_end(ap);
+	ok(r == want, "a run of %u pages goes %s (at pageblock %d + %d)", RUN, where, b, off);
+	return r;
 }
 
 /* Fill FILL pageblocks with whole-pageblock runs, each trimmed to its first
@@ -74,18 +102,14 @@ static void fill(void)
  * level): a run still goes across into it from the top one. */
 static void test_into_deferred(void)
 {
-	uint32_t top = FILL - 1, r, want = pb_start(top) + RUN;
+	uint32_t top = FILL - 1, r;
 
 	if (!a->blocks[pb_start(FILL) >> UCMA_PAGEBLOCK_ORDER].deferred)
 		bail_out("set-up: pageblock %u of the zone has been used", FILL);
 	ucma_pages_trim(a, heads[top], heads[top], RUN);
 	ucma_pcp_drain_zone(normal());
-	r = ucma_pages_alloc(a, RUN, UCMA_GFP_UNMOVABLE);
-	ok(r == want,
-	   "a run of %u pages goes across the end of pageblock %u into %u, never used before "
-	   "(at pageblock %d + %d)",
-	   RUN, top, FILL, r == UCMA_PFN_NONE ? -1 : (int)((r - normal()->start_pfn) / PB),
-	   r == UCMA_PFN_NONE ? -1 : (int)((r - normal()->start_pfn) % PB));
+	r = place_run(pb_start(top) + RUN,
+		      "across the end of pageblock %u into %u, never used before", top, FILL);
 	ok(tu_zones_ok(a, "a run into a deferred pageblock"), "invariants hold");
 	if (r != UCMA_PFN_NONE)
 		ucma_pages_free(a, r);
@@ -101,23 +125,19 @@ static void test_into_deferred(void)
 
 static void test_deep_tail(void)
 {
-	uint32_t r, want = pb_start(63) + RUN;
+	uint32_t r;
 
 	/* pageblock 64 wholly free, 63 ends in 212 free pages */
 	ucma_pages_free(a, heads[64]);
 	heads[64] = UCMA_PFN_NONE;
 	ucma_pages_trim(a, heads[63], heads[63], RUN);
 	ucma_pcp_drain_zone(normal());
-	if (a->blocks[pb_start(64) >> UCMA_PAGEBLOCK_ORDER].nr_free != PB)
-		bail_out("set-up: pageblock 64 is not wholly free");
+	need_free(64);
 	ok(tu_zones_ok(a, "set-up"), "%u pageblocks in use, 64 free: invariants hold", FILL - 1);
 
-	r = ucma_pages_alloc(a, RUN, UCMA_GFP_UNMOVABLE);
-	ok(r == want,
-	   "a run of %u pages goes across the end of pageblock 63 into 64, below %u pageblocks "
-	   "in use with room (at pageblock %d + %d)",
-	   RUN, FILL - 65, r == UCMA_PFN_NONE ? -1 : (int)((r - normal()->start_pfn) / PB),
-	   r == UCMA_PFN_NONE ? -1 : (int)((r - normal()->start_pfn) % PB));
+	r = place_run(pb_start(63) + RUN,
+		      "across the end of pageblock 63 into 64, below %u pageblocks in use with room",
+		      FILL - 65);
 	ok(r != UCMA_PFN_NONE && ucma_run_head(a, r + RUN - 1) == r &&
 		   tu_zones_ok(a, "a deep run across"),
 	   "its last page leads to its head; invariants hold");
@@ -128,22 +148,16 @@ static void test_deep_tail(void)
 
 static void test_deep_head(void)
 {
-	uint32_t r, keep = pb_start(65) + 250, want = pb_start(65) + 250 - RUN;
+	uint32_t r, keep = pb_start(65) + 250;
 
 	/* pageblock 65 starts with 250 free pages: more than the 212 that
 	 * end pageblock 63, so the run goes the other way */
 	ucma_pages_trim(a, heads[65], keep, KEEP - 250);
 	heads[65] = keep;
 	ucma_pcp_drain_zone(normal());
-	if (a->blocks[pb_start(64) >> UCMA_PAGEBLOCK_ORDER].nr_free != PB)
-		bail_out("set-up: pageblock 64 is not wholly free again");
+	need_free(64);
 
-	r = ucma_pages_alloc(a, RUN, UCMA_GFP_UNMOVABLE);
-	ok(r == want,
-	   "a run of %u pages goes across the start of pageblock 65, from the end of 64 "
-	   "(at pageblock %d + %d)",
-	   RUN, r == UCMA_PFN_NONE ? -1 : (int)((r - normal()->start_pfn) / PB),
-	   r == UCMA_PFN_NONE ? -1 : (int)((r - normal()->start_pfn) % PB));
+	r = place_run(keep - RUN, "across the start of pageblock 65, from the end of 64");
 	ok(r != UCMA_PFN_NONE && tu_zones_ok(a, "a deep run across, downwards"),
 	   "invariants hold");
 	if (r != UCMA_PFN_NONE)
@@ -158,7 +172,7 @@ static void test_deep_head(void)
  */
 static void test_deep_head_carry(void)
 {
-	uint32_t r, keep = pb_start(64) + 250, want = pb_start(64) + 250 - RUN;
+	uint32_t r, keep = pb_start(64) + 250;
 
 	heads[64] = ucma_pages_alloc(a, PB, UCMA_GFP_UNMOVABLE);
 	if (heads[64] != pb_start(64))
@@ -168,15 +182,11 @@ static void test_deep_head_carry(void)
 	ucma_pages_free(a, heads[63]);
 	heads[63] = UCMA_PFN_NONE;
 	ucma_pcp_drain_zone(normal());
-	if (a->blocks[pb_start(63) >> UCMA_PAGEBLOCK_ORDER].nr_free != PB)
-		bail_out("set-up: pageblock 63 is not wholly free");
+	need_free(63);
 
-	r = ucma_pages_alloc(a, RUN, UCMA_GFP_UNMOVABLE);
-	ok(r == want,
-	   "a run of %u pages goes across the start of pageblock 64, from the end of 63, a word "
-	   "of the bitmaps below (at pageblock %d + %d)",
-	   RUN, r == UCMA_PFN_NONE ? -1 : (int)((r - normal()->start_pfn) / PB),
-	   r == UCMA_PFN_NONE ? -1 : (int)((r - normal()->start_pfn) % PB));
+	r = place_run(keep - RUN,
+		      "across the start of pageblock 64, from the end of 63, a word of the bitmaps "
+		      "below");
 	ok(r != UCMA_PFN_NONE && tu_zones_ok(a, "a deep run across two words, downwards"),
 	   "invariants hold");
 	if (r != UCMA_PFN_NONE)
