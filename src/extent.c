@@ -178,7 +178,7 @@ static uint64_t levels_word(const struct ucma_arena *a, uint32_t w, unsigned lev
 	return word;
 }
 
-/* Word @w of the wholly free pageblocks: the top level (2^9 pages) and the
+/* Word @w of the wholly free pageblocks: the top level and the
  * deferred row. */
 static uint64_t whole_word(const struct ucma_arena *a, uint32_t w)
 {
@@ -268,9 +268,12 @@ static void search(struct ucma_zone *z, int mt, struct extent_fit *f)
 	uint32_t first = UCMA_ALIGN_DOWN(f->lo > z->start_pfn ? f->lo : z->start_pfn,
 					 UCMA_PAGEBLOCK_PAGES);
 	uint32_t last = f->hi < z->end_pfn ? f->hi : z->end_pfn;
-	/* Pageblocks whose extents may reach the largest power of two not
-	 * above the request: every one that can hold it, and a few more. */
-	unsigned level = 31u - (unsigned)__builtin_clz(f->npages), looked = 0;
+	/* Pageblocks whose extents may reach the request's level: every one
+	 * that can hold it, and a few more (extent.h). */
+	unsigned level = ucma_extent_level_count(f->npages) - 1, looked = 0;
+
+	if (f->npages > UCMA_PAGEBLOCK_PAGES)
+		return;		/* an extent lies within one pageblock */
 
 	for (uint32_t bi = UCMA_ALIGN_UP(last, UCMA_PAGEBLOCK_PAGES) >> UCMA_PAGEBLOCK_ORDER;
 	     (bi = prev_set(a, level, f->top, bi, first >> UCMA_PAGEBLOCK_ORDER)) != UINT32_MAX;) {
@@ -278,6 +281,7 @@ static void search(struct ucma_zone *z, int mt, struct extent_fit *f)
 		struct ucma_pageblock *b = &a->blocks[bi];
 		struct ucma_extent_note *n;
 
+		z->extent_looked++;
 		if (b->mt != mt || b->nr_free < f->npages || b->deferred)
 			continue;
 		n = &a->extents[bi];
@@ -322,7 +326,7 @@ uint32_t ucma_extent_find(struct ucma_zone *z, uint32_t npages, int mt, uint32_t
 	return find(z, npages, mt, lo, hi, UCMA_EXTENT_LEVELS);
 }
 
-/* Wholly free pageblocks are the only ones in the top level (2^9 pages). */
+/* Wholly free pageblocks are the only ones in the top level. */
 uint32_t ucma_extent_find_hole(struct ucma_zone *z, uint32_t npages, int mt)
 {
 	if (npages >= UCMA_PAGEBLOCK_PAGES)

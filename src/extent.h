@@ -43,40 +43,51 @@ _Static_assert(sizeof(struct ucma_extent_note) == 64, "an extent note is one cac
 
 /*
  * Which pageblocks may hold a run, by level: a pageblock whose longest
- * free extent may reach 2^j pages but not 2^(j+1) has its bit set in
- * level j, and in no other.  Level j is the UCMA_EXTENT_LEVEL_WORDS(a)
- * words from free_levels + j * UCMA_EXTENT_LEVEL_WORDS(a), in the mapping
- * of the notes (arena.c).  A search for n pages ORs the words of the
- * levels from that of the largest power of two not above n up, and
- * passes 64 pageblocks without such an extent per word instead of looking
- * at each: compaction searches once per object it moves, from the top of
- * the zone down past the pageblocks it has filled, and that walk grew
- * with the zone (ucma_extent_find() took 26 % of ucma_compact()'s
- * instructions over a 2 GiB area, 10 % over 512 MiB).  One bit per
- * pageblock, not one per level reached, so that a change of level costs
- * two bit operations, not ten: allocating and freeing whole pageblocks
- * changes it every time.
+ * free extent may be longer than 2^(j-1) pages but not longer than 2^j
+ * has its bit set in level j (level 0: one page), and in no other; level
+ * 10 holds the wholly free pageblocks (2^9 pages) alone, so that level 9
+ * stops at 511 pages.  Level j is the UCMA_EXTENT_LEVEL_WORDS(a) words
+ * from free_levels + j * UCMA_EXTENT_LEVEL_WORDS(a), in the mapping of
+ * the notes (arena.c).  A search for n pages ORs the words of the levels
+ * from n's own up, and passes 64 pageblocks without such an extent per
+ * word instead of looking at each: compaction searches once per object
+ * it moves, from the top of the zone down past the pageblocks it has
+ * filled, and that walk grew with the zone (ucma_extent_find() took 26 %
+ * of ucma_compact()'s instructions over a 2 GiB area, 10 % over 512
+ * MiB).  One bit per pageblock, not one per level reached, so that a
+ * change of level costs two bit operations, not eleven: allocating and
+ * freeing whole pageblocks changes it every time.
  *
- * How far a pageblock's extents may reach (pb->levels, 0 .. 10 levels
+ * Why a level ends at a power of two rather than starting at one: the
+ * holes of a buddy allocator are most often a power of two long (a freed
+ * block of one order), and the runs placed in holes never are (zone.c
+ * packed()).  With levels from 2^j to 2^(j+1) - 1, a run of 257 pages
+ * looked at every pageblock whose hole is 256 pages and found each too
+ * short: 128 of them a malloc, most of its instructions, in bench_malloc
+ * large-holes.  A search for exactly 2^j pages now looks at pageblocks
+ * of 2^(j-1) + 1 .. 2^j - 1 pages that cannot hold it, and passes none
+ * that can.
+ *
+ * How far a pageblock's extents may reach (pb->levels, 0 .. 11 levels
  * reached; 0 sets no bit) is the smaller of what its free pages reach
  * (nr_free: an extent is no longer) and what its longest extent reached
  * when its note last said (pb->longest_levels, forgotten when a block is
  * freed into the pageblock, which may grow an extent; takes only shorten
  * extents).  That is the note's longest, copied into the pageblock, so
  * that free_count() finds everything it needs on the pageblock's line
- * and never reads the note's.  So a pageblock with a free extent of 2^j pages is always
- * found by a search at level j: the levels may make the search look at a
- * pageblock that has no room, never pass one that has (ucma_zone_check()
- * verifies both the bit and the bound).  Deferred pageblocks (buddy.c),
- * which the search passes by in any case, are in no level until their
- * first use.
+ * and never reads the note's.  So a pageblock with a free extent of n
+ * pages is always found by a search for n: the levels may make the
+ * search look at a pageblock that has no room, never pass one that has
+ * (ucma_zone_check() verifies both the bit and the bound).  Deferred
+ * pageblocks (buddy.c), which the search passes by in any case, are in
+ * no level until their first use.
  *
  * Locking: a pageblock's bits change under its zone lock; one word may
  * hold the bits of pageblocks of both zones, so bits are changed with
  * atomic read-modify-writes, and the holder of a zone's lock reads its
  * pageblocks' bits with relaxed loads.
  */
-#define UCMA_EXTENT_LEVELS 10		/* 2^0 .. 2^9 = a pageblock's pages */
+#define UCMA_EXTENT_LEVELS 11		/* up to 2^0 .. 2^9 pages, then wholly free */
 #define UCMA_EXTENT_LEVEL_WORDS(a) (((size_t)(a)->nr_pageblocks + 63) / 64)
 /*
  * After the levels, one more row of as many words: the deferred
@@ -101,11 +112,13 @@ static inline void ucma_extent_deferred_note(struct ucma_arena *a, uint32_t b, b
 		__atomic_fetch_and(w, ~bit, __ATOMIC_RELAXED);
 }
 
-/* The levels a free extent (or a count of free pages) of @pages reaches:
- * 0 .. 10. */
+/* The levels a free extent (or a count of free pages) of @pages reaches,
+ * 0 .. 11: one more than its level, 0 for none. */
 static inline unsigned ucma_extent_level_count(unsigned pages)
 {
-	return pages ? 32u - (unsigned)__builtin_clz(pages) : 0;
+	if (pages >= UCMA_PAGEBLOCK_PAGES)
+		return UCMA_EXTENT_LEVELS;
+	return pages > 1 ? 33u - (unsigned)__builtin_clz(pages - 1) : pages;
 }
 
 /* The levels pageblock @pb should be set in: none while it is deferred

@@ -199,7 +199,7 @@ struct ucma_pageblock {
 	uint16_t isolate_count;	/* nested isolations */
 	uint16_t nr_free;	/* free pages in this pageblock (zone lock) */
 	uint8_t deferred;	/* wholly free, on no list yet (buddy.c; zone lock) */
-	uint8_t levels;		/* levels its free extents may reach, 0-10 (extent.h; zone lock) */
+	uint8_t levels;		/* levels its free extents may reach, 0-11 (extent.h; zone lock) */
 	uint8_t longest_levels;	/* 1 + levels its note's longest extent reaches; 0: not known */
 	uint32_t free_seq;	/* blocks freed into this pageblock (wraps: buddy.c) */
 };
@@ -260,6 +260,7 @@ struct ucma_zone {
 	bool thp_deferred;		/* THP backing, not yet asked for (zone.c) */
 	bool file_backed;		/* CMA areas on files (frames.c): never purged */
 	bool prefaulted;		/* UCMA_POPULATE: clean pages are mapped until purged */
+	uint64_t extent_looked;		/* pageblocks a search for room looked at (extent.c) */
 	uint64_t extent_walks;		/* pageblocks walked for their extents (extent.c) */
 	uint64_t extent_stale;		/* extent notes found wrong when read (extent.c) */
 

@@ -556,6 +556,49 @@ static void free_offsets(uint32_t *page, uint32_t pb, uint32_t from, uint32_t to
 }
 
 /*
+ * A level of pageblocks with room ends at a power of two (extent.h): a
+ * pageblock whose hole is 256 pages is in the level of 129-256, so a
+ * search for 257 pages (a run of 1 MiB + 57 bytes, which never fits such
+ * a hole) passes it by its bit without looking at it, and searches for
+ * 256 and 129 pages still find the hole.  (With levels of 256-511, the
+ * search for 257 looked at every such pageblock.)
+ */
+static void test_extent_levels_power(void)
+{
+	static uint32_t page[UCMA_PAGEBLOCK_PAGES];
+	struct ucma_zone *z = normal();
+	uint32_t pb, end, b, got[3];
+	uint64_t looked[3];
+	int mt;
+
+	pb = pageblock_of_single_pages(page);
+	end = pb + UCMA_PAGEBLOCK_PAGES;
+	b = pb >> UCMA_PAGEBLOCK_ORDER;
+	free_offsets(page, pb, 0, 256);
+	mt = a->blocks[b].mt;
+	ok(a->blocks[b].nr_free == 256 && a->blocks[b].levels == 9,
+	   "a hole of 256 pages: level 8, up to 256 pages (levels %u)", a->blocks[b].levels);
+	pthread_mutex_lock(&z->lock);
+	for (unsigned i = 0; i < 3; i++) {
+		static const uint32_t npages[3] = { 257, 256, 129 };
+		uint64_t before = z->extent_looked;
+
+		got[i] = ucma_extent_find(z, npages[i], mt, pb, end);
+		looked[i] = z->extent_looked - before;
+	}
+	pthread_mutex_unlock(&z->lock);
+	ok(got[0] == UCMA_PFN_NONE && looked[0] == 0,
+	   "257 pages: no room, and the pageblock not looked at (%d, looked at %llu)",
+	   got[0] == UCMA_PFN_NONE ? -1 : (int)(got[0] - pb), (unsigned long long)looked[0]);
+	ok(got[1] == pb && looked[1] == 1, "256 pages: the hole, one look (%d, %llu)",
+	   got[1] == UCMA_PFN_NONE ? -1 : (int)(got[1] - pb), (unsigned long long)looked[1]);
+	ok(got[2] == pb && looked[2] == 1, "129 pages: the hole, one look (%d, %llu)",
+	   got[2] == UCMA_PFN_NONE ? -1 : (int)(got[2] - pb), (unsigned long long)looked[2]);
+	free_offsets(page, pb, 0, UCMA_PAGEBLOCK_PAGES);
+	ok(tu_zones_ok(a, "levels, power of two"), "invariants hold after it");
+}
+
+/*
  * The notes are read instead of the page metadata (extent.c): one walk of
  * a pageblock serves the searches after it, by best fit, as the search's
  * own takes are written into the note; pages taken by another path make
@@ -819,6 +862,7 @@ int main(void)
 	test_resident();
 	test_extent_note();
 	test_extent_levels_single();
+	test_extent_levels_power();
 	test_extent_cache();
 	test_extent_seq_wrap();
 	test_random();
