@@ -747,15 +747,20 @@ unsigned ucma_zone_pcp_refill(struct ucma_zone *z, uint32_t npages, unsigned gfp
 	return got;
 }
 
+/* The pages of [pfn, pfn + npages) belong to no run any more (the table's
+ * address read once, as in set_tails()). */
+static void run_forget(struct ucma_arena *a, uint32_t pfn, uint32_t npages)
+{
+	for (struct ucma_page *p = a->pages + pfn, *end = p + npages; p < end; p++) {
+		UCMA_PG_SET(p, kind, UCMA_PK_UNUSED);
+		UCMA_PG_SET(p, owner_type, UCMA_OWN_NONE);
+		UCMA_PG_SET(p, owner, 0);
+	}
+}
+
 void ucma_zone_pcp_release_locked(struct ucma_zone *z, uint32_t pfn, uint32_t npages, bool dirty)
 {
-	struct ucma_arena *a = z->arena;
-
-	for (uint32_t i = 0; i < npages; i++) {
-		UCMA_PG_SET(&a->pages[pfn + i], kind, UCMA_PK_UNUSED);
-		UCMA_PG_SET(&a->pages[pfn + i], owner_type, UCMA_OWN_NONE);
-		UCMA_PG_SET(&a->pages[pfn + i], owner, 0);
-	}
+	run_forget(z->arena, pfn, npages);
 	ucma_buddy_free_clean_range(z, pfn, npages, dirty);
 }
 
@@ -1018,11 +1023,7 @@ void ucma_pages_free_locked(struct ucma_zone *z, uint32_t pfn)
 		ucma_fatal("internal error: freeing page %u which is no run head", pfn);
 	npages = head->aux;
 	/* Forget the run first, so a stale pointer into it finds nothing. */
-	for (uint32_t i = 0; i < npages; i++) {
-		UCMA_PG_SET(&a->pages[pfn + i], kind, UCMA_PK_UNUSED);
-		UCMA_PG_SET(&a->pages[pfn + i], owner_type, UCMA_OWN_NONE);
-		UCMA_PG_SET(&a->pages[pfn + i], owner, 0);
-	}
+	run_forget(a, pfn, npages);
 	pages_poison(a, pfn, npages);
 	ucma_buddy_free_range(z, pfn, npages);
 }
