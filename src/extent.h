@@ -66,7 +66,11 @@ _Static_assert(sizeof(struct ucma_extent_note) == 64, "an extent note is one cac
  * short: 128 of them a malloc, most of its instructions, in bench_malloc
  * large-holes.  A search for exactly 2^j pages now looks at pageblocks
  * of 2^(j-1) + 1 .. 2^j - 1 pages that cannot hold it, and passes none
- * that can.
+ * that can.  Which pageblocks a search looks at decides where its
+ * best-fit window (extent.c) ends, so the result may differ from the
+ * old levels' when a pageblock that cannot hold the run has no note:
+ * its walk took one of the window's looks; passed now, the window
+ * reaches one pageblock further.
  *
  * How far a pageblock's extents may reach (pb->levels, 0 .. 11 levels
  * reached; 0 sets no bit) is the smaller of what its free pages reach
