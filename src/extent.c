@@ -272,8 +272,10 @@ static void search(struct ucma_zone *z, int mt, struct extent_fit *f)
 	 * that can hold it, and a few more (extent.h). */
 	unsigned level = ucma_extent_level_count(f->npages) - 1, looked = 0;
 
-	if (f->npages > UCMA_PAGEBLOCK_PAGES)
-		return;		/* an extent lies within one pageblock */
+	/* An extent lies within one pageblock; 0 pages has no level (no
+	 * caller asks for it). */
+	if (!f->npages || f->npages > UCMA_PAGEBLOCK_PAGES)
+		return;
 
 	for (uint32_t bi = UCMA_ALIGN_UP(last, UCMA_PAGEBLOCK_PAGES) >> UCMA_PAGEBLOCK_ORDER;
 	     (bi = prev_set(a, level, f->top, bi, first >> UCMA_PAGEBLOCK_ORDER)) != UINT32_MAX;) {
