@@ -365,7 +365,7 @@ static int map_area_file(struct ucma_cma_area *area, int backing)
 	if (huge)
 		mfd |= MFD_HUGETLB | (backing == UCMA_BACKING_HUGETLB_1G ? MFD_HUGE_1GB : MFD_HUGE_2MB);
 	snprintf(name, sizeof(name), "ucma:%s", area->name);
-	f->fd = ucma_os.memfd_create(name, mfd);
+	f->fd = ucma_os_fd_high(ucma_os.memfd_create(name, mfd));
 	if (f->fd < 0) {
 		fb.file_err = errno;
 		return STEP_NO_FILE;
@@ -1303,7 +1303,7 @@ static int child_file(const struct ucma_cma_area *area)
 	int fd;
 
 	snprintf(name, sizeof(name), "ucma:%s", area->name);
-	fd = ucma_os.memfd_create(name, MFD_CLOEXEC);
+	fd = ucma_os_fd_high(ucma_os.memfd_create(name, MFD_CLOEXEC));
 	if (fd >= 0 && ucma_os.ftruncate(fd, (off_t)area->frames->size) != 0) {
 		ucma_os_close(fd);
 		fd = -1;

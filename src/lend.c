@@ -323,7 +323,7 @@ static uint32_t pb_pfn(uint32_t pb)
 static int uffd_open(void)
 {
 	struct uffdio_api api = { .api = UFFD_API, .features = LEND_FEATURES };
-	int fd = ucma_os.userfaultfd(O_CLOEXEC | O_NONBLOCK), err;
+	int fd = ucma_os_fd_high(ucma_os.userfaultfd(O_CLOEXEC | O_NONBLOCK)), err;
 
 	if (fd < 0)
 		return -1;

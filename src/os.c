@@ -461,6 +461,25 @@ int ucma_os_dup_high(int fd)
 	return to;
 }
 
+int ucma_os_fd_high(int fd)
+{
+	int err = errno, to;
+
+	if (fd < 0)
+		return fd;
+	to = ucma_os_dup_high(fd);
+	if (to < fd) {
+		/* (The fallback found a lower free number: keep @fd.) */
+		if (to >= 0)
+			ucma_os_close(to);
+		errno = err;
+		return fd;
+	}
+	ucma_os_close(fd);
+	errno = err;
+	return to;
+}
+
 long ucma_os_hugetlb_free_pages(size_t page_size)
 {
 	return ucma_os.hugetlb_free_pages(page_size);

@@ -121,5 +121,13 @@ UCMA_INTERNAL unsigned ucma_cpus_allowed(void);
 UCMA_INTERNAL int ucma_os_close(int fd);
 /* A close-on-exec copy of @fd numbered 256 or so (see os.c); -1 with errno. */
 UCMA_INTERNAL int ucma_os_dup_high(int fd);
+/*
+ * A descriptor the library keeps open (an area's file, the userfaultfd)
+ * moved out of the low numbers a program expects open() to give it:
+ * @fd's close-on-exec copy from ucma_os_dup_high(), @fd closed; @fd itself
+ * when no number above it is free, or when @fd is negative (errno left
+ * as it was).
+ */
+UCMA_INTERNAL int ucma_os_fd_high(int fd);
 
 #endif /* UCMA_OS_H */

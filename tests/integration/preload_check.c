@@ -30,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -731,6 +732,80 @@ static void check_fork_area_files(void)
 	free(p);
 }
 
+/*
+ * The descriptors the library keeps open (its CMA areas' files, the
+ * userfaultfd of heap lending): how many, and the lowest number among
+ * them in *@lowest.
+ */
+static int library_fds(int *lowest)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	*lowest = -1;
+	if (!d)
+		return -1;
+	while ((e = readdir(d))) {
+		char path[64], link[256];
+		ssize_t len;
+		int fd = atoi(e->d_name);
+
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		len = readlink(path, link, sizeof(link) - 1);
+		if (len <= 0)
+			continue;
+		link[len] = '\0';
+		if (strncmp(link, "/memfd:ucma:", 12) != 0 &&
+		    strcmp(link, "anon_inode:[userfaultfd]") != 0)
+			continue;
+		n++;
+		if (*lowest < 0 || fd < *lowest)
+			*lowest = fd;
+	}
+	closedir(d);
+	return n;
+}
+
+/*
+ * The library's own descriptors are numbered from 256 on (half the
+ * descriptor limit when that is lower), in a child of fork() too: a
+ * program gets 3 from its first open() as it would without the library,
+ * and one that closes or lists its descriptors by number (Python's
+ * subprocess pass_fds, closefrom()) does not find the library's there.
+ * They had 3 and 4.
+ */
+static void check_library_fds(void)
+{
+	struct rlimit rl;
+	int bound = 256, lowest, n, status = -1;
+	void *p = malloc(64);	/* the library runs */
+	pid_t pid;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+	    rl.rlim_cur / 2 < (rlim_t)bound)
+		bound = (int)(rl.rlim_cur / 2);
+	n = library_fds(&lowest);
+	if (n <= 0) {
+		skip(2, "the library keeps no descriptor open here (%d)", n);
+		free(p);
+		return;
+	}
+	ok(lowest >= bound, "the library's %d descriptors are numbered from %d on (lowest %d)", n,
+	   bound, lowest);
+	fflush(NULL);
+	pid = fork();
+	if (pid == 0) {
+		n = library_fds(&lowest);
+		_exit(n > 0 && lowest >= bound ? 0 : n <= 0 ? 1 : 2);
+	}
+	if (pid > 0)
+		waitpid(pid, &status, 0);
+	ok(pid > 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+	   "and in a child of fork(), with its own area files (status 0x%x)", status);
+	free(p);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 2 && strcmp(argv[1], "stats_fd") == 0)
@@ -747,6 +822,7 @@ int main(int argc, char **argv)
 	}
 	if (argc > 1 && strcmp(argv[1], "fork_files") == 0) {
 		check_fork_area_files();
+		check_library_fds();
 		return done();
 	}
 	check_basic();
