@@ -770,9 +770,7 @@ static int library_fds(int *lowest)
 /*
  * The library's own descriptors are numbered from 256 on (half the
  * descriptor limit when that is lower), in a child of fork() too: a
- * program gets 3 from its first open() as it would without the library,
- * and one that closes or lists its descriptors by number (Python's
- * subprocess pass_fds, closefrom()) does not find the library's there.
+ * program gets 3 from its first open() as it would without the library.
  * They had 3 and 4.
  */
 static void check_library_fds(void)
