@@ -268,14 +268,15 @@ static void search(struct ucma_zone *z, int mt, struct extent_fit *f)
 	uint32_t first = UCMA_ALIGN_DOWN(f->lo > z->start_pfn ? f->lo : z->start_pfn,
 					 UCMA_PAGEBLOCK_PAGES);
 	uint32_t last = f->hi < z->end_pfn ? f->hi : z->end_pfn;
-	/* Pageblocks whose extents may reach the request's level: every one
-	 * that can hold it, and a few more (extent.h). */
-	unsigned level = ucma_extent_level_count(f->npages) - 1, looked = 0;
+	unsigned level, looked = 0;
 
 	/* An extent lies within one pageblock; 0 pages has no level (no
 	 * caller asks for it). */
 	if (!f->npages || f->npages > UCMA_PAGEBLOCK_PAGES)
 		return;
+	/* Pageblocks whose extents may reach the request's level: every one
+	 * that can hold it, and a few more (extent.h). */
+	level = ucma_extent_level_count(f->npages) - 1;
 
 	for (uint32_t bi = UCMA_ALIGN_UP(last, UCMA_PAGEBLOCK_PAGES) >> UCMA_PAGEBLOCK_ORDER;
 	     (bi = prev_set(a, level, f->top, bi, first >> UCMA_PAGEBLOCK_ORDER)) != UINT32_MAX;) {

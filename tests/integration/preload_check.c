@@ -666,26 +666,41 @@ static void check_contig_dontfork(void)
 	free(p);
 }
 
+/* The next descriptor of the walk of /proc/self/fd at @d, its link's
+ * target in @link (@len bytes); -1 at the end. */
+static int next_fd_link(DIR *d, char *link, size_t len)
+{
+	struct dirent *e;
+
+	while ((e = readdir(d))) {
+		char path[64];
+		ssize_t n;
+
+		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
+		n = readlink(path, link, len - 1);
+		if (n <= 0)
+			continue;
+		link[n] = '\0';
+		return atoi(e->d_name);
+	}
+	return -1;
+}
+
 /* The inodes of the files behind this process's CMA areas (descriptors
  * whose link reads /memfd:ucma:...), at most @max; how many. */
 static int area_inodes(ino_t *ino, int max)
 {
 	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	int n = 0;
+	char link[256];
+	int n = 0, fd;
 
 	if (!d)
 		return -1;
-	while ((e = readdir(d)) && n < max) {
-		char path[64], link[256];
+	while (n < max && (fd = next_fd_link(d, link, sizeof(link))) >= 0) {
+		char path[64];
 		struct stat st;
-		ssize_t len;
 
-		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
-		len = readlink(path, link, sizeof(link) - 1);
-		if (len <= 0)
-			continue;
-		link[len] = '\0';
+		snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
 		if (strncmp(link, "/memfd:ucma:", 12) == 0 && stat(path, &st) == 0)
 			ino[n++] = st.st_ino;
 	}
@@ -740,22 +755,13 @@ static void check_fork_area_files(void)
 static int library_fds(int *lowest)
 {
 	DIR *d = opendir("/proc/self/fd");
-	struct dirent *e;
-	int n = 0;
+	char link[256];
+	int n = 0, fd;
 
 	*lowest = -1;
 	if (!d)
 		return -1;
-	while ((e = readdir(d))) {
-		char path[64], link[256];
-		ssize_t len;
-		int fd = atoi(e->d_name);
-
-		snprintf(path, sizeof(path), "/proc/self/fd/%s", e->d_name);
-		len = readlink(path, link, sizeof(link) - 1);
-		if (len <= 0)
-			continue;
-		link[len] = '\0';
+	while ((fd = next_fd_link(d, link, sizeof(link))) >= 0) {
 		if (strncmp(link, "/memfd:ucma:", 12) != 0 &&
 		    strcmp(link, "anon_inode:[userfaultfd]") != 0)
 			continue;
