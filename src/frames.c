@@ -66,6 +66,7 @@
 #include "frames.h"
 #include "fork.h"
 #include "memevent.h"
+#include "overflow.h"
 #include "pcp.h"
 #include "slab.h"
 

@@ -10,7 +10,7 @@
  * requests are exact runs of pages from the NORMAL zone (zone.c), recorded
  * as UCMA_OWN_LARGE with the pfn of the address handed out as owner.  When
  * the zone is exhausted, or the arena could not be created, memory comes
- * from plain mappings outside the arena (overflow, slab.c), so a program
+ * from plain mappings outside the arena (overflow.c), so a program
  * never fails where glibc would not.
  *
  * A pointer is classified by address: inside the arena, the owner of its
@@ -53,6 +53,7 @@
 #include "lock.h"
 #include "malloc_hooks.h"
 #include "memevent.h"
+#include "overflow.h"
 #include "slab.h"
 #include "tcache.h"
 

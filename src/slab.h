@@ -1,6 +1,6 @@
 /*
- * slab.h - size classes, slabs and the overflow mappings of the malloc
- * family (slab.c), as malloc.c and tcache.c see them.
+ * slab.h - size classes and slabs of the malloc family (slab.c), as
+ * malloc.c and tcache.c see them.
  *
  * Size classes: 16 to 128 bytes in steps of 16, then four classes per
  * doubling up to UCMA_SMALL_MAX (internal fragmentation at most 20%).
@@ -277,23 +277,5 @@ UCMA_INTERNAL uint64_t ucma_slab_active_bytes(void);
 UCMA_INTERNAL void ucma_slab_atfork_prepare(void);
 UCMA_INTERNAL void ucma_slab_atfork_parent(void);
 UCMA_INTERNAL void ucma_slab_atfork_child(void);
-
-/* slab.c: overflow outside the arena (plain mmap), found through a radix
- * tree keyed by address >> 21 that readers walk without a lock. */
-enum ucma_ovf_kind { UCMA_OVF_NONE = 0, UCMA_OVF_SLAB, UCMA_OVF_LARGE, UCMA_OVF_OTHER };
-struct ucma_ovf_ref {
-	int kind;			/* enum ucma_ovf_kind */
-	struct ucma_slab *slab;		/* UCMA_OVF_SLAB */
-	void *user;			/* UCMA_OVF_LARGE: the address handed out */
-	size_t usable;			/* UCMA_OVF_LARGE: bytes from user on */
-	void *region;			/* the mapping's descriptor */
-};
-/* Classify @p; UCMA_OVF_NONE when it is in no overflow mapping,
- * UCMA_OVF_OTHER when it is in one but on no object. */
-UCMA_INTERNAL int ucma_overflow_find(const void *p, struct ucma_ovf_ref *ref);
-/* A large block of its own mapping, zeroed; NULL with ENOMEM. */
-UCMA_INTERNAL void *ucma_overflow_large_alloc(size_t size, size_t align, size_t *usable);
-UCMA_INTERNAL void ucma_overflow_large_free(const struct ucma_ovf_ref *ref);
-UCMA_INTERNAL uint64_t ucma_overflow_bytes(void);
 
 #endif /* UCMA_SLAB_H */

@@ -32,6 +32,8 @@ UCMA_SOURCES = \
 	src/compact.c \
 	src/compactd.c \
 	src/lock.h \
+	src/overflow.h \
+	src/overflow.c \
 	src/slab.h \
 	src/slab.c \
 	src/tcache.h \
