@@ -704,8 +704,8 @@ uint32_t ucma_tcache_large_get(struct ucma_tcache *tc, struct ucma_arena *a, uin
 	return pfn;
 }
 
-/* Give back the oldest kept run of @npages pages of @tc (it has one). */
-static void large_evict(struct ucma_tcache *tc, struct ucma_arena *a, uint32_t npages)
+/* Take the oldest kept run of @npages pages out of @tc (it has one). */
+static uint32_t large_take_oldest(struct ucma_tcache *tc, uint32_t npages)
 {
 	uint32_t *k = tc->large_kept[npages], pfn = k[0];
 
@@ -714,6 +714,14 @@ static void large_evict(struct ucma_tcache *tc, struct ucma_arena *a, uint32_t n
 	tc->nlarge_kept--;
 	__atomic_store_n(&tc->large_kept_pages, tc->large_kept_pages - npages, __ATOMIC_RELAXED);
 	ucma_relaxed_add(&tc->large_pages, -(uint64_t)npages);
+	return pfn;
+}
+
+/* Give back the oldest kept run of @npages pages of @tc (it has one). */
+static void large_evict(struct ucma_tcache *tc, struct ucma_arena *a, uint32_t npages)
+{
+	uint32_t pfn = large_take_oldest(tc, npages);
+
 	UCMA_UNPOISON(ucma_pfn_to_addr(a, pfn), (size_t)npages << UCMA_PAGE_SHIFT);
 	ucma_pages_free(a, pfn);
 }
@@ -757,6 +765,49 @@ static void large_flush(struct ucma_tcache *tc)
 	for (uint32_t n = 1; n <= UCMA_TLARGE_MAX_PAGES; n++)
 		while (tc->large_have[n])
 			large_evict(tc, a, n);
+}
+
+/*
+ * In a fork child, whether @pfn still looks like a run of @npages pages
+ * kept by a cache: the head of an allocated run of that length that
+ * nobody owns and no per-CPU list holds.  The cache's thread is not in
+ * the child, and the child's copy of its list need not agree with the
+ * pages' state: with threads freeing and taking back runs while another
+ * forks (test_malloc's fork case, one child in 35 or so), children found
+ * listed runs allocated again or on a per-CPU list, while a check of the
+ * parent's lists on every take and eviction (in a build for the purpose)
+ * never found one.  A second free stopped at the latter as "free
+ * already".
+ */
+static bool looks_kept(const struct ucma_arena *a, uint32_t pfn, uint32_t npages)
+{
+	const struct ucma_page *h;
+
+	if (pfn >= a->npages)
+		return false;
+	h = &a->pages[pfn];
+	return UCMA_PG_GET(h, kind) == UCMA_PK_RUN &&
+	       UCMA_PG_GET(h, aux) == npages &&
+	       __atomic_load_n(&h->owner_type, __ATOMIC_RELAXED) == UCMA_OWN_NONE &&
+	       !(h->flags & UCMA_PF_PCP);
+}
+
+/* The kept runs of a cache whose thread the fork child does not have:
+ * those that do not look kept stay where they are (lost to the child)
+ * rather than be freed twice or taken from under their user. */
+static void large_flush_foreign(struct ucma_tcache *tc)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+
+	for (uint32_t n = 1; n <= UCMA_TLARGE_MAX_PAGES; n++)
+		while (tc->large_have[n]) {
+			uint32_t pfn = tc->large_kept[n][0];
+
+			if (looks_kept(a, pfn, n))
+				large_evict(tc, a, n);
+			else
+				(void)large_take_oldest(tc, n);
+		}
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1009,7 +1060,7 @@ void ucma_tcache_atfork_child(void)
 	}
 	for (tc = reg_list; tc; tc = tc->next)
 		if (tc != self)
-			large_flush(tc);
+			large_flush_foreign(tc);
 	ucma_slab_release_foreign(self);
 	for (tc = reg_list; tc; tc = next) {
 		next = tc->next;

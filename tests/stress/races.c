@@ -24,6 +24,12 @@
  *    same version of the object (ucma_hsize() after ucma_deref() gave a
  *    64 KiB size with a 16-byte slot about once in 2000 reads), and the
  *    first bytes, kept by every resize, must read as written.
+ * 6. fork() while threads free large blocks into their caches and take
+ *    them back: a child gives back the runs its absent threads kept.  Its
+ *    copy of their lists need not agree with the pages (a listed run was
+ *    allocated again, or on a per-CPU list), and one child in 70 to 400
+ *    freed such a run a second time and aborted ("free already").  Each
+ *    child here also allocates, checks and frees blocks and exits 0.
  *
  * Duration of parts 1, 4 and 5: UCMA_STRESS_SECONDS (default 2) each,
  * counted once their threads are set up, and longer (up to a minute) until
@@ -179,6 +185,95 @@ static void test_fork_handshake(void)
 	}
 	ok(!bad, "300 forks in a row with the compaction thread running");
 	ucma_hfree(h);
+}
+
+static atomic_int keep_stop;
+
+/* Large blocks (9 to 24 pages, kept by the thread cache when freed) and
+ * small ones, replaced at random, written and checked. */
+static void *keep_churn(void *arg)
+{
+	uint64_t rs = (uintptr_t)arg;
+	struct {
+		unsigned char *p;
+		size_t n;
+	} slot[32] = { { 0 } };
+	long bad = 0;
+
+	for (unsigned i = 0; !atomic_load_explicit(&keep_stop, memory_order_relaxed); i++) {
+		uint64_t x = tu_rand(&rs);
+		unsigned k = (unsigned)(x % 32);
+
+		if (slot[k].p) {
+			bad += !tu_check(slot[k].p, slot[k].n, k);
+			ucma_free(slot[k].p);
+		}
+		slot[k].n = (x >> 8) & 1 ? (size_t)((x >> 16) % 16 + 9) << 12 : (x >> 16) % 3000 + 1;
+		slot[k].p = ucma_malloc(slot[k].n);
+		if (!slot[k].p) {
+			bad++;
+			continue;
+		}
+		tu_fill(slot[k].p, slot[k].n, k);
+		if (i % 64 == 0)
+			usleep(50);	/* leave the children some CPU */
+	}
+	for (int k = 0; k < 32; k++) {
+		if (slot[k].p)
+			bad += !tu_check(slot[k].p, slot[k].n, k);
+		ucma_free(slot[k].p);
+	}
+	return (void *)bad;
+}
+
+static void test_fork_kept_runs(void)
+{
+	enum { ROUNDS = 400 };
+	pthread_t t[3];
+	int failed = 0;
+	long bad = 0;
+
+	for (uintptr_t i = 0; i < 3; i++)
+		pthread_create(&t[i], NULL, keep_churn, (void *)(i * 7919 + 1));
+	for (int r = 0; r < ROUNDS; r++) {
+		int status = 0;
+		pid_t pid = tu_fork();
+
+		if (pid == 0) {
+			void *p[200];
+
+			for (int i = 0; i < 200; i++) {
+				p[i] = ucma_malloc((size_t)(i % 25 + 1) * 1000);
+				if (!p[i])
+					_exit(2);
+				tu_fill(p[i], (size_t)(i % 25 + 1) * 1000, (uint64_t)i);
+			}
+			for (int i = 0; i < 200; i++) {
+				if (!tu_check(p[i], (size_t)(i % 25 + 1) * 1000, (uint64_t)i))
+					_exit(3);
+				ucma_free(p[i]);
+			}
+			ucma_trim();
+			_exit(0);
+		}
+		status = tu_wait(pid);
+		if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+			if (failed++ < 3)
+				diag("round %d: the child %s %d", r,
+				     WIFSIGNALED(status) ? "died of signal" : "exited with",
+				     WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
+		}
+	}
+	atomic_store(&keep_stop, 1);
+	for (int i = 0; i < 3; i++) {
+		void *r;
+
+		pthread_join(t[i], &r);
+		bad += (long)r;
+	}
+	ok(failed == 0 && bad == 0,
+	   "%d forks while 3 threads keep and take back large runs: %d children failed, "
+	   "%ld blocks bad", ROUNDS, failed, bad);
 }
 
 static void *compact_in_thread(void *arg)
@@ -400,6 +495,7 @@ int main(void)
 	plan_no_plan();
 	test_stray_unlock();
 	test_fork_handshake();
+	test_fork_kept_runs();
 	test_pin_versus_reuse(seconds ? seconds : 1);
 	test_compaction_vs_frees(seconds ? seconds : 1);
 	test_hrealloc_vs_readers(seconds ? seconds : 1);
