@@ -164,6 +164,7 @@ enum opt_id {
 	O_COMPACT_PROACTIVENESS,
 	O_COPY_HELPERS,
 	O_DECAY_MS,
+	O_OVERFLOW_CACHE,
 	O_STATS,
 	O_STATS_FILE,
 	O_STATS_SHM,
@@ -247,8 +248,13 @@ static const struct opt_def opt_table[O_NR] = {
 	[O_DECAY_MS] = {
 		"decay_ms", "UCMA_DECAY_MS", T_UINT, 0, "10000", 0, 3600000, NULL,
 		OFF(decay_ms), 0, "a whole number of milliseconds",
-		"time free NORMAL pages are kept before they go back to the kernel, in "
-		"milliseconds" },
+		"time free NORMAL pages and freed overflow blocks are kept before they go "
+		"back to the kernel, in milliseconds" },
+	[O_OVERFLOW_CACHE] = {
+		"overflow_cache", "UCMA_OVERFLOW_CACHE", T_SIZE, 0, "64M", 0, TiB(1), NULL,
+		OFF(overflow_cache), 0, SIZE_FORM,
+		"bytes of freed large blocks outside the arena kept mapped for the next "
+		"ones of about their size; 0: each is unmapped when freed" },
 	[O_STATS] = {
 		"stats", "UCMA_STATS", T_BOOL, 0, "0", 0, 1, NULL, OFF(stats), 0, BOOL_FORM,
 		"print the statistics report at exit" },

@@ -550,6 +550,7 @@ struct ucma_options {
 	char stats_file[256];		/* "" = stderr; %p = pid */
 	int stats_shm;			/* enum ucma_shm_mode (shm_writer.h) */
 	size_t preload_contig_min;	/* 0 = off */
+	size_t overflow_cache;		/* bytes of freed overflow blocks kept */
 	bool verbose;
 };
 
@@ -623,6 +624,7 @@ enum ucma_vmstat_item {
 	UCMA_STAT_PURGED_PAGES,
 	UCMA_STAT_OVERFLOW_ALLOC,
 	UCMA_STAT_OVERFLOW_FREE,
+	UCMA_STAT_OVERFLOW_REUSED,
 	UCMA_STAT_MEM_EVENT_MAP,
 	UCMA_STAT_MEM_EVENT_UNMAP,
 	UCMA_STAT_PHYS_CONTIG_MOVED,
@@ -787,6 +789,7 @@ struct ucma_malloc_counters {
 	uint64_t active_bytes;		/* bytes of arena pages held by malloc */
 	uint64_t large_allocs;		/* live page-run allocations */
 	uint64_t overflow_bytes;	/* bytes mapped outside the arena */
+	uint64_t overflow_cached_bytes;	/* of which freed large blocks kept */
 	uint64_t tcache_bytes;		/* free bytes threads keep: parked, or in their slabs */
 };
 UCMA_INTERNAL void ucma_malloc_counters_read(struct ucma_malloc_counters *out);

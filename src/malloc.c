@@ -597,7 +597,7 @@ static void *large_alloc(size_t size, size_t align, unsigned gfp)
 		}
 	}
 	saved = errno;
-	p = ucma_overflow_large_alloc(size, align, &usable);
+	p = ucma_overflow_large_alloc(size, align, gfp & UCMA_GFP_ZERO, &usable);
 	if (!p) {
 		errno = ENOMEM;
 		return NULL;
@@ -628,8 +628,10 @@ static void free_classified(void *p, int kind, struct ptr_info *pi, const char *
 		return;
 	}
 	case PK_OVF_LARGE:
+		if (!ucma_overflow_large_free(&pi->ovf))
+			ucma_fatal("%s: double free of %p (a large block freed meanwhile)", who,
+				   p);
 		ucma_tcache_count_large(-1, pi->usable, 0);
-		ucma_overflow_large_free(&pi->ovf);
 		return;
 	case PK_BOOT:
 		return;	/* the bootstrap buffer is never reused */
@@ -1221,6 +1223,7 @@ int ucma_trim(void)
 		return 0;
 	ucma_tcache_trim(ucma_tcache_tls);
 	released = ucma_slab_trim();
+	released += ucma_overflow_trim();
 	if (a) {
 		ucma_stat("purged_pages", &purged0);
 		ucma_zone_purge(&a->zones[UCMA_ZONE_NORMAL], true);
@@ -1264,4 +1267,5 @@ void ucma_malloc_counters_read(struct ucma_malloc_counters *out)
 	ucma_tcache_counters(out);
 	out->active_bytes += ucma_slab_active_bytes();
 	out->overflow_bytes = ucma_overflow_bytes();
+	out->overflow_cached_bytes = ucma_overflow_cached_bytes();
 }

@@ -35,11 +35,17 @@
 #define OVF_CHUNK_PAGES   ((uint32_t)(OVF_CHUNK_SIZE >> UCMA_PAGE_SHIFT))
 #define OVF_FREE_TAG      ((uintptr_t)1)
 
-enum { OVF_REGION_CHUNK = 1, OVF_REGION_LARGE };
+#define OVF_CACHE_MAX     256u	/* regions kept at most */
+#define OVF_CLASSES       208u	/* size classes of large regions (ovf_class()) */
+
+enum { OVF_REGION_CHUNK = 1, OVF_REGION_LARGE, OVF_REGION_CACHED };
 
 /*
- * struct ovf_region - one overflow mapping.  base/len/kind/user never
- * change while the region is registered.  For chunks, @owner[i] is the
+ * struct ovf_region - one overflow mapping.  base/len/user never change
+ * while the region is registered; @kind changes under ovf_lock between
+ * OVF_REGION_LARGE (a block handed out) and OVF_REGION_CACHED (freed,
+ * kept for reuse), and readers load it atomically.  The links of a cached
+ * region are ovf_lock's.  For chunks, @owner[i] is the
  * slab holding page i, or a tagged word (bit 0 set) for pages of a free
  * span: the head page of a free span holds the address of the next free
  * span of the same size | 1.  @owner and @bump are protected by ovf_lock,
@@ -51,6 +57,10 @@ struct ovf_region {
 	int kind;
 	uint32_t bump;			/* chunk: first never-used page */
 	uintptr_t user;			/* large: the address handed out */
+	uint64_t freed_ns;		/* cached: when it was freed */
+	struct ovf_region *older, *newer;	/* cached: the cache's age list */
+	struct ovf_region *next_same;	/* cached: its class's list */
+	struct ovf_region *prev_same;
 	uintptr_t owner[];		/* chunk: OVF_CHUNK_PAGES entries */
 };
 
@@ -63,6 +73,29 @@ static pthread_mutex_t UCMA_FORK_LOCK ovf_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct ovf_region *ovf_chunk;			/* being carved */
 static uintptr_t ovf_span_free[UCMA_SLAB_MAX_PAGES + 1];	/* free spans by size */
 static uint64_t ovf_bytes;				/* mapped (atomic) */
+
+/*
+ * struct ovf_cache - freed large regions kept mapped and registered (kind
+ * OVF_REGION_CACHED) for the next large blocks of their size class: at
+ * most OVF_CACHE_MAX of them and UCMA_OVERFLOW_CACHE bytes, each kept at
+ * most UCMA_DECAY_MS.  Every region the cache may keep is mapped at the
+ * length of its class, four classes per doubling (ovf_class()), so a
+ * request takes the last one freed of its class, or else of the next
+ * class, without a search.  The
+ * age list, oldest first, says which go first when the cache is full and
+ * which have decayed.  All of it under ovf_lock; @nr and @bytes are also
+ * read without it (atomic loads) to skip the lock when the cache is empty,
+ * and for the statistics.
+ */
+struct ovf_cache {
+	unsigned nr;
+	size_t bytes;
+	uint64_t next_decay_ns;		/* the decay looks again from then on */
+	struct ovf_region *oldest, *newest;
+	struct ovf_region *by_class[OVF_CLASSES];	/* last freed first */
+};
+
+static struct ovf_cache ovf_cache;
 
 static struct ovf_region *ovf_region_of(const void *p)
 {
@@ -215,17 +248,21 @@ void ucma_overflow_span_free(void *addr, uint32_t npages)
 int ucma_overflow_find(const void *p, struct ucma_ovf_ref *ref)
 {
 	struct ovf_region *r = ovf_region_of(p);
+	int kind;
 
 	memset(ref, 0, sizeof(*ref));
 	if (!r)
 		return ref->kind = UCMA_OVF_NONE;
 	ref->region = r;
-	if (r->kind == OVF_REGION_LARGE) {
+	kind = __atomic_load_n(&r->kind, __ATOMIC_ACQUIRE);
+	if (kind == OVF_REGION_LARGE) {
 		ref->kind = UCMA_OVF_LARGE;
 		ref->user = (void *)r->user;
 		ref->usable = r->base + r->len - r->user;
 		return ref->kind;
 	}
+	if (kind == OVF_REGION_CACHED)
+		return ref->kind = UCMA_OVF_OTHER;	/* a freed large block */
 	uintptr_t o = __atomic_load_n(&r->owner[((uintptr_t)p - r->base) >> UCMA_PAGE_SHIFT],
 				      __ATOMIC_ACQUIRE);
 	if (o == 0 || (o & OVF_FREE_TAG))
@@ -234,10 +271,137 @@ int ucma_overflow_find(const void *p, struct ucma_ovf_ref *ref)
 	return ref->kind = UCMA_OVF_SLAB;
 }
 
-void *ucma_overflow_large_alloc(size_t size, size_t align, size_t *usable)
+/* ------------------------------------------------------------------------ */
+/* Large blocks, and the cache of freed ones                                 */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * The size class of a large block of @pages pages, four per doubling as
+ * malloc.c's large_round(): 1, 2, 3, 4, then 5..8 in steps of 1, 9..16 in
+ * steps of 2, and so on.  *@rounded gets the class's length in pages.
+ */
+static unsigned ovf_class(size_t pages, size_t *rounded)
 {
-	size_t len;
+	unsigned lg;
+	size_t delta;
+
+	if (pages <= 4) {
+		*rounded = pages;
+		return (unsigned)pages - 1;
+	}
+	lg = 63u - (unsigned)__builtin_clzll((unsigned long long)pages - 1);	/* >= 2 */
+	delta = (size_t)1 << (lg - 2);
+	*rounded = (pages + delta - 1) & ~(delta - 1);	/* 5..8 deltas */
+	return 4 * (lg - 1) + (unsigned)(*rounded >> (lg - 2)) - 5;
+}
+
+/* Take @r out of the cache (ovf_lock held). */
+static void cache_unlink(struct ovf_region *r)
+{
+	size_t pages;
+	unsigned c = ovf_class(r->len >> UCMA_PAGE_SHIFT, &pages);
+
+	if (r->older)
+		r->older->newer = r->newer;
+	else
+		ovf_cache.oldest = r->newer;
+	if (r->newer)
+		r->newer->older = r->older;
+	else
+		ovf_cache.newest = r->older;
+	if (r->prev_same)
+		r->prev_same->next_same = r->next_same;
+	else
+		ovf_cache.by_class[c] = r->next_same;
+	if (r->next_same)
+		r->next_same->prev_same = r->prev_same;
+	__atomic_store_n(&ovf_cache.nr, ovf_cache.nr - 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&ovf_cache.bytes, ovf_cache.bytes - r->len, __ATOMIC_RELAXED);
+}
+
+/* Keep @r, freed at @now, in class @c (ovf_lock held). */
+static void cache_link(struct ovf_region *r, unsigned c, uint64_t now)
+{
+	r->freed_ns = now;
+	r->older = ovf_cache.newest;
+	r->newer = NULL;
+	if (ovf_cache.newest)
+		ovf_cache.newest->newer = r;
+	else
+		ovf_cache.oldest = r;
+	ovf_cache.newest = r;
+	r->prev_same = NULL;
+	r->next_same = ovf_cache.by_class[c];
+	if (r->next_same)
+		r->next_same->prev_same = r;
+	ovf_cache.by_class[c] = r;
+	__atomic_store_n(&ovf_cache.nr, ovf_cache.nr + 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&ovf_cache.bytes, ovf_cache.bytes + r->len, __ATOMIC_RELAXED);
+}
+
+/*
+ * Regions that leave the cache (by the bound, the decay or ucma_trim())
+ * or are freed past it: unregistered under ovf_lock and chained through
+ * @older, then unmapped after it.
+ */
+static void cache_evict(struct ovf_region *r, struct ovf_region **victims)
+{
+	if (__atomic_load_n(&r->kind, __ATOMIC_RELAXED) == OVF_REGION_CACHED)
+		cache_unlink(r);
+	__atomic_store_n(&r->kind, OVF_REGION_CACHED, __ATOMIC_RELAXED);	/* not live */
+	ovf_register(r->base, r->len, NULL);
+	r->older = *victims;
+	*victims = r;
+}
+
+/*
+ * The decay, under ovf_lock: regions kept longer than UCMA_DECAY_MS leave
+ * the cache.  Looked at most every 1/8 of the decay time, by the frees of
+ * large overflow blocks and by the NORMAL zone's purge
+ * (ucma_overflow_decay()).
+ */
+static void cache_decay(uint64_t now, struct ovf_region **victims)
+{
+	uint64_t keep = (uint64_t)ucma_opt.decay_ms * 1000000ull;
+
+	if (keep == 0 || now < ovf_cache.next_decay_ns)
+		return;
+	while (ovf_cache.oldest && ovf_cache.oldest->freed_ns + keep <= now)
+		cache_evict(ovf_cache.oldest, victims);
+	ovf_cache.next_decay_ns = now + keep / 8;
+}
+
+/* Unmap what left the cache (without ovf_lock). */
+static void victims_release(struct ovf_region *victims)
+{
+	while (victims) {
+		struct ovf_region *r = victims;
+
+		victims = r->older;
+		ucma_os.munmap((void *)r->base, r->len);
+		__atomic_fetch_sub(&ovf_bytes, r->len, __ATOMIC_RELAXED);
+		ucma_meta_free(r, sizeof(*r));
+	}
+}
+
+/* A kept region of class @c that starts on @align (ovf_lock held); every
+ * region starts on a granule, and more is rarely asked. */
+static struct ovf_region *cache_take(unsigned c, size_t align)
+{
+	struct ovf_region *r = ovf_cache.by_class[c];
+
+	while (r && (r->base & (align - 1)))
+		r = r->next_same;
+	if (r)
+		cache_unlink(r);
+	return r;
+}
+
+void *ucma_overflow_large_alloc(size_t size, size_t align, bool zero, size_t *usable)
+{
+	size_t len, pages;
 	struct ovf_region *r;
+	unsigned c;
 	void *m;
 
 	if (align < UCMA_PAGE_SIZE)
@@ -247,6 +411,34 @@ void *ucma_overflow_large_alloc(size_t size, size_t align, size_t *usable)
 		return NULL;
 	}
 	len = UCMA_ALIGN_UP(size, UCMA_PAGE_SIZE);
+	c = ovf_class(len >> UCMA_PAGE_SHIFT, &pages);
+	if (((size_t)pages << UCMA_PAGE_SHIFT) <= ucma_opt.overflow_cache) {
+		/* One the cache may keep: mapped at its class's length. */
+		len = (size_t)pages << UCMA_PAGE_SHIFT;
+		if (__atomic_load_n(&ovf_cache.nr, __ATOMIC_RELAXED)) {
+			ucma_mutex_lock(&ovf_lock);
+			/* Of the next class when its own has none: a random mix
+			 * of sizes misses half as often for it (bench_malloc
+			 * past-arena), at most half again the pages asked. */
+			r = cache_take(c, align);
+			if (!r && c + 1 < OVF_CLASSES)
+				r = cache_take(c + 1, align);
+			if (r) {
+				r->user = r->base;
+				__atomic_store_n(&r->kind, OVF_REGION_LARGE, __ATOMIC_RELEASE);
+			}
+			ucma_mutex_unlock(&ovf_lock);
+			if (r) {
+				/* Its pages hold the last user's data. */
+				if (zero)
+					memset((void *)r->base, 0, size);
+				ucma_count(UCMA_STAT_OVERFLOW_ALLOC, 1);
+				ucma_count(UCMA_STAT_OVERFLOW_REUSED, 1);
+				*usable = r->len;
+				return (void *)r->base;
+			}
+		}
+	}
 	r = ucma_meta_alloc(sizeof(*r));
 	if (!r) {
 		errno = ENOMEM;
@@ -278,18 +470,69 @@ void *ucma_overflow_large_alloc(size_t size, size_t align, size_t *usable)
 	return m;
 }
 
-void ucma_overflow_large_free(const struct ucma_ovf_ref *ref)
+bool ucma_overflow_large_free(const struct ucma_ovf_ref *ref)
 {
-	struct ovf_region *r = ref->region;
-	size_t len = r->len;
+	struct ovf_region *r = ref->region, *victims = NULL;
+	size_t bound = ucma_opt.overflow_cache, pages;
+	unsigned c = ovf_class(r->len >> UCMA_PAGE_SHIFT, &pages);
 
 	ucma_mutex_lock(&ovf_lock);
-	ovf_register(r->base, len, NULL);
+	if (__atomic_load_n(&r->kind, __ATOMIC_RELAXED) != OVF_REGION_LARGE) {
+		/* Another thread freed it since the caller looked. */
+		ucma_mutex_unlock(&ovf_lock);
+		return false;
+	}
+	if (r->len <= bound && ((size_t)pages << UCMA_PAGE_SHIFT) == r->len) {
+		/* Kept, still mapped and registered, for the next large block
+		 * of its class; the oldest kept make room. */
+		uint64_t now = ucma_os_now_ns();
+
+		cache_decay(now, &victims);
+		while (ovf_cache.oldest &&
+		       (ovf_cache.nr == OVF_CACHE_MAX || ovf_cache.bytes + r->len > bound))
+			cache_evict(ovf_cache.oldest, &victims);
+		__atomic_store_n(&r->kind, OVF_REGION_CACHED, __ATOMIC_RELEASE);
+		cache_link(r, c, now);
+	} else {
+		cache_evict(r, &victims);
+	}
 	ucma_mutex_unlock(&ovf_lock);
-	ucma_os.munmap((void *)r->base, len);
-	ucma_meta_free(r, sizeof(*r));
-	__atomic_fetch_sub(&ovf_bytes, len, __ATOMIC_RELAXED);
+	victims_release(victims);
 	ucma_count(UCMA_STAT_OVERFLOW_FREE, 1);
+	return true;
+}
+
+size_t ucma_overflow_trim(void)
+{
+	struct ovf_region *victims = NULL;
+	size_t bytes;
+
+	ucma_mutex_lock(&ovf_lock);
+	bytes = ovf_cache.bytes;
+	while (ovf_cache.oldest)
+		cache_evict(ovf_cache.oldest, &victims);
+	ucma_mutex_unlock(&ovf_lock);
+	victims_release(victims);
+	return bytes;
+}
+
+void ucma_overflow_decay(void)
+{
+	struct ovf_region *victims = NULL;
+	uint64_t now;
+
+	if (!__atomic_load_n(&ovf_cache.nr, __ATOMIC_RELAXED))
+		return;
+	now = ucma_os_now_ns();
+	ucma_mutex_lock(&ovf_lock);
+	cache_decay(now, &victims);
+	ucma_mutex_unlock(&ovf_lock);
+	victims_release(victims);
+}
+
+uint64_t ucma_overflow_cached_bytes(void)
+{
+	return __atomic_load_n(&ovf_cache.bytes, __ATOMIC_RELAXED);
 }
 
 uint64_t ucma_overflow_bytes(void)

@@ -31,11 +31,23 @@ struct ucma_ovf_ref {
 /* Classify @p; UCMA_OVF_NONE when it is in no overflow mapping,
  * UCMA_OVF_OTHER when it is in one but on no object. */
 UCMA_INTERNAL int ucma_overflow_find(const void *p, struct ucma_ovf_ref *ref);
-/* A large block of its own mapping, zeroed; NULL with ENOMEM. */
-UCMA_INTERNAL void *ucma_overflow_large_alloc(size_t size, size_t align, size_t *usable);
-UCMA_INTERNAL void ucma_overflow_large_free(const struct ucma_ovf_ref *ref);
-/* Bytes mapped outside the arena. */
+/* A large block of a mapping of its own: a freed one of about its size
+ * when one is kept, else a new one.  Its first @size bytes are zero when
+ * @zero; NULL with ENOMEM. */
+UCMA_INTERNAL void *ucma_overflow_large_alloc(size_t size, size_t align, bool zero,
+					      size_t *usable);
+/* Free the large block @ref found: kept for reuse within
+ * UCMA_OVERFLOW_CACHE, else unmapped.  False when it was no longer live
+ * (another thread freed it since ucma_overflow_find()). */
+UCMA_INTERNAL bool ucma_overflow_large_free(const struct ucma_ovf_ref *ref);
+/* Unmap every kept large block; returns the bytes given back. */
+UCMA_INTERNAL size_t ucma_overflow_trim(void);
+/* Unmap the kept large blocks older than UCMA_DECAY_MS. */
+UCMA_INTERNAL void ucma_overflow_decay(void);
+/* Bytes mapped outside the arena, kept large blocks included. */
 UCMA_INTERNAL uint64_t ucma_overflow_bytes(void);
+/* Bytes of freed large blocks kept mapped for reuse. */
+UCMA_INTERNAL uint64_t ucma_overflow_cached_bytes(void);
 
 /* @npages pages (at most UCMA_SLAB_MAX_PAGES) for slab @s, recorded as
  * their owner; NULL with ENOMEM. */

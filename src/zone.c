@@ -75,6 +75,7 @@
 #include "lock.h"
 #include "extent.h"
 #include "lend.h"
+#include "overflow.h"
 #include "pcp.h"
 
 #include <errno.h>
@@ -1648,4 +1649,8 @@ static void maybe_purge(struct ucma_zone *z)
 		return;	/* another thread purges */
 	if (next != 0)
 		ucma_zone_purge(z, false);
+	/* The malloc family's blocks kept outside the arena decay too,
+	 * when a program frees no more of them. */
+	if (z->id == UCMA_ZONE_NORMAL)
+		ucma_overflow_decay();
 }

@@ -264,6 +264,45 @@ static inline int tu_wait(pid_t pid)
 	return st;
 }
 
+/*
+ * Run @fn in a child with its standard error captured into @err (@errlen
+ * bytes, NUL-terminated).  True when the child died of SIGABRT after
+ * writing exactly one line that contains @want and, as %p prints it, the
+ * address the child left in *@victim (shared memory: tu_shared_results())
+ * before the bad call.
+ */
+static inline bool tu_dies_with(void (*fn)(void), void **victim, const char *want, char *err,
+				size_t errlen)
+{
+	int fds[2], status = 0;
+	char addr[32];
+	size_t n = 0;
+	ssize_t r;
+	pid_t pid;
+
+	*victim = NULL;
+	if (pipe(fds) != 0) {
+		printf("Bail out! pipe: %s\n", strerror(errno));
+		exit(99);
+	}
+	pid = tu_fork();
+	if (pid == 0) {
+		close(fds[0]);
+		dup2(fds[1], STDERR_FILENO);
+		fn();
+		_exit(0);	/* not reached when the case aborts */
+	}
+	close(fds[1]);
+	while (n < errlen - 1 && (r = read(fds[0], err + n, errlen - 1 - n)) > 0)
+		n += (size_t)r;
+	err[n] = '\0';
+	close(fds[0]);
+	status = tu_wait(pid);
+	snprintf(addr, sizeof(addr), "%p", *victim);
+	return WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT && strstr(err, want) &&
+	       strstr(err, addr) && n > 0 && strchr(err, '\n') == err + n - 1;
+}
+
 /* A 64-bit FNV-1a checksum; good enough to detect any corrupted byte. */
 static inline uint64_t tu_checksum(const void *p, size_t n)
 {

@@ -29,6 +29,9 @@
  *   large-odd-2m  100 live blocks of 2 MiB + 57 bytes, then of 3 MiB + 57
  *   large-holes  a heap of 1 MiB blocks with 1 MiB holes, then blocks of
  *              1 MiB + 57 bytes (which no hole holds) allocated and freed
+ *   past-arena  random replacement in 1000 slots, 16 bytes - 300 KB; the
+ *              driver runs ucma with an 8 MiB arena, so that its heap lives
+ *              in the overflow mappings past the NORMAL zone
  *   mt-small   the small case in two threads at once
  *   mt-mixed   the mixed case in two threads at once
  * and four shapes of the well-known allocator benchmarks, written here:
@@ -147,6 +150,11 @@ static size_t size_mixed(uint64_t *s)
 static size_t size_large(uint64_t *s)
 {
 	return 4096 + rnd(s) % (60 * 1024);
+}
+
+static size_t size_past(uint64_t *s)
+{
+	return 16 + rnd(s) % 300000;
 }
 
 struct replace_args {
@@ -579,6 +587,7 @@ int main(int argc, char **argv)
 	struct replace_args small = { size_small, 10000, 20000000, 1 };
 	struct replace_args mixed = { size_mixed, 10000, 8000000, 2 };
 	struct replace_args large = { size_large, 1000, 1500000, 3 };
+	struct replace_args past = { size_past, 1000, 400000, 4 };
 	struct rusage ru;
 	const char *c;
 	double t0, t1;
@@ -602,7 +611,7 @@ int main(int argc, char **argv)
 #endif
 	if (i >= argc) {
 		fprintf(stderr, "usage: %s [--ucma] small|small-batch|mixed|large|prodcons|"
-				"realloc|realloc-big|large-odd|large-odd-2m|large-holes|mt-small|mt-mixed|simple|thread|larson|burst\n", argv[0]);
+				"realloc|realloc-big|large-odd|large-odd-2m|large-holes|past-arena|mt-small|mt-mixed|simple|thread|larson|burst\n", argv[0]);
 		return 2;
 	}
 	c = argv[i];
@@ -612,6 +621,7 @@ int main(int argc, char **argv)
 		small.ops /= work_div;
 		mixed.ops /= work_div;
 		large.ops /= work_div;
+		past.ops /= work_div;
 	}
 	t0 = now_ms();
 	if (strcmp(c, "small") == 0) {
@@ -632,6 +642,8 @@ int main(int argc, char **argv)
 		large_odd(100, ((size_t)2 << 20) + 57, ((size_t)3 << 20) + 57);
 	} else if (strcmp(c, "large-holes") == 0) {
 		large_holes();
+	} else if (strcmp(c, "past-arena") == 0) {
+		replace(&past);
 	} else if (strcmp(c, "realloc-big") == 0) {
 		realloc_big();
 	} else if (strcmp(c, "mt-small") == 0) {

@@ -25,7 +25,9 @@
 # UCMA_BENCH_CMA_BACKING (UCMA_HUGEPAGES of the ucma runs, default thp),
 # BENCH_CPU (the CPU every run of a single-threaded case is pinned to;
 # default the last CPU this script may run on, "none" to leave them
-# unpinned).
+# unpinned).  The ucma runs of past-arena get UCMA_ARENA_SIZE=8M (the
+# case measures the overflow past the arena); the others keep the
+# caller's UCMA_ARENA_SIZE, if any.
 #
 # Why pin: on a virtual machine the CPUs need not be alike.  On the 2-vCPU
 # host of tests/bench/RESULTS.md, vCPU 0 (which takes most interrupts) ran
@@ -45,7 +47,7 @@ bench=$b/tests/bench/bench_malloc
 # every other run uses the one that links nothing of ucma.
 bench_ucma=$b/tests/bench/bench_malloc_ucma
 runs=${RUNS:-3}
-cases=${CASES:-"simple thread larson burst small small-batch mixed large large-odd large-odd-2m large-holes prodcons realloc realloc-big mt-small mt-mixed"}
+cases=${CASES:-"simple thread larson burst small small-batch mixed large large-odd large-odd-2m large-holes past-arena prodcons realloc realloc-big mt-small mt-mixed"}
 impls=${IMPLS:-"glibc jemalloc mimalloc tcmalloc ucma ucma-preload"}
 jemalloc=$JEMALLOC
 mimalloc=$MIMALLOC
@@ -81,6 +83,7 @@ done
 # pages but not hugetlb ones (a hugetlb-backed area would hide the lent
 # heap from the figure: 4 MiB instead of 58 for `large`).
 cma_backing=${UCMA_BENCH_CMA_BACKING:-thp}
+user_arena=${UCMA_ARENA_SIZE-}
 
 # pin CASE: the command prefix that runs CASE on its CPU (nothing for the
 # multi-threaded cases, or with BENCH_CPU=none)
@@ -93,6 +96,11 @@ pin() {
 run() {
 	p=$(pin "$2")
 	case $1 in ucma*) export UCMA_HUGEPAGES=$cma_backing ;; *) unset UCMA_HUGEPAGES ;; esac
+	# past-arena: ucma's heap in the overflow past an 8 MiB arena
+	case $1:$2 in
+	ucma*:past-arena) export UCMA_ARENA_SIZE=8M ;;
+	*) if [ -n "$user_arena" ]; then export UCMA_ARENA_SIZE=$user_arena; else unset UCMA_ARENA_SIZE; fi ;;
+	esac
 	case $1 in
 	glibc) out=$($p "$bench" "$2") ;;
 	jemalloc) out=$(LD_PRELOAD=$jemalloc $p "$bench" "$2") ;;

@@ -5,7 +5,8 @@ MALLOC_TESTS = \
 	tests/unit/test_malloc \
 	tests/unit/test_malloc_abort \
 	tests/unit/test_malloc_overflow \
-	tests/unit/test_malloc_start
+	tests/unit/test_malloc_start \
+	tests/unit/test_overflow_cache
 
 check_PROGRAMS += $(MALLOC_TESTS)
 TESTS += $(MALLOC_TESTS)
@@ -17,3 +18,5 @@ tests_unit_test_malloc_overflow_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_malloc_overflow_LDADD = $(TEST_LDADD)
 tests_unit_test_malloc_start_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_malloc_start_LDADD = $(TEST_LDADD)
+tests_unit_test_overflow_cache_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_overflow_cache_LDADD = $(TEST_LDADD)

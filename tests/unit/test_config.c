@@ -197,7 +197,7 @@ static void test_defaults(void)
 	   "defaults: booleans");
 	ok(def.compact_interval_ms == 500 && def.compact_proactiveness == 20 &&
 	   def.decay_ms == 10000 && def.preload_contig_min == 0 && def.stats_file[0] == '\0' &&
-	   def.copy_helpers == 1,
+	   def.copy_helpers == 1 && def.overflow_cache == M(64),
 	   "defaults: numbers and stats file");
 
 	clear_env();
@@ -238,6 +238,9 @@ static void test_sizes(void)
 	GOOD("UCMA_PRELOAD_CONTIG_MIN", "1M", o.preload_contig_min == M(1));
 	GOOD("UCMA_PRELOAD_CONTIG_MIN", "5000", o.preload_contig_min == 5000);
 	BAD("UCMA_PRELOAD_CONTIG_MIN", "x", o.preload_contig_min == 0, "bad size");
+	GOOD("UCMA_OVERFLOW_CACHE", "0", o.overflow_cache == 0);
+	GOOD("UCMA_OVERFLOW_CACHE", "256M", o.overflow_cache == M(256));
+	BAD("UCMA_OVERFLOW_CACHE", "lots", o.overflow_cache == M(64), "bad size");
 }
 
 static void test_areas(void)
@@ -766,7 +769,8 @@ static void test_print(void)
 	cap_begin();
 	ucma_options_print(STDERR_FILENO, &o);
 	cap_end();
-	ok(nlines == 21 && strstr(out, "ucma: UCMA_ARENA_SIZE=1G\n") &&
+	ok(nlines == 22 && strstr(out, "ucma: UCMA_ARENA_SIZE=1G\n") &&
+	   strstr(out, "ucma: UCMA_OVERFLOW_CACHE=64M\n") &&
 	   strstr(out, "ucma: UCMA_COPY_HELPERS=1\n") &&
 	   strstr(out, "ucma: UCMA_CMA_AREAS=default:256M\n") &&
 	   strstr(out, "ucma: UCMA_HUGEPAGES_NORMAL=thp\n") &&
@@ -776,7 +780,7 @@ static void test_print(void)
 	cap_begin();
 	ucma_options_describe(STDERR_FILENO);
 	cap_end();
-	ok(nlines == 3 * 21 && strstr(out, "UCMA_ARENA_SIZE, UCMA_CONF key arena, default 1G, "
+	ok(nlines == 3 * 22 && strstr(out, "UCMA_ARENA_SIZE, UCMA_CONF key arena, default 1G, "
 					   "8M to 1T, rounded up to 2M\n    size of the arena") &&
 	   strstr(out, "UCMA_CMA_AREAS, UCMA_CONF key cma_areas, default none") &&
 	   strstr(out, "UCMA_STATS_FILE, UCMA_CONF key stats_file, default empty\n"),

@@ -1,0 +1,370 @@
+/*
+ * test_overflow_cache.c - large blocks past the NORMAL zone (overflow.c)
+ * are kept mapped when freed, for the next ones of their size class:
+ * reuse without a new mapping, zeroed calloc() from a kept block, the
+ * byte and count bounds, the decay, ucma_trim(), aligned requests, a
+ * second free of a kept block, threads exchanging blocks with their data
+ * checked, a fork child with the parent's kept blocks, and the cache
+ * turned off (UCMA_OVERFLOW_CACHE=0).  A 16 MiB arena (4 MiB CMA, kept
+ * for contiguous allocations) is filled first, so that every later large
+ * block is an overflow one.
+ *
+ * SPDX-License-Identifier: MIT
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "tap.h"
+#include "testutil.h"
+
+/* The test compares a freed block's address with the next one handed
+ * out, and its abort cases are the misuse they test. */
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
+#pragma GCC diagnostic ignored "-Wuse-after-free"
+#endif
+
+static uint64_t stat_of(const char *name)
+{
+	uint64_t v = 0;
+
+	if (ucma_stat(name, &v) != 0)
+		bail_out("ucma_stat(%s): %s", name, strerror(errno));
+	return v;
+}
+
+/* Mappings the library makes (ucma_os.mmap), counted. */
+static unsigned long nr_mmap;
+
+static void *count_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+	__atomic_fetch_add(&nr_mmap, 1, __ATOMIC_RELAXED);
+	return mmap(addr, len, prot, flags, fd, off);
+}
+
+static bool in_arena(const void *p)
+{
+	return ucma_addr_in_arena(ucma_arena_peek(), p);
+}
+
+/* A block outside the arena, or the test ends. */
+static void *ovf_malloc(size_t n)
+{
+	void *p = ucma_malloc(n);
+
+	if (!p || in_arena(p))
+		bail_out("malloc(%zu) = %p: not an overflow block", n, p);
+	return p;
+}
+
+static size_t cached(void)
+{
+	return (size_t)stat_of("malloc_overflow_cached_bytes");
+}
+
+static void **victim;
+
+static void case_double_free_kept(void)
+{
+	void *p = ovf_malloc(100000);
+
+	*victim = p;
+	ucma_free(p);
+	ucma_free(p);
+}
+
+static void case_realloc_kept(void)
+{
+	void *p = ovf_malloc(100000);
+
+	*victim = p;
+	ucma_free(p);
+	(void)!ucma_realloc(p, 200000);
+}
+
+/* Threads replacing blocks at random in their own slots and in a shared
+ * exchange, so that blocks are freed by other threads than their own. */
+enum { NTHREADS = 4, SLOTS = 32, OPS = 4000, XCHG = 16 };
+
+struct tblk {
+	unsigned char *p;
+	size_t n;
+	uint64_t seed;
+};
+
+static struct tblk xchg[XCHG];
+static pthread_mutex_t xchg_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static bool release(struct tblk *b)
+{
+	bool good = true;
+
+	if (b->p) {
+		good = tu_check(b->p, b->n, b->seed);
+		ucma_free(b->p);
+		b->p = NULL;
+	}
+	return good;
+}
+
+static void *worker(void *arg)
+{
+	uint64_t rs = (uintptr_t)arg * 7919 + 1;
+	struct tblk mine[SLOTS] = { { 0 } };
+	long bad = 0;
+
+	for (int i = 0; i < OPS; i++) {
+		uint64_t x = tu_rand(&rs);
+		struct tblk nb = { .n = 33000 + (size_t)(x >> 20) % 300000, .seed = x };
+
+		nb.p = ucma_malloc(nb.n);
+		if (!nb.p) {
+			bad++;
+			continue;
+		}
+		tu_fill(nb.p, nb.n, nb.seed);
+		if (x & 1) {
+			struct tblk *b = &mine[(x >> 8) % SLOTS];
+
+			bad += !release(b);
+			*b = nb;
+		} else {
+			struct tblk old;
+
+			pthread_mutex_lock(&xchg_lock);
+			old = xchg[(x >> 8) % XCHG];
+			xchg[(x >> 8) % XCHG] = nb;
+			pthread_mutex_unlock(&xchg_lock);
+			bad += !release(&old);
+		}
+	}
+	for (int k = 0; k < SLOTS; k++)
+		bad += !release(&mine[k]);
+	return (void *)bad;
+}
+
+int main(void)
+{
+	struct ucma_config cfg = {
+		.arena_size = 16u << 20,
+		.cma_size = 4u << 20,
+		.cma_policy = UCMA_CMA_RESERVED,
+	};
+	void *fill[64], *p, *q, *blocks[300];
+	size_t usable, before, after;
+	uint64_t reused0;
+	char err[4096];
+	int nfill = 0, same = 0, bad = 0;
+
+	plan(21);
+	if (ucma_init(&cfg) != 0)
+		bail_out("ucma_init(16M arena): %s", strerror(errno));
+	ucma_os.mmap = count_mmap;
+	victim = tu_shared_results(4096);
+	/* Fill NORMAL with 1 MiB blocks until one lands outside. */
+	for (;;) {
+		if (nfill == 64)
+			bail_out("64 MiB of blocks and still inside the arena");
+		fill[nfill] = ucma_malloc(1u << 20);
+		if (!fill[nfill])
+			bail_out("filling NORMAL: %s", strerror(errno));
+		if (!in_arena(fill[nfill++]))
+			break;
+	}
+	diag("NORMAL full after %d blocks of 1 MiB", nfill - 1);
+
+	/* The decay, lowered for the test before the first free (the cache
+	 * looks again 1/8 of the decay time after it last looked). */
+	ucma_opt.decay_ms = 100;
+	p = ovf_malloc(300000);
+	q = ovf_malloc(300000);
+	usable = ucma_usable_size(q);
+	ucma_free(p);
+	usleep(250 * 1000);
+	ucma_free(q);
+	ok(cached() == usable, "a block kept longer than UCMA_DECAY_MS is unmapped (%zu cached)",
+	   cached());
+	ucma_opt.decay_ms = 10000;
+	ucma_trim();
+
+	/* Reuse. */
+	p = ovf_malloc(100000);
+	usable = ucma_usable_size(p);
+	tu_fill(p, 100000, 1);
+	ucma_free(p);
+	ok(cached() == usable, "a freed overflow block is kept (%zu bytes cached, usable %zu)",
+	   cached(), usable);
+	q = ovf_malloc(100000);
+	ok(q == p && cached() == 0, "the next malloc of its size takes it back (%p, then %p)", p,
+	   q);
+	ucma_free(q);
+	reused0 = stat_of("overflow_reused");
+	nr_mmap = 0;
+	for (int i = 0; i < 1000; i++) {
+		q = ovf_malloc(100000 + (size_t)i % 8);
+		same += q == p;
+		ucma_free(q);
+	}
+	ok(nr_mmap == 0 && same == 1000,
+	   "1000 malloc/free pairs of one size map nothing (%lu mappings, %d times the same block)",
+	   nr_mmap, same);
+	ok(stat_of("overflow_reused") - reused0 == 1000, "overflow_reused counts them (%llu)",
+	   (unsigned long long)(stat_of("overflow_reused") - reused0));
+
+	/* A block of the next class serves when its own has none; two
+	 * classes up does not. */
+	ucma_trim();
+	p = ovf_malloc(120000);
+	ucma_free(p);
+	q = ovf_malloc(100000);
+	ok(q == p && ucma_usable_size(q) == 32 * 4096,
+	   "a kept block of the next class serves (%zu bytes for 100000)", ucma_usable_size(q));
+	ucma_free(q);
+	ucma_trim();
+	p = ovf_malloc(160000);
+	ucma_free(p);
+	q = ovf_malloc(100000);
+	ok(q != p && cached() == 40 * 4096, "one two classes up does not (%zu bytes kept)",
+	   cached());
+	ucma_free(q);
+	ucma_trim();
+
+	/* calloc() of a kept block whose pages hold the last user's data. */
+	p = ovf_malloc(200000);
+	memset(p, 0xab, 200000);
+	ucma_free(p);
+	{
+		unsigned char *z = ucma_calloc(1, 200000);
+		int nz = 0;
+
+		for (size_t k = 0; z && k < 200000; k++)
+			nz += z[k] != 0;
+		ok(z == p && nz == 0, "calloc() of a kept block is zeroed (%d bytes not zero)", nz);
+		ucma_free(z);
+	}
+
+	/* A second free, and realloc() of a kept block, abort. */
+	ok(tu_dies_with(case_double_free_kept, victim, "double free or invalid pointer",
+			err, sizeof(err)),
+	   "a second free of a kept block aborts naming it");
+	if (!strstr(err, "double free"))
+		diag("child wrote: %s", err);
+	ok(tu_dies_with(case_realloc_kept, victim, "realloc(): double free or invalid",
+			err, sizeof(err)),
+	   "realloc() of a kept block aborts naming it");
+
+	/* The count bound: 300 blocks of 40 KiB freed, 256 kept. */
+	ucma_trim();
+	for (int i = 0; i < 300; i++)
+		blocks[i] = ovf_malloc(40000);
+	for (int i = 0; i < 300; i++)
+		ucma_free(blocks[i]);
+	ok(cached() == 256 * 40960, "at most 256 blocks are kept (%zu bytes cached)", cached());
+
+	/* ucma_trim() unmaps them. */
+	before = (size_t)stat_of("malloc_overflow_bytes");
+	ok(ucma_trim() == 1 && cached() == 0, "ucma_trim() gives the kept blocks back");
+	after = (size_t)stat_of("malloc_overflow_bytes");
+	ok(before - after == 256 * 40960, "overflow mappings shrink by as much (%zu -> %zu)",
+	   before, after);
+
+	/* The byte bound, lowered for the test: 20 blocks of 1 MiB, 8 kept. */
+	ucma_opt.overflow_cache = 8u << 20;
+	for (int i = 0; i < 20; i++)
+		blocks[i] = ovf_malloc(1u << 20);
+	for (int i = 0; i < 20; i++)
+		ucma_free(blocks[i]);
+	ok(cached() == 8u << 20, "UCMA_OVERFLOW_CACHE bounds the bytes kept (%zu)", cached());
+	/* A block larger than the bound is unmapped when freed. */
+	p = ovf_malloc(12u << 20);
+	before = (size_t)stat_of("malloc_overflow_bytes");
+	ucma_free(p);
+	after = (size_t)stat_of("malloc_overflow_bytes");
+	ok(before - after == 12u << 20 && cached() == 8u << 20,
+	   "a block larger than the bound is unmapped (%zu bytes fewer)", before - after);
+	ucma_opt.overflow_cache = 64u << 20;
+	ucma_trim();
+
+	/* Aligned requests, with kept blocks on 2 MiB but maybe not 4 MiB
+	 * boundaries. */
+	for (int i = 0; i < 8; i++)
+		blocks[i] = ovf_malloc(100000);
+	for (int i = 0; i < 8; i++)
+		ucma_free(blocks[i]);
+	for (int i = 0; i < 8; i++) {
+		blocks[i] = ucma_aligned_alloc(4u << 20, 100000);
+		bad += !blocks[i] || ((uintptr_t)blocks[i] & ((4u << 20) - 1));
+	}
+	ok(bad == 0, "aligned_alloc(4 MiB) among kept blocks is aligned");
+	for (int i = 0; i < 8; i++)
+		ucma_free(blocks[i]);
+
+	/* Threads. */
+	{
+		pthread_t t[NTHREADS];
+		long tbad = 0;
+
+		reused0 = stat_of("overflow_reused");
+		for (long i = 0; i < NTHREADS; i++)
+			pthread_create(&t[i], NULL, worker, (void *)i);
+		for (int i = 0; i < NTHREADS; i++) {
+			void *r;
+
+			pthread_join(t[i], &r);
+			tbad += (long)r;
+		}
+		for (int k = 0; k < XCHG; k++)
+			tbad += !release(&xchg[k]);
+		ok(tbad == 0, "%d threads exchanging overflow blocks: every block verifies",
+		   NTHREADS);
+		ok(stat_of("overflow_reused") - reused0 >= OPS,
+		   "and they reused kept blocks (%llu of %d blocks)",
+		   (unsigned long long)(stat_of("overflow_reused") - reused0), NTHREADS * OPS);
+	}
+
+	/* fork: the child has the parent's kept blocks, as copies. */
+	ucma_trim();
+	p = ovf_malloc(500000);
+	tu_fill(p, 500000, 9);
+	ucma_free(p);
+	{
+		pid_t pid = tu_fork();
+		int st;
+
+		if (pid == 0) {
+			unsigned char *c = ucma_malloc(500000);
+
+			if (c != p)
+				_exit(2);
+			memset(c, 0x5a, 500000);
+			ucma_free(c);
+			_exit(0);
+		}
+		st = tu_wait(pid);
+		ok(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		   "a fork child takes back a block its parent kept (status %#x)", st);
+		q = ovf_malloc(500000);
+		ok(q == p && tu_check(q, 500000, 9),
+		   "the parent's copy is its own: same block, its data intact");
+		ucma_free(q);
+	}
+
+	/* UCMA_OVERFLOW_CACHE=0: every block is mapped and unmapped. */
+	ucma_opt.overflow_cache = 0;
+	ucma_trim();
+	nr_mmap = 0;
+	for (int i = 0; i < 10; i++)
+		ucma_free(ovf_malloc(100000));
+	ok(nr_mmap >= 10 && cached() == 0, "with UCMA_OVERFLOW_CACHE=0 nothing is kept (%lu mappings)",
+	   nr_mmap);
+
+	for (int i = 0; i < nfill; i++)
+		ucma_free(fill[i]);
+	return done();
+}
