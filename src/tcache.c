@@ -752,7 +752,12 @@ bool ucma_tcache_large_put(struct ucma_tcache *tc, struct ucma_arena *a, uint32_
 	 * page, and the tails already refuse any other. */
 	__atomic_store_n(&a->pages[pfn].owner_type, UCMA_OWN_NONE, __ATOMIC_RELEASE);
 	UCMA_POISON(ucma_pfn_to_addr(a, pfn), (size_t)npages << UCMA_PAGE_SHIFT);
-	tc->large_kept[npages][tc->large_have[npages]++] = pfn;
+	/* The entry before the count that lists it, in this order (a fork
+	 * child reads this list as it was at one instant, maybe between
+	 * the two: large_flush_foreign()). */
+	tc->large_kept[npages][tc->large_have[npages]] = pfn;
+	__atomic_store_n(&tc->large_have[npages], (uint8_t)(tc->large_have[npages] + 1),
+			 __ATOMIC_RELEASE);
 	tc->nlarge_kept++;
 	__atomic_store_n(&tc->large_kept_pages, tc->large_kept_pages + npages, __ATOMIC_RELAXED);
 	return true;
@@ -768,34 +773,41 @@ static void large_flush(struct ucma_tcache *tc)
 }
 
 /*
- * In a fork child, whether @pfn still looks like a run of @npages pages
- * kept by a cache: the head of an allocated run of that length that
- * nobody owns and no per-CPU list holds.  The cache's thread is not in
- * the child, and the child's copy of its list need not agree with the
- * pages' state: with threads freeing and taking back runs while another
- * forks (test_malloc's fork case, one child in 35 or so), children found
- * listed runs allocated again or on a per-CPU list, while a check of the
- * parent's lists on every take and eviction (in a build for the purpose)
- * never found one.  A second free stopped at the latter as "free
+ * In a fork child, whether @pfn, listed by the cache of a thread the child
+ * does not have, is a run of @npages pages to give back: the head of an
+ * allocated run of that length that nobody owns, no per-CPU list holds,
+ * and the forking thread's own cache (@self) does not keep.  The child
+ * has the other threads' memory as it was at one instant, which may fall
+ * inside a change of a list: large_take_oldest()'s shift lists an entry
+ * twice for a moment, and large_put() (before it stored its entry ahead
+ * of the count) could list a slot's stale entry, a run since allocated
+ * again, on a per-CPU list, or kept by another cache.  test_malloc's fork
+ * case once in 35 runs or so, and a second free stopped as "free
  * already".
  */
-static bool looks_kept(const struct ucma_arena *a, uint32_t pfn, uint32_t npages)
+static bool looks_kept(const struct ucma_arena *a, const struct ucma_tcache *self, uint32_t pfn,
+		       uint32_t npages)
 {
 	const struct ucma_page *h;
 
 	if (pfn >= a->npages)
 		return false;
 	h = &a->pages[pfn];
-	return UCMA_PG_GET(h, kind) == UCMA_PK_RUN &&
-	       UCMA_PG_GET(h, aux) == npages &&
-	       __atomic_load_n(&h->owner_type, __ATOMIC_RELAXED) == UCMA_OWN_NONE &&
-	       !(h->flags & UCMA_PF_PCP);
+	if (UCMA_PG_GET(h, kind) != UCMA_PK_RUN || UCMA_PG_GET(h, aux) != npages ||
+	    __atomic_load_n(&h->owner_type, __ATOMIC_RELAXED) != UCMA_OWN_NONE ||
+	    (h->flags & UCMA_PF_PCP))
+		return false;
+	if (self != &ucma_tcache_dummy)
+		for (unsigned i = 0; i < self->large_have[npages]; i++)
+			if (self->large_kept[npages][i] == pfn)
+				return false;
+	return true;
 }
 
 /* The kept runs of a cache whose thread the fork child does not have:
  * those that do not look kept stay where they are (lost to the child)
  * rather than be freed twice or taken from under their user. */
-static void large_flush_foreign(struct ucma_tcache *tc)
+static void large_flush_foreign(struct ucma_tcache *tc, const struct ucma_tcache *self)
 {
 	struct ucma_arena *a = ucma_arena_peek();
 
@@ -803,7 +815,7 @@ static void large_flush_foreign(struct ucma_tcache *tc)
 		while (tc->large_have[n]) {
 			uint32_t pfn = tc->large_kept[n][0];
 
-			if (looks_kept(a, pfn, n))
+			if (looks_kept(a, self, pfn, n))
 				large_evict(tc, a, n);
 			else
 				(void)large_take_oldest(tc, n);
@@ -1060,7 +1072,7 @@ void ucma_tcache_atfork_child(void)
 	}
 	for (tc = reg_list; tc; tc = tc->next)
 		if (tc != self)
-			large_flush_foreign(tc);
+			large_flush_foreign(tc, self);
 	ucma_slab_release_foreign(self);
 	for (tc = reg_list; tc; tc = next) {
 		next = tc->next;

@@ -25,11 +25,14 @@
  *    64 KiB size with a 16-byte slot about once in 2000 reads), and the
  *    first bytes, kept by every resize, must read as written.
  * 6. fork() while threads free large blocks into their caches and take
- *    them back: a child gives back the runs its absent threads kept.  Its
- *    copy of their lists need not agree with the pages (a listed run was
- *    allocated again, or on a per-CPU list), and one child in 70 to 400
- *    freed such a run a second time and aborted ("free already").  Each
- *    child here also allocates, checks and frees blocks and exits 0.
+ *    them back: a child gives back the runs its absent threads kept.  It
+ *    has their lists as they were at one instant, which may fall inside
+ *    a change (an entry listed twice, or a stale one past the count), and
+ *    one child in 70 to 400 freed such a run a second time and aborted
+ *    ("free already").  The threads also hand large blocks to the
+ *    forking thread, which frees them into its own cache, so that a stale
+ *    entry may name a run that cache keeps.  Each child allocates, checks
+ *    and frees blocks and exits 0.
  *
  * Duration of parts 1, 4 and 5: UCMA_STRESS_SECONDS (default 2) each,
  * counted once their threads are set up, and longer (up to a minute) until
@@ -189,6 +192,22 @@ static void test_fork_handshake(void)
 
 static atomic_int keep_stop;
 
+/* Blocks of HANDOFF_LEN bytes, filled with their first byte, that the
+ * churning threads hand to the forking thread. */
+enum { HANDOFF = 8, HANDOFF_LEN = 12 << 12 };
+static _Atomic(unsigned char *) handoff[HANDOFF];
+
+static long handoff_check_free(unsigned char *p)
+{
+	long bad = 0;
+
+	if (p) {
+		bad = p[HANDOFF_LEN - 1] != p[0] || p[HANDOFF_LEN / 2] != p[0];
+		ucma_free(p);
+	}
+	return bad;
+}
+
 /* Large blocks (9 to 24 pages, kept by the thread cache when freed) and
  * small ones, replaced at random, written and checked. */
 static void *keep_churn(void *arg)
@@ -215,6 +234,16 @@ static void *keep_churn(void *arg)
 			continue;
 		}
 		tu_fill(slot[k].p, slot[k].n, k);
+		if ((x >> 40) % 16 == 0) {
+			unsigned char *h = ucma_malloc(HANDOFF_LEN);
+
+			if (!h) {
+				bad++;
+				continue;
+			}
+			memset(h, (int)(x >> 48), HANDOFF_LEN);
+			bad += handoff_check_free(atomic_exchange(&handoff[(x >> 44) % HANDOFF], h));
+		}
 		if (i % 64 == 0)
 			usleep(50);	/* leave the children some CPU */
 	}
@@ -237,7 +266,11 @@ static void test_fork_kept_runs(void)
 		pthread_create(&t[i], NULL, keep_churn, (void *)(i * 7919 + 1));
 	for (int r = 0; r < ROUNDS; r++) {
 		int status = 0;
-		pid_t pid = tu_fork();
+		pid_t pid;
+
+		for (int k = 0; k < HANDOFF; k++)
+			bad += handoff_check_free(atomic_exchange(&handoff[k], NULL));
+		pid = tu_fork();
 
 		if (pid == 0) {
 			void *p[200];
@@ -271,6 +304,8 @@ static void test_fork_kept_runs(void)
 		pthread_join(t[i], &r);
 		bad += (long)r;
 	}
+	for (int k = 0; k < HANDOFF; k++)
+		bad += handoff_check_free(atomic_exchange(&handoff[k], NULL));
 	ok(failed == 0 && bad == 0,
 	   "%d forks while 3 threads keep and take back large runs: %d children failed, "
 	   "%ld blocks bad", ROUNDS, failed, bad);
