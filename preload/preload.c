@@ -623,7 +623,8 @@ PRELOAD_EXPORT int mallopt(int param, int value)
 /*
  * mallinfo2() in ucma's terms: "arena" is what the malloc family holds of
  * the arena, "hblks" and "hblkhd" its page-run blocks and what it mapped
- * outside the arena, "uordblks" what is allocated, "fordblks" what it
+ * outside the arena (freed blocks kept there for reuse included, as they
+ * are in "fordblks"), "uordblks" what is allocated, "fordblks" what it
  * holds but has not handed out, what threads keep (parked blocks and the
  * free room of their slabs) included, which alone is also "fsmblks".
  * glibc's other fields have no counterpart and stay 0.

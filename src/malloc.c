@@ -1018,10 +1018,20 @@ static __attribute__((noinline)) void *realloc_slow(void *p, size_t size)
 		if (size < old && large_shrink(&pi, size))
 			return p;
 		break;
-	case PK_OVF_LARGE:
+	case PK_OVF_LARGE: {
+		size_t usable;
+
 		if (size <= old && size > old / 2)
 			return p;
+		/* By moving page tables (overflow.c), else copied below. */
+		q = ucma_overflow_large_resize(&pi.ovf, size, &usable);
+		if (q) {
+			ucma_tcache_count_large(-1, old, 0);
+			ucma_tcache_count_large(1, usable, 0);
+			return q;
+		}
 		break;
+	}
 	case PK_BOOT:
 		if (size <= old)
 			return p;

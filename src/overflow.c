@@ -429,9 +429,10 @@ void *ucma_overflow_large_alloc(size_t size, size_t align, bool zero, size_t *us
 			}
 			ucma_mutex_unlock(&ovf_lock);
 			if (r) {
-				/* Its pages hold the last user's data. */
+				/* Its pages hold the last user's data: all of
+				 * its usable size cleared, as a new mapping is. */
 				if (zero)
-					memset((void *)r->base, 0, size);
+					memset((void *)r->base, 0, r->len);
 				ucma_count(UCMA_STAT_OVERFLOW_ALLOC, 1);
 				ucma_count(UCMA_STAT_OVERFLOW_REUSED, 1);
 				*usable = r->len;
@@ -502,6 +503,87 @@ bool ucma_overflow_large_free(const struct ucma_ovf_ref *ref)
 	return true;
 }
 
+/*
+ * Resizing moves page tables, not bytes (glibc's realloc of its mmapped
+ * chunks does the same): a buffer grown step by step past the arena was
+ * copied into a new mapping at every step.  The new length is its size
+ * class's (the headroom of realloc's large_round()).
+ */
+void *ucma_overflow_large_resize(const struct ucma_ovf_ref *ref, size_t size, size_t *usable)
+{
+	struct ovf_region *r = ref->region;
+	uintptr_t old_base = r->base;
+	size_t len = r->len, newlen, pages;
+	void *m, *to = NULL;
+
+	if (size == 0 || size > SIZE_MAX / 4 ||
+	    __atomic_load_n(&r->kind, __ATOMIC_ACQUIRE) != OVF_REGION_LARGE)
+		return NULL;	/* (freed meanwhile: the caller's free finds out) */
+	ovf_class(UCMA_ALIGN_UP(size, UCMA_PAGE_SIZE) >> UCMA_PAGE_SHIFT, &pages);
+	newlen = (size_t)pages << UCMA_PAGE_SHIFT;
+	if (newlen == len) {
+		*usable = len;
+		return (void *)old_base;
+	}
+	/* In place: a block shrinks there always, and grows there when
+	 * nothing is mapped after it. */
+	m = ucma_os.mremap((void *)old_base, len, newlen, 0, NULL);
+	if (m == MAP_FAILED) {
+		if (newlen < len)
+			return NULL;
+		/* Elsewhere: a range on a granule of its own, registered
+		 * before anything is moved there (a lookup finds the block's
+		 * old length meanwhile, so no address of it is ours yet). */
+		to = ovf_map(newlen, OVF_GRANULE);
+		if (!to)
+			return NULL;
+		ucma_mutex_lock(&ovf_lock);
+		if (ovf_register((uintptr_t)to, newlen, r) != 0) {
+			ovf_register((uintptr_t)to, newlen, NULL);
+			ucma_mutex_unlock(&ovf_lock);
+			ucma_os.munmap(to, newlen);
+			return NULL;
+		}
+		ucma_mutex_unlock(&ovf_lock);
+		m = ucma_os.mremap((void *)old_base, len, newlen, MREMAP_MAYMOVE | MREMAP_FIXED, to);
+		if (m == MAP_FAILED) {
+			ucma_mutex_lock(&ovf_lock);
+			ovf_register((uintptr_t)to, newlen, NULL);
+			ucma_mutex_unlock(&ovf_lock);
+			ucma_os.munmap(to, newlen);
+			return NULL;
+		}
+	}
+	ucma_mutex_lock(&ovf_lock);
+	if (to) {
+		/* Moved: the old range is unmapped; no granule of it is in
+		 * the new one (that started on a granule outside it). */
+		ovf_register(old_base, len, NULL);
+		r->base = (uintptr_t)to;
+		r->user = (uintptr_t)to;
+	} else if (newlen > len && ovf_register(old_base, newlen, r) != 0) {
+		/* Grown in place, but a granule cannot be registered: back to
+		 * the old length (shrinking in place cannot fail). */
+		ucma_mutex_unlock(&ovf_lock);
+		ucma_os.mremap((void *)old_base, newlen, len, 0, NULL);
+		return NULL;
+	} else if (newlen < len) {
+		/* Shrunk: the granules wholly past the new end are free. */
+		uintptr_t end = UCMA_ALIGN_UP(old_base + newlen, OVF_GRANULE);
+
+		if (end < old_base + len)
+			ovf_register(end, old_base + len - end, NULL);
+	}
+	r->len = newlen;
+	ucma_mutex_unlock(&ovf_lock);
+	if (newlen > len)
+		__atomic_fetch_add(&ovf_bytes, newlen - len, __ATOMIC_RELAXED);
+	else
+		__atomic_fetch_sub(&ovf_bytes, len - newlen, __ATOMIC_RELAXED);
+	*usable = newlen;
+	return (void *)r->base;
+}
+
 size_t ucma_overflow_trim(void)
 {
 	struct ovf_region *victims = NULL;
@@ -524,7 +606,11 @@ void ucma_overflow_decay(void)
 	if (!__atomic_load_n(&ovf_cache.nr, __ATOMIC_RELAXED))
 		return;
 	now = ucma_os_now_ns();
-	ucma_mutex_lock(&ovf_lock);
+	/* Not waiting: the caller frees NORMAL pages, maybe while it holds
+	 * a handle entry for a migration, and a fork that holds ovf_lock
+	 * waits for those entries (fork.c's stages). */
+	if (ucma_mutex_trylock(&ovf_lock) != 0)
+		return;
 	cache_decay(now, &victims);
 	ucma_mutex_unlock(&ovf_lock);
 	victims_release(victims);

@@ -32,7 +32,7 @@ struct ucma_ovf_ref {
  * UCMA_OVF_OTHER when it is in one but on no object. */
 UCMA_INTERNAL int ucma_overflow_find(const void *p, struct ucma_ovf_ref *ref);
 /* A large block of a mapping of its own: a freed one of about its size
- * when one is kept, else a new one.  Its first @size bytes are zero when
+ * when one is kept, else a new one.  Zeroed (all its usable size) when
  * @zero; NULL with ENOMEM. */
 UCMA_INTERNAL void *ucma_overflow_large_alloc(size_t size, size_t align, bool zero,
 					      size_t *usable);
@@ -40,9 +40,15 @@ UCMA_INTERNAL void *ucma_overflow_large_alloc(size_t size, size_t align, bool ze
  * UCMA_OVERFLOW_CACHE, else unmapped.  False when it was no longer live
  * (another thread freed it since ucma_overflow_find()). */
 UCMA_INTERNAL bool ucma_overflow_large_free(const struct ucma_ovf_ref *ref);
+/* Resize the large block @ref found to the length of @size's class by
+ * mremap(), in place or at a new address (the old one is then gone);
+ * NULL, the block unchanged, when that cannot be done. */
+UCMA_INTERNAL void *ucma_overflow_large_resize(const struct ucma_ovf_ref *ref, size_t size,
+					       size_t *usable);
 /* Unmap every kept large block; returns the bytes given back. */
 UCMA_INTERNAL size_t ucma_overflow_trim(void);
-/* Unmap the kept large blocks older than UCMA_DECAY_MS. */
+/* Unmap the kept large blocks older than UCMA_DECAY_MS; nothing when
+ * another thread holds the overflow's lock (the zone's purge calls it). */
 UCMA_INTERNAL void ucma_overflow_decay(void);
 /* Bytes mapped outside the arena, kept large blocks included. */
 UCMA_INTERNAL uint64_t ucma_overflow_bytes(void);

@@ -5,7 +5,9 @@
  * byte and count bounds, the decay, ucma_trim(), aligned requests, a
  * second free of a kept block, threads exchanging blocks with their data
  * checked, a fork child with the parent's kept blocks, and the cache
- * turned off (UCMA_OVERFLOW_CACHE=0).  A 16 MiB arena (4 MiB CMA, kept
+ * turned off (UCMA_OVERFLOW_CACHE=0).  And realloc() of such blocks, which
+ * moves page tables (mremap) rather than bytes: growth step by step,
+ * shrinking in place, and the copy when mremap fails.  A 16 MiB arena (4 MiB CMA, kept
  * for contiguous allocations) is filled first, so that every later large
  * block is an overflow one.
  *
@@ -46,6 +48,20 @@ static void *count_mmap(void *addr, size_t len, int prot, int flags, int fd, off
 {
 	__atomic_fetch_add(&nr_mmap, 1, __ATOMIC_RELAXED);
 	return mmap(addr, len, prot, flags, fd, off);
+}
+
+/* mremap calls, counted; refused while @mremap_refuse is set. */
+static unsigned long nr_mremap;
+static bool mremap_refuse;
+
+static void *count_mremap(void *old, size_t old_len, size_t new_len, int flags, void *new_addr)
+{
+	__atomic_fetch_add(&nr_mremap, 1, __ATOMIC_RELAXED);
+	if (mremap_refuse) {
+		errno = ENOMEM;
+		return MAP_FAILED;
+	}
+	return mremap(old, old_len, new_len, flags, new_addr);
 }
 
 static bool in_arena(const void *p)
@@ -162,10 +178,11 @@ int main(void)
 	char err[4096];
 	int nfill = 0, same = 0, bad = 0;
 
-	plan(21);
+	plan(27);
 	if (ucma_init(&cfg) != 0)
 		bail_out("ucma_init(16M arena): %s", strerror(errno));
 	ucma_os.mmap = count_mmap;
+	ucma_os.mremap = count_mremap;
 	victim = tu_shared_results(4096);
 	/* Fill NORMAL with 1 MiB blocks until one lands outside. */
 	for (;;) {
@@ -190,6 +207,29 @@ int main(void)
 	ucma_free(q);
 	ok(cached() == usable, "a block kept longer than UCMA_DECAY_MS is unmapped (%zu cached)",
 	   cached());
+	/* The NORMAL zone's purge looks too: the first free of NORMAL pages
+	 * in the process (none was freed before) arms the zone's timer
+	 * (decay / 2), a second one after it purges.  (Runs of 1 MiB are
+	 * too large for the thread cache to keep.) */
+	ucma_trim();
+	p = ovf_malloc(300000);
+	ucma_free(p);
+	ucma_free(fill[0]);
+	usleep(250 * 1000);
+	ucma_free(fill[1]);
+	ok(cached() == 0, "the NORMAL zone's purge unmaps it too (%zu cached)", cached());
+	fill[0] = ucma_malloc(1u << 20);
+	fill[1] = ucma_malloc(1u << 20);
+	if (!fill[0] || !fill[1] || !in_arena(fill[0]) || !in_arena(fill[1]))
+		bail_out("NORMAL not refilled");
+	/* UCMA_DECAY_MS=0: kept until ucma_trim(). */
+	ucma_opt.decay_ms = 0;
+	p = ovf_malloc(300000);
+	q = ovf_malloc(300000);
+	ucma_free(p);
+	usleep(150 * 1000);
+	ucma_free(q);
+	ok(cached() == 2 * usable, "with UCMA_DECAY_MS=0 nothing decays (%zu cached)", cached());
 	ucma_opt.decay_ms = 10000;
 	ucma_trim();
 
@@ -237,15 +277,17 @@ int main(void)
 
 	/* calloc() of a kept block whose pages hold the last user's data. */
 	p = ovf_malloc(200000);
-	memset(p, 0xab, 200000);
+	memset(p, 0xab, ucma_usable_size(p));
 	ucma_free(p);
 	{
 		unsigned char *z = ucma_calloc(1, 200000);
+		size_t zn = z ? ucma_usable_size(z) : 0;
 		int nz = 0;
 
-		for (size_t k = 0; z && k < 200000; k++)
+		for (size_t k = 0; k < zn; k++)
 			nz += z[k] != 0;
-		ok(z == p && nz == 0, "calloc() of a kept block is zeroed (%d bytes not zero)", nz);
+		ok(z == p && zn > 200000 && nz == 0,
+		   "calloc() of a kept block is zeroed, all %zu usable bytes (%d not zero)", zn, nz);
 		ucma_free(z);
 	}
 
@@ -353,6 +395,56 @@ int main(void)
 		ok(q == p && tu_check(q, 500000, 9),
 		   "the parent's copy is its own: same block, its data intact");
 		ucma_free(q);
+	}
+
+	/* realloc(): a buffer grown an eighth at a time from 100 KB to
+	 * 64 MiB, each step's new bytes stamped with the step; then shrunk
+	 * in place; then grown with mremap refused. */
+	{
+		static size_t ends[200];
+		size_t n = 100000, steps = 0, moved = 0, big, bytes0;
+		unsigned char *b = ovf_malloc(n), *prev;
+		unsigned long maps0 = nr_mmap;
+
+		memset(b, 0x11, n);
+		nr_mremap = 0;
+		bad = 0;
+		while (n < (64u << 20) && steps < 200) {
+			size_t m = n + n / 8 + 1;
+
+			prev = b;
+			b = ucma_realloc(b, m);
+			if (!b)
+				bail_out("realloc(%zu): %s", m, strerror(errno));
+			moved += b != prev;
+			memset(b + n, (int)(steps & 0xff), m - n);
+			ends[steps++] = n = m;
+		}
+		for (size_t k = 0, i = 0; k < n; k++) {
+			while (k >= ends[i])
+				i++;
+			bad += b[k] != (k < 100000 ? 0x11 : (unsigned char)((i) & 0xff));
+		}
+		ok(bad == 0 && nr_mremap > 0 && nr_mremap <= steps,
+		   "realloc to 64 MiB in %zu steps keeps every byte (%d bad), by %lu mremap calls, "
+		   "%zu moves, %lu new mappings", steps, bad, nr_mremap, moved, nr_mmap - maps0);
+		big = ucma_usable_size(b);
+		ok(ucma_owns(b) && big >= n, "the grown block is known at its address (usable %zu)",
+		   big);
+		bytes0 = (size_t)stat_of("malloc_overflow_bytes");
+		prev = b;
+		b = ucma_realloc(b, 100000);
+		ok(b == prev && ucma_usable_size(b) == 28 * 4096 && b[99999] == 0x11 &&
+			   bytes0 - (size_t)stat_of("malloc_overflow_bytes") == big - 28 * 4096,
+		   "shrinking by realloc stays in place and unmaps the rest (%zu bytes fewer)",
+		   bytes0 - (size_t)stat_of("malloc_overflow_bytes"));
+		mremap_refuse = true;
+		prev = b;
+		b = ucma_realloc(b, 3u << 20);
+		mremap_refuse = false;
+		ok(b && b != prev && b[0] == 0x11 && b[99999] == 0x11,
+		   "with mremap refused, realloc copies the block");
+		ucma_free(b);
 	}
 
 	/* UCMA_OVERFLOW_CACHE=0: every block is mapped and unmapped. */
