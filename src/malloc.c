@@ -1023,8 +1023,12 @@ static __attribute__((noinline)) void *realloc_slow(void *p, size_t size)
 
 		if (size <= old && size > old / 2)
 			return p;
-		/* By moving page tables (overflow.c), else copied below. */
-		q = ucma_overflow_large_resize(&pi.ovf, size, &usable);
+		/* By moving page tables (overflow.c), else copied below; a
+		 * block that shrinks into the size classes goes to a slab. */
+		if (size > UCMA_SMALL_MAX)
+			q = ucma_overflow_large_resize(&pi.ovf, size, &usable);
+		else
+			q = NULL;
 		if (q) {
 			ucma_tcache_count_large(-1, old, 0);
 			ucma_tcache_count_large(1, usable, 0);

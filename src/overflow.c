@@ -41,8 +41,10 @@
 enum { OVF_REGION_CHUNK = 1, OVF_REGION_LARGE, OVF_REGION_CACHED };
 
 /*
- * struct ovf_region - one overflow mapping.  base/len/user never change
- * while the region is registered; @kind changes under ovf_lock between
+ * struct ovf_region - one overflow mapping.  Writers hold ovf_lock;
+ * readers look without it.  base/len/user of a chunk never change; those
+ * of a large block change only when its owner resizes it (realloc), so a
+ * lookup of another block never sees them change.  @kind changes between
  * OVF_REGION_LARGE (a block handed out) and OVF_REGION_CACHED (freed,
  * kept for reuse), and readers load it atomically.  The links of a cached
  * region are ovf_lock's.  For chunks, @owner[i] is the
@@ -503,83 +505,139 @@ bool ucma_overflow_large_free(const struct ucma_ovf_ref *ref)
 	return true;
 }
 
+/* Forget the granules of [base, base + len) that still point at @r
+ * (ovf_lock held): another mapping may have taken the others since the
+ * kernel freed them. */
+static void ovf_unregister_if(uintptr_t base, size_t len, const struct ovf_region *r)
+{
+	for (uintptr_t g = base >> OVF_GRANULE_SHIFT; g <= (base + len - 1) >> OVF_GRANULE_SHIFT;
+	     g++) {
+		struct ovf_leaf *leaf = ovf_root[g >> OVF_LEAF_BITS];
+
+		if (leaf && leaf->r[g & ((1u << OVF_LEAF_BITS) - 1)] == r)
+			__atomic_store_n(&leaf->r[g & ((1u << OVF_LEAF_BITS) - 1)], NULL,
+					 __ATOMIC_RELEASE);
+	}
+}
+
+/* Give back the reservation @to of a move that the kernel refused.  It
+ * unmaps the target before it checks the rest, so the range may be free
+ * already, or another thread's mapping since: only a range taken again
+ * here (MAP_FIXED_NOREPLACE) is unmapped; one still mapped stays, as
+ * address space that nothing touched. */
+static void reservation_release(void *to, size_t len)
+{
+	void *m = ucma_os.mmap(to, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE,
+			       -1, 0);
+
+	if (m != MAP_FAILED)
+		ucma_os.munmap(m, len);	/* (an older kernel may have put it elsewhere) */
+}
+
 /*
  * Resizing moves page tables, not bytes (glibc's realloc of its mmapped
  * chunks does the same): a buffer grown step by step past the arena was
  * copied into a new mapping at every step.  The new length is its size
- * class's (the headroom of realloc's large_round()).
+ * class's (the headroom of realloc's large_round()).  Whatever the kernel
+ * is about to free leaves the radix tree first: once free, another thread
+ * may map it and register its own block there.  The block itself is not
+ * found meanwhile, which only its owner's own concurrent use could see.
  */
 void *ucma_overflow_large_resize(const struct ucma_ovf_ref *ref, size_t size, size_t *usable)
 {
 	struct ovf_region *r = ref->region;
-	uintptr_t old_base = r->base;
+	uintptr_t base = r->base;
 	size_t len = r->len, newlen, pages;
-	void *m, *to = NULL;
+	int saved = errno;
+	void *m, *to;
 
 	if (size == 0 || size > SIZE_MAX / 4 ||
 	    __atomic_load_n(&r->kind, __ATOMIC_ACQUIRE) != OVF_REGION_LARGE)
 		return NULL;	/* (freed meanwhile: the caller's free finds out) */
 	ovf_class(UCMA_ALIGN_UP(size, UCMA_PAGE_SIZE) >> UCMA_PAGE_SHIFT, &pages);
 	newlen = (size_t)pages << UCMA_PAGE_SHIFT;
-	if (newlen == len) {
-		*usable = len;
-		return (void *)old_base;
-	}
-	/* In place: a block shrinks there always, and grows there when
-	 * nothing is mapped after it. */
-	m = ucma_os.mremap((void *)old_base, len, newlen, 0, NULL);
-	if (m == MAP_FAILED) {
-		if (newlen < len)
-			return NULL;
-		/* Elsewhere: a range on a granule of its own, registered
-		 * before anything is moved there (a lookup finds the block's
-		 * old length meanwhile, so no address of it is ours yet). */
-		to = ovf_map(newlen, OVF_GRANULE);
-		if (!to)
-			return NULL;
+	if (newlen < len) {
+		/* In place: the granules wholly past the new end go. */
+		uintptr_t tail = UCMA_ALIGN_UP(base + newlen, OVF_GRANULE);
+
 		ucma_mutex_lock(&ovf_lock);
-		if (ovf_register((uintptr_t)to, newlen, r) != 0) {
-			ovf_register((uintptr_t)to, newlen, NULL);
-			ucma_mutex_unlock(&ovf_lock);
-			ucma_os.munmap(to, newlen);
-			return NULL;
-		}
+		if (tail < base + len)
+			ovf_register(tail, base + len - tail, NULL);
 		ucma_mutex_unlock(&ovf_lock);
-		m = ucma_os.mremap((void *)old_base, len, newlen, MREMAP_MAYMOVE | MREMAP_FIXED, to);
-		if (m == MAP_FAILED) {
+		if (ucma_os.mremap((void *)base, len, newlen, 0, NULL) == MAP_FAILED) {
 			ucma_mutex_lock(&ovf_lock);
-			ovf_register((uintptr_t)to, newlen, NULL);
+			if (tail < base + len)	/* (their leaves are there) */
+				ovf_register(tail, base + len - tail, r);
 			ucma_mutex_unlock(&ovf_lock);
-			ucma_os.munmap(to, newlen);
+			errno = saved;
 			return NULL;
 		}
+		ucma_mutex_lock(&ovf_lock);
+		r->len = newlen;
+		ucma_mutex_unlock(&ovf_lock);
+		__atomic_fetch_sub(&ovf_bytes, len - newlen, __ATOMIC_RELAXED);
+		goto done;
+	}
+	if (newlen == len)
+		goto done;
+	/* In place, when nothing is mapped after it (and the radix tree
+	 * reaches the new end). */
+	if (!((base + newlen - 1) >> OVF_ADDR_BITS) &&
+	    ucma_os.mremap((void *)base, len, newlen, 0, NULL) != MAP_FAILED) {
+		ucma_mutex_lock(&ovf_lock);
+		if (ovf_register(base, newlen, r) != 0) {
+			/* A granule cannot be registered: back to the old
+			 * length (the pages stay mapped, past the block and
+			 * unregistered, should even that be refused). */
+			uintptr_t past = UCMA_ALIGN_UP(base + len, OVF_GRANULE);
+
+			if (past < base + newlen)
+				ovf_unregister_if(past, base + newlen - past, r);
+			ucma_mutex_unlock(&ovf_lock);
+			ucma_os.mremap((void *)base, newlen, len, 0, NULL);
+			errno = saved;
+			return NULL;
+		}
+		r->len = newlen;
+		ucma_mutex_unlock(&ovf_lock);
+		__atomic_fetch_add(&ovf_bytes, newlen - len, __ATOMIC_RELAXED);
+		goto done;
+	}
+	/* Elsewhere: a range on a granule of its own, registered before the
+	 * move (a lookup there finds the block's old base and length, so no
+	 * address of it is ours yet), the old range forgotten. */
+	to = ovf_map(newlen, OVF_GRANULE);
+	if (!to) {
+		errno = saved;
+		return NULL;
 	}
 	ucma_mutex_lock(&ovf_lock);
-	if (to) {
-		/* Moved: the old range is unmapped; no granule of it is in
-		 * the new one (that started on a granule outside it). */
-		ovf_register(old_base, len, NULL);
-		r->base = (uintptr_t)to;
-		r->user = (uintptr_t)to;
-	} else if (newlen > len && ovf_register(old_base, newlen, r) != 0) {
-		/* Grown in place, but a granule cannot be registered: back to
-		 * the old length (shrinking in place cannot fail). */
+	if (ovf_register((uintptr_t)to, newlen, r) != 0) {
+		ovf_unregister_if((uintptr_t)to, newlen, r);
 		ucma_mutex_unlock(&ovf_lock);
-		ucma_os.mremap((void *)old_base, newlen, len, 0, NULL);
+		ucma_os.munmap(to, newlen);
+		errno = saved;
 		return NULL;
-	} else if (newlen < len) {
-		/* Shrunk: the granules wholly past the new end are free. */
-		uintptr_t end = UCMA_ALIGN_UP(old_base + newlen, OVF_GRANULE);
-
-		if (end < old_base + len)
-			ovf_register(end, old_base + len - end, NULL);
 	}
+	ovf_register(base, len, NULL);
+	ucma_mutex_unlock(&ovf_lock);
+	m = ucma_os.mremap((void *)base, len, newlen, MREMAP_MAYMOVE | MREMAP_FIXED, to);
+	ucma_mutex_lock(&ovf_lock);
+	if (m == MAP_FAILED) {
+		ovf_register(base, len, r);	/* (their leaves are there) */
+		ovf_unregister_if((uintptr_t)to, newlen, r);
+		ucma_mutex_unlock(&ovf_lock);
+		reservation_release(to, newlen);
+		errno = saved;
+		return NULL;
+	}
+	r->base = (uintptr_t)to;
+	r->user = (uintptr_t)to;
 	r->len = newlen;
 	ucma_mutex_unlock(&ovf_lock);
-	if (newlen > len)
-		__atomic_fetch_add(&ovf_bytes, newlen - len, __ATOMIC_RELAXED);
-	else
-		__atomic_fetch_sub(&ovf_bytes, len - newlen, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&ovf_bytes, newlen - len, __ATOMIC_RELAXED);
+done:
+	errno = saved;
 	*usable = newlen;
 	return (void *)r->base;
 }

@@ -44,24 +44,49 @@ static uint64_t stat_of(const char *name)
 /* Mappings the library makes (ucma_os.mmap), counted. */
 static unsigned long nr_mmap;
 
+/* The next mapping's address hint (a test places another block where
+ * the kernel has just freed a range). */
+static void *mmap_hint;
+
 static void *count_mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
 	__atomic_fetch_add(&nr_mmap, 1, __ATOMIC_RELAXED);
+	if (!addr && mmap_hint) {
+		addr = mmap_hint;
+		mmap_hint = NULL;
+	}
 	return mmap(addr, len, prot, flags, fd, off);
 }
 
-/* mremap calls, counted; refused while @mremap_refuse is set. */
+/* mremap calls, counted; refused while @mremap_refuse is set.  With
+ * @mremap_intrude set, a move or a shrink is followed at once, before
+ * the resize can do anything else, by another overflow block of
+ * INTRUDER bytes placed where the kernel freed a range (what another
+ * thread's malloc may do then). */
+enum { INTRUDER = 300000 };
 static unsigned long nr_mremap;
-static bool mremap_refuse;
+static bool mremap_refuse, mremap_intrude;
+static void *intruder, *intruder_at;
 
 static void *count_mremap(void *old, size_t old_len, size_t new_len, int flags, void *new_addr)
 {
+	void *m;
+
 	__atomic_fetch_add(&nr_mremap, 1, __ATOMIC_RELAXED);
 	if (mremap_refuse) {
 		errno = ENOMEM;
 		return MAP_FAILED;
 	}
-	return mremap(old, old_len, new_len, flags, new_addr);
+	m = mremap(old, old_len, new_len, flags, new_addr);
+	if (m != MAP_FAILED && mremap_intrude && ((flags & MREMAP_FIXED) || new_len < old_len)) {
+		mremap_intrude = false;
+		intruder_at = (flags & MREMAP_FIXED) ?
+				      old :
+				      (void *)UCMA_ALIGN_UP((uintptr_t)old + new_len, 2u << 20);
+		mmap_hint = intruder_at;
+		intruder = ucma_malloc(INTRUDER);
+	}
+	return m;
 }
 
 static bool in_arena(const void *p)
@@ -178,7 +203,7 @@ int main(void)
 	char err[4096];
 	int nfill = 0, same = 0, bad = 0;
 
-	plan(27);
+	plan(31);
 	if (ucma_init(&cfg) != 0)
 		bail_out("ucma_init(16M arena): %s", strerror(errno));
 	ucma_os.mmap = count_mmap;
@@ -402,7 +427,7 @@ int main(void)
 	 * in place; then grown with mremap refused. */
 	{
 		static size_t ends[200];
-		size_t n = 100000, steps = 0, moved = 0, big, bytes0;
+		size_t n = 100000, steps = 0, moved = 0, errno_kept = 0, big, bytes0;
 		unsigned char *b = ovf_malloc(n), *prev;
 		unsigned long maps0 = nr_mmap;
 
@@ -413,9 +438,11 @@ int main(void)
 			size_t m = n + n / 8 + 1;
 
 			prev = b;
+			errno = EDOM;
 			b = ucma_realloc(b, m);
 			if (!b)
 				bail_out("realloc(%zu): %s", m, strerror(errno));
+			errno_kept += errno == EDOM;
 			moved += b != prev;
 			memset(b + n, (int)(steps & 0xff), m - n);
 			ends[steps++] = n = m;
@@ -444,6 +471,37 @@ int main(void)
 		mremap_refuse = false;
 		ok(b && b != prev && b[0] == 0x11 && b[99999] == 0x11,
 		   "with mremap refused, realloc copies the block");
+		ok(moved > 0, "growth moved the block %zu times (mremap to a new granule)", moved);
+		ok(errno_kept == steps, "realloc left errno alone in %zu of %zu steps", errno_kept,
+		   steps);
+
+		/* Another block mapped where a move, then a shrink, has just
+		 * freed a range: it stays known (the resize forgot that range
+		 * before the kernel freed it). */
+		for (int shrink = 0; shrink < 2; shrink++) {
+			void *blocker = NULL;
+			bool there;
+
+			ucma_trim();	/* the intruder gets a mapping, not a kept block */
+			if (!shrink) {
+				/* something right after b, so that growth moves */
+				blocker = ucma_malloc(INTRUDER);
+				mremap_intrude = true;
+				b = ucma_realloc(b, 40u << 20);
+			} else {
+				mremap_intrude = true;
+				b = ucma_realloc(b, 100000);
+			}
+			mremap_intrude = false;
+			there = intruder && (uintptr_t)intruder >= (uintptr_t)intruder_at &&
+				(uintptr_t)intruder < (uintptr_t)intruder_at + (8u << 20);
+			ok(b && there && ucma_owns(intruder) && ucma_usable_size(intruder) >= INTRUDER,
+			   "a block mapped in the range a %s freed stays ours (%p, %s the range)",
+			   shrink ? "shrink" : "move", intruder, there ? "in" : "not in");
+			ucma_free(intruder);
+			intruder = NULL;
+			ucma_free(blocker);
+		}
 		ucma_free(b);
 	}
 
