@@ -518,6 +518,14 @@ bool ucma_os_thp_available(void)
 	return strstr(buf, "[never]") == NULL;
 }
 
+/* Does every private mapping get huge pages, without MADV_HUGEPAGE? */
+bool ucma_os_thp_always(void)
+{
+	char buf[128];
+
+	return thp_setting("enabled", buf, sizeof(buf)) && strstr(buf, "[always]") != NULL;
+}
+
 /*
  * Does MADV_HUGEPAGE give shmem mappings huge pages?  Only when
  * shmem_enabled selects advise, always, within_size or force; "never"

@@ -88,6 +88,8 @@ UCMA_INTERNAL bool ucma_os_range_mapped(void *addr, size_t len);
 /* MADV_POPULATE_WRITE, asked no more once the kernel said it lacks it. */
 UCMA_INTERNAL int ucma_os_populate(void *addr, size_t len);
 UCMA_INTERNAL bool ucma_os_thp_available(void);
+/* THP "always": private mappings get huge pages unasked. */
+UCMA_INTERNAL bool ucma_os_thp_always(void);
 /* Bytes of memory the kernel can give without swapping (MemAvailable of
  * /proc/meminfo), read without allocating; 0 when unknown. */
 UCMA_INTERNAL uint64_t ucma_os_mem_available(void);

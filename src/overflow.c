@@ -3,7 +3,7 @@
  *
  * When the NORMAL zone is exhausted (or there is no arena at all), slabs
  * are carved from 4 MiB chunks mapped with ucma_os.mmap, and large blocks
- * get mappings of their own.  Every overflow mapping starts on a 2 MiB
+ * get mappings of their own, of whole granules (ovf_map()).  Every overflow mapping starts on a 2 MiB
  * boundary, so each 2 MiB granule of the address space meets at most one
  * of them; a two-level radix tree keyed by address >> 21 maps a granule to
  * its mapping's descriptor.  Readers (free, ucma_owns) walk it without a
@@ -56,6 +56,7 @@ enum { OVF_REGION_CHUNK = 1, OVF_REGION_LARGE, OVF_REGION_CACHED };
 struct ovf_region {
 	uintptr_t base;
 	size_t len;
+	size_t map;			/* bytes mapped from @base: whole granules */
 	int kind;
 	uint32_t bump;			/* chunk: first never-used page */
 	uintptr_t user;			/* large: the address handed out */
@@ -138,8 +139,15 @@ static int ovf_register(uintptr_t base, size_t len, struct ovf_region *r)
 }
 
 /*
- * Map @len bytes (a multiple of the page size) starting on an @align
- * boundary (at least 2 MiB): over-map, then unmap the slack on both sides.
+ * Map @len bytes (a multiple of the granule) starting on an @align
+ * boundary (at least a granule).  Whole granules, so that the kernel's
+ * top-down placement puts the next mapping right below this one (or in
+ * the hole a freed one left, which is whole granules too), on a boundary
+ * already and continuing it: first tried as it is; else over-mapped,
+ * keeping the highest piece on a boundary.  Adjacent mappings of the same
+ * kind are then one kernel VMA, not one a block: a heap of 80,000 blocks
+ * of 40 KB past the arena, each trimmed to its own length, took every one
+ * of vm.max_map_count's 65,530.
  */
 static void *ovf_map(size_t len, size_t align)
 {
@@ -149,13 +157,19 @@ static void *ovf_map(size_t len, size_t align)
 
 	if (align < OVF_GRANULE)
 		align = OVF_GRANULE;
+	m = ucma_os.mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED)
+		return NULL;
+	if (!((uintptr_t)m & (align - 1)) && !(((uintptr_t)m + len - 1) >> OVF_ADDR_BITS))
+		return m;
+	ucma_os.munmap(m, len);
 	if (__builtin_add_overflow(len, align, &total))
 		return NULL;
 	m = ucma_os.mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (m == MAP_FAILED)
 		return NULL;
 	raw = (uintptr_t)m;
-	base = UCMA_ALIGN_UP(raw, align);
+	base = UCMA_ALIGN_DOWN(raw + total - len, align);
 	if (base > raw)
 		ucma_os.munmap(m, base - raw);
 	if (raw + total > base + len)
@@ -167,6 +181,24 @@ static void *ovf_map(size_t len, size_t align)
 		return NULL;
 	}
 	return (void *)base;
+}
+
+/*
+ * Under THP "always" a mapping of whole granules would take a 2 MiB page
+ * at the first touch of a 40 KB block: large blocks' mappings refuse huge
+ * pages there (all of them, so that neighbours stay one VMA).  Read once.
+ */
+static void ovf_no_thp(void *m, size_t len)
+{
+	static int always = -1;	/* unknown yet */
+	int a = __atomic_load_n(&always, __ATOMIC_RELAXED);
+
+	if (a < 0) {
+		a = ucma_os_thp_always();
+		__atomic_store_n(&always, a, __ATOMIC_RELAXED);
+	}
+	if (a)
+		ucma_os.madvise(m, len, MADV_NOHUGEPAGE);
 }
 
 /* A new chunk for slab spans (ovf_lock held). */
@@ -185,6 +217,7 @@ static struct ovf_region *ovf_chunk_new(void)
 	}
 	r->base = (uintptr_t)m;
 	r->len = OVF_CHUNK_SIZE;
+	r->map = OVF_CHUNK_SIZE;
 	r->kind = OVF_REGION_CHUNK;
 	r->bump = 0;
 	if (ovf_register(r->base, r->len, r) != 0) {
@@ -351,7 +384,7 @@ static void cache_evict(struct ovf_region *r, struct ovf_region **victims)
 	if (__atomic_load_n(&r->kind, __ATOMIC_RELAXED) == OVF_REGION_CACHED)
 		cache_unlink(r);
 	__atomic_store_n(&r->kind, OVF_REGION_CACHED, __ATOMIC_RELAXED);	/* not live */
-	ovf_register(r->base, r->len, NULL);
+	ovf_register(r->base, r->map, NULL);
 	r->older = *victims;
 	*victims = r;
 }
@@ -380,7 +413,7 @@ static void victims_release(struct ovf_region *victims)
 		struct ovf_region *r = victims;
 
 		victims = r->older;
-		ucma_os.munmap((void *)r->base, r->len);
+		ucma_os.munmap((void *)r->base, r->map);
 		__atomic_fetch_sub(&ovf_bytes, r->len, __ATOMIC_RELAXED);
 		ucma_meta_free(r, sizeof(*r));
 	}
@@ -447,21 +480,23 @@ void *ucma_overflow_large_alloc(size_t size, size_t align, bool zero, size_t *us
 		errno = ENOMEM;
 		return NULL;
 	}
-	m = ovf_map(len, align);
+	r->map = UCMA_ALIGN_UP(len, OVF_GRANULE);
+	m = r->map >= len ? ovf_map(r->map, align) : NULL;	/* (wrapped: too large) */
 	if (!m) {
 		ucma_meta_free(r, sizeof(*r));
 		errno = ENOMEM;
 		return NULL;
 	}
+	ovf_no_thp(m, r->map);
 	r->base = (uintptr_t)m;
 	r->len = len;
 	r->kind = OVF_REGION_LARGE;
 	r->user = (uintptr_t)m;
 	ucma_mutex_lock(&ovf_lock);
-	if (ovf_register(r->base, r->len, r) != 0) {
-		ovf_register(r->base, r->len, NULL);
+	if (ovf_register(r->base, r->map, r) != 0) {
+		ovf_register(r->base, r->map, NULL);
 		ucma_mutex_unlock(&ovf_lock);
-		ucma_os.munmap(m, len);
+		ucma_os.munmap(m, r->map);
 		ucma_meta_free(r, sizeof(*r));
 		errno = ENOMEM;
 		return NULL;
@@ -547,7 +582,7 @@ void *ucma_overflow_large_resize(const struct ucma_ovf_ref *ref, size_t size, si
 {
 	struct ovf_region *r = ref->region;
 	uintptr_t base = r->base;
-	size_t len = r->len, newlen, pages;
+	size_t len = r->len, map = r->map, newlen, newmap, pages;
 	int saved = errno;
 	void *m, *to;
 
@@ -556,90 +591,90 @@ void *ucma_overflow_large_resize(const struct ucma_ovf_ref *ref, size_t size, si
 		return NULL;	/* (freed meanwhile: the caller's free finds out) */
 	ovf_class(UCMA_ALIGN_UP(size, UCMA_PAGE_SIZE) >> UCMA_PAGE_SHIFT, &pages);
 	newlen = (size_t)pages << UCMA_PAGE_SHIFT;
-	if (newlen < len) {
-		/* In place: the granules wholly past the new end go. */
-		uintptr_t tail = UCMA_ALIGN_UP(base + newlen, OVF_GRANULE);
-
+	newmap = UCMA_ALIGN_UP(newlen, OVF_GRANULE);
+	if (newmap < map) {
+		/* Shrink the mapping in place: the granules past its new end
+		 * go first. */
 		ucma_mutex_lock(&ovf_lock);
-		if (tail < base + len)
-			ovf_register(tail, base + len - tail, NULL);
+		ovf_register(base + newmap, map - newmap, NULL);
 		ucma_mutex_unlock(&ovf_lock);
-		if (ucma_os.mremap((void *)base, len, newlen, 0, NULL) == MAP_FAILED) {
+		if (ucma_os.mremap((void *)base, map, newmap, 0, NULL) == MAP_FAILED) {
 			ucma_mutex_lock(&ovf_lock);
-			if (tail < base + len)	/* (their leaves are there) */
-				ovf_register(tail, base + len - tail, r);
+			ovf_register(base + newmap, map - newmap, r);	/* (leaves there) */
 			ucma_mutex_unlock(&ovf_lock);
 			errno = saved;
 			return NULL;
 		}
-		ucma_mutex_lock(&ovf_lock);
-		r->len = newlen;
-		ucma_mutex_unlock(&ovf_lock);
-		__atomic_fetch_sub(&ovf_bytes, len - newlen, __ATOMIC_RELAXED);
-		goto done;
-	}
-	if (newlen == len)
-		goto done;
-	/* In place, when nothing is mapped after it (and the radix tree
-	 * reaches the new end). */
-	if (!((base + newlen - 1) >> OVF_ADDR_BITS) &&
-	    ucma_os.mremap((void *)base, len, newlen, 0, NULL) != MAP_FAILED) {
-		ucma_mutex_lock(&ovf_lock);
-		if (ovf_register(base, newlen, r) != 0) {
-			/* A granule cannot be registered: back to the old
-			 * length (the pages stay mapped, past the block and
-			 * unregistered, should even that be refused). */
-			uintptr_t past = UCMA_ALIGN_UP(base + len, OVF_GRANULE);
-
-			if (past < base + newlen)
-				ovf_unregister_if(past, base + newlen - past, r);
+		map = newmap;
+	} else if (newmap > map) {
+		/* Grow the mapping: in place when nothing is mapped after it
+		 * (and the radix tree reaches the new end), else moved. */
+		if (!((base + newmap - 1) >> OVF_ADDR_BITS) &&
+		    ucma_os.mremap((void *)base, map, newmap, 0, NULL) != MAP_FAILED) {
+			ucma_mutex_lock(&ovf_lock);
+			if (ovf_register(base, newmap, r) != 0) {
+				/* A granule cannot be registered: back to
+				 * the old length (the pages stay mapped, past
+				 * the block, should even that be refused). */
+				ovf_unregister_if(base + map, newmap - map, r);
+				ucma_mutex_unlock(&ovf_lock);
+				ucma_os.mremap((void *)base, newmap, map, 0, NULL);
+				errno = saved;
+				return NULL;
+			}
 			ucma_mutex_unlock(&ovf_lock);
-			ucma_os.mremap((void *)base, newlen, len, 0, NULL);
-			errno = saved;
-			return NULL;
+		} else {
+			/* A range on granules of its own, registered before
+			 * the move (a lookup there finds the block's old base
+			 * and length, so no address of it is ours yet), the
+			 * old range forgotten. */
+			to = ovf_map(newmap, OVF_GRANULE);
+			if (!to) {
+				errno = saved;
+				return NULL;
+			}
+			ucma_mutex_lock(&ovf_lock);
+			if (ovf_register((uintptr_t)to, newmap, r) != 0) {
+				ovf_unregister_if((uintptr_t)to, newmap, r);
+				ucma_mutex_unlock(&ovf_lock);
+				ucma_os.munmap(to, newmap);
+				errno = saved;
+				return NULL;
+			}
+			ovf_register(base, map, NULL);
+			ucma_mutex_unlock(&ovf_lock);
+			m = ucma_os.mremap((void *)base, map, newmap, MREMAP_MAYMOVE | MREMAP_FIXED,
+					   to);
+			if (m == MAP_FAILED) {
+				ucma_mutex_lock(&ovf_lock);
+				ovf_register(base, map, r);	/* (leaves there) */
+				ovf_unregister_if((uintptr_t)to, newmap, r);
+				ucma_mutex_unlock(&ovf_lock);
+				reservation_release(to, newmap);
+				errno = saved;
+				return NULL;
+			}
+			base = (uintptr_t)to;
 		}
-		r->len = newlen;
-		ucma_mutex_unlock(&ovf_lock);
-		__atomic_fetch_add(&ovf_bytes, newlen - len, __ATOMIC_RELAXED);
-		goto done;
+		map = newmap;
 	}
-	/* Elsewhere: a range on a granule of its own, registered before the
-	 * move (a lookup there finds the block's old base and length, so no
-	 * address of it is ours yet), the old range forgotten. */
-	to = ovf_map(newlen, OVF_GRANULE);
-	if (!to) {
-		errno = saved;
-		return NULL;
-	}
+	/* The pages a shrink leaves behind the block, inside its mapping,
+	 * go back to the kernel (a grown block's were never touched). */
+	if (newlen < len && base + newlen < base + map)
+		ucma_os.madvise((void *)(base + newlen), map - newlen, MADV_DONTNEED);
 	ucma_mutex_lock(&ovf_lock);
-	if (ovf_register((uintptr_t)to, newlen, r) != 0) {
-		ovf_unregister_if((uintptr_t)to, newlen, r);
-		ucma_mutex_unlock(&ovf_lock);
-		ucma_os.munmap(to, newlen);
-		errno = saved;
-		return NULL;
-	}
-	ovf_register(base, len, NULL);
-	ucma_mutex_unlock(&ovf_lock);
-	m = ucma_os.mremap((void *)base, len, newlen, MREMAP_MAYMOVE | MREMAP_FIXED, to);
-	ucma_mutex_lock(&ovf_lock);
-	if (m == MAP_FAILED) {
-		ovf_register(base, len, r);	/* (their leaves are there) */
-		ovf_unregister_if((uintptr_t)to, newlen, r);
-		ucma_mutex_unlock(&ovf_lock);
-		reservation_release(to, newlen);
-		errno = saved;
-		return NULL;
-	}
-	r->base = (uintptr_t)to;
-	r->user = (uintptr_t)to;
+	r->base = base;
+	r->user = base;
 	r->len = newlen;
+	r->map = map;
 	ucma_mutex_unlock(&ovf_lock);
-	__atomic_fetch_add(&ovf_bytes, newlen - len, __ATOMIC_RELAXED);
-done:
+	if (newlen > len)
+		__atomic_fetch_add(&ovf_bytes, newlen - len, __ATOMIC_RELAXED);
+	else
+		__atomic_fetch_sub(&ovf_bytes, len - newlen, __ATOMIC_RELAXED);
 	errno = saved;
 	*usable = newlen;
-	return (void *)r->base;
+	return (void *)base;
 }
 
 size_t ucma_overflow_trim(void)

@@ -203,7 +203,7 @@ int main(void)
 	char err[4096];
 	int nfill = 0, same = 0, bad = 0;
 
-	plan(31);
+	plan(32);
 	if (ucma_init(&cfg) != 0)
 		bail_out("ucma_init(16M arena): %s", strerror(errno));
 	ucma_os.mmap = count_mmap;
@@ -503,6 +503,31 @@ int main(void)
 			ucma_free(blocker);
 		}
 		ucma_free(b);
+	}
+
+	/* Blocks of whole granules placed one below the other are few
+	 * kernel mappings, not one each (vm.max_map_count). */
+	{
+		enum { NB = 4000 };
+		static void *v[NB];
+		uintptr_t lo = UINTPTR_MAX, hi = 0;
+		int vmas;
+
+		ucma_trim();
+		for (int i = 0; i < NB; i++) {
+			v[i] = ovf_malloc(40000);
+			memset(v[i], 1, 64);
+			if ((uintptr_t)v[i] < lo)
+				lo = (uintptr_t)v[i];
+			if ((uintptr_t)v[i] > hi)
+				hi = (uintptr_t)v[i];
+		}
+		vmas = tu_maps_count(lo, hi + 40000, NULL, 0, 0);
+		ok(vmas > 0 && vmas <= NB / 40,
+		   "%d blocks of 40 KB past the arena are %d kernel mappings", NB, vmas);
+		for (int i = 0; i < NB; i++)
+			ucma_free(v[i]);
+		ucma_trim();
 	}
 
 	/* UCMA_OVERFLOW_CACHE=0: every block is mapped and unmapped. */
