@@ -524,7 +524,7 @@ int ucma_owns_fd(int fd);
 struct ucma_malloc_info {
 	size_t allocated;	/* usable bytes of live blocks */
 	size_t active;		/* bytes of arena pages held: slabs and runs */
-	size_t overflow;	/* bytes mapped outside the arena (kept freed blocks too) */
+	size_t overflow;	/* bytes of blocks outside the arena (kept freed ones too) */
 	size_t cached;		/* free bytes threads keep: parked, or in their slabs */
 	uint64_t nmalloc;	/* blocks handed out so far */
 	uint64_t nfree;		/* blocks freed so far */

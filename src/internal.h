@@ -788,7 +788,7 @@ struct ucma_malloc_counters {
 	uint64_t allocated_bytes;	/* usable bytes currently allocated */
 	uint64_t active_bytes;		/* bytes of arena pages held by malloc */
 	uint64_t large_allocs;		/* live page-run allocations */
-	uint64_t overflow_bytes;	/* bytes mapped outside the arena */
+	uint64_t overflow_bytes;	/* bytes of blocks and chunks outside the arena */
 	uint64_t overflow_cached_bytes;	/* of which freed large blocks kept */
 	uint64_t tcache_bytes;		/* free bytes threads keep: parked, or in their slabs */
 };

@@ -25,6 +25,7 @@
 #include <errno.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #define OVF_GRANULE_SHIFT 21
 #define OVF_GRANULE       ((uintptr_t)1 << OVF_GRANULE_SHIFT)
@@ -75,7 +76,7 @@ static struct ovf_leaf *ovf_root[1u << OVF_ROOT_BITS];
 static pthread_mutex_t UCMA_FORK_LOCK ovf_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct ovf_region *ovf_chunk;			/* being carved */
 static uintptr_t ovf_span_free[UCMA_SLAB_MAX_PAGES + 1];	/* free spans by size */
-static uint64_t ovf_bytes;				/* mapped (atomic) */
+static uint64_t ovf_bytes;	/* chunks' and large blocks' lengths (atomic) */
 
 /*
  * struct ovf_cache - freed large regions kept mapped and registered (kind
@@ -139,7 +140,7 @@ static int ovf_register(uintptr_t base, size_t len, struct ovf_region *r)
 }
 
 /*
- * Map @len bytes (a multiple of the granule) starting on an @align
+ * Map @len bytes (a multiple of the page size) starting on an @align
  * boundary (at least a granule).  Whole granules, so that the kernel's
  * top-down placement puts the next mapping right below this one (or in
  * the hole a freed one left, which is whole granules too), on a boundary
@@ -157,12 +158,15 @@ static void *ovf_map(size_t len, size_t align)
 
 	if (align < OVF_GRANULE)
 		align = OVF_GRANULE;
-	m = ucma_os.mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (m == MAP_FAILED)
-		return NULL;
-	if (!((uintptr_t)m & (align - 1)) && !(((uintptr_t)m + len - 1) >> OVF_ADDR_BITS))
-		return m;
-	ucma_os.munmap(m, len);
+	if (!(len & (OVF_GRANULE - 1))) {
+		m = ucma_os.mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+				 0);
+		if (m == MAP_FAILED)
+			return NULL;
+		if (!((uintptr_t)m & (align - 1)) && !(((uintptr_t)m + len - 1) >> OVF_ADDR_BITS))
+			return m;
+		ucma_os.munmap(m, len);
+	}
 	if (__builtin_add_overflow(len, align, &total))
 		return NULL;
 	m = ucma_os.mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -184,21 +188,64 @@ static void *ovf_map(size_t len, size_t align)
 }
 
 /*
- * Under THP "always" a mapping of whole granules would take a 2 MiB page
- * at the first touch of a 40 KB block: large blocks' mappings refuse huge
- * pages there (all of them, so that neighbours stay one VMA).  Read once.
+ * Whole granules for a large block's mapping (see ovf_map()), unless the
+ * part past the block would cost more than address space: where the
+ * kernel counts every writable mapping's memory (vm.overcommit_memory=2),
+ * where address space or data size is limited (RLIMIT_AS, RLIMIT_DATA:
+ * 2 MiB a 40 KB block would reach them 50 times sooner), and once a new
+ * mapping came back resident (mlockall(MCL_FUTURE) fills and locks every
+ * new mapping): then a block maps its own length, one kernel mapping
+ * each, as before.  Decided at the first large block, the last condition
+ * at every new mapping; sticky.
  */
-static void ovf_no_thp(void *m, size_t len)
+static int ovf_whole = -1;	/* -1 not decided yet; atomic */
+
+static bool whole_granules(void)
 {
-	static int always = -1;	/* unknown yet */
-	int a = __atomic_load_n(&always, __ATOMIC_RELAXED);
+	int w = __atomic_load_n(&ovf_whole, __ATOMIC_RELAXED);
+
+	if (w < 0) {
+		struct rlimit as, data;
+		int saved = errno;
+
+		w = !ucma_os_overcommit_strict() && getrlimit(RLIMIT_AS, &as) == 0 &&
+		    as.rlim_cur == RLIM_INFINITY && getrlimit(RLIMIT_DATA, &data) == 0 &&
+		    data.rlim_cur == RLIM_INFINITY;
+		errno = saved;
+		__atomic_store_n(&ovf_whole, w, __ATOMIC_RELAXED);
+	}
+	return w;
+}
+
+/*
+ * A new mapping of whole granules for a block of @len bytes at @m: under
+ * THP "always" it refuses huge pages (all such mappings do, so that
+ * neighbours still merge), or the first touch of a 40 KB block would take
+ * a 2 MiB page; and should its last page be resident already (locked), the
+ * part past the block goes and no later block maps whole granules.
+ * Returns the bytes that stay mapped.
+ */
+static size_t whole_granules_check(void *m, size_t len, size_t map)
+{
+	static int thp_always = -1;	/* unknown yet; atomic */
+	int a = __atomic_load_n(&thp_always, __ATOMIC_RELAXED);
+	int saved = errno;
+	unsigned char resident = 0;
 
 	if (a < 0) {
 		a = ucma_os_thp_always();
-		__atomic_store_n(&always, a, __ATOMIC_RELAXED);
+		__atomic_store_n(&thp_always, a, __ATOMIC_RELAXED);
 	}
 	if (a)
-		ucma_os.madvise(m, len, MADV_NOHUGEPAGE);
+		ucma_os.madvise(m, map, MADV_NOHUGEPAGE);
+	if (map > len && mincore((char *)m + map - UCMA_PAGE_SIZE, UCMA_PAGE_SIZE, &resident) == 0 &&
+	    (resident & 1)) {
+		__atomic_store_n(&ovf_whole, 0, __ATOMIC_RELAXED);
+		ucma_os.munmap((char *)m + len, map - len);
+		map = len;
+	}
+	errno = saved;
+	return map;
 }
 
 /* A new chunk for slab spans (ovf_lock held). */
@@ -480,14 +527,15 @@ void *ucma_overflow_large_alloc(size_t size, size_t align, bool zero, size_t *us
 		errno = ENOMEM;
 		return NULL;
 	}
-	r->map = UCMA_ALIGN_UP(len, OVF_GRANULE);
+	r->map = whole_granules() ? UCMA_ALIGN_UP(len, OVF_GRANULE) : len;
 	m = r->map >= len ? ovf_map(r->map, align) : NULL;	/* (wrapped: too large) */
 	if (!m) {
 		ucma_meta_free(r, sizeof(*r));
 		errno = ENOMEM;
 		return NULL;
 	}
-	ovf_no_thp(m, r->map);
+	if (r->map > len)
+		r->map = whole_granules_check(m, len, r->map);
 	r->base = (uintptr_t)m;
 	r->len = len;
 	r->kind = OVF_REGION_LARGE;
@@ -591,7 +639,7 @@ void *ucma_overflow_large_resize(const struct ucma_ovf_ref *ref, size_t size, si
 		return NULL;	/* (freed meanwhile: the caller's free finds out) */
 	ovf_class(UCMA_ALIGN_UP(size, UCMA_PAGE_SIZE) >> UCMA_PAGE_SHIFT, &pages);
 	newlen = (size_t)pages << UCMA_PAGE_SHIFT;
-	newmap = UCMA_ALIGN_UP(newlen, OVF_GRANULE);
+	newmap = whole_granules() ? UCMA_ALIGN_UP(newlen, OVF_GRANULE) : newlen;
 	if (newmap < map) {
 		/* Shrink the mapping in place: the granules past its new end
 		 * go first. */
@@ -657,6 +705,17 @@ void *ucma_overflow_large_resize(const struct ucma_ovf_ref *ref, size_t size, si
 			base = (uintptr_t)to;
 		}
 		map = newmap;
+		if (map > newlen) {	/* (the grown part may have come back locked) */
+			size_t kept = whole_granules_check((void *)base, newlen, map);
+			uintptr_t past = UCMA_ALIGN_UP(base + kept, OVF_GRANULE);
+
+			if (past < base + map) {
+				ucma_mutex_lock(&ovf_lock);
+				ovf_unregister_if(past, base + map - past, r);
+				ucma_mutex_unlock(&ovf_lock);
+			}
+			map = kept;
+		}
 	}
 	/* The pages a shrink leaves behind the block, inside its mapping,
 	 * go back to the kernel (a grown block's were never touched). */

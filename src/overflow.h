@@ -50,7 +50,8 @@ UCMA_INTERNAL size_t ucma_overflow_trim(void);
 /* Unmap the kept large blocks older than UCMA_DECAY_MS; nothing when
  * another thread holds the overflow's lock (the zone's purge calls it). */
 UCMA_INTERNAL void ucma_overflow_decay(void);
-/* Bytes mapped outside the arena, kept large blocks included. */
+/* Bytes of chunks and large blocks outside the arena, kept ones included
+ * (a large block's mapping may be longer: whole granules). */
 UCMA_INTERNAL uint64_t ucma_overflow_bytes(void);
 /* Bytes of freed large blocks kept mapped for reuse. */
 UCMA_INTERNAL uint64_t ucma_overflow_cached_bytes(void);

@@ -203,7 +203,7 @@ int main(void)
 	char err[4096];
 	int nfill = 0, same = 0, bad = 0;
 
-	plan(32);
+	plan(33);
 	if (ucma_init(&cfg) != 0)
 		bail_out("ucma_init(16M arena): %s", strerror(errno));
 	ucma_os.mmap = count_mmap;
@@ -528,6 +528,37 @@ int main(void)
 		for (int i = 0; i < NB; i++)
 			ucma_free(v[i]);
 		ucma_trim();
+	}
+
+	/* mlockall(MCL_FUTURE) fills and locks every new mapping: the first
+	 * block found resident gives up the rest of its granules, and the
+	 * later ones map their own length (in a child: it stays so). */
+	if (geteuid() == 0) {
+		pid_t pid;
+		int st;
+
+		ucma_trim();
+		pid = tu_fork();
+		if (pid == 0) {
+			long rss0, rss1;
+
+			if (mlockall(MCL_FUTURE) != 0)
+				_exit(3);
+			rss0 = tu_rss_kb();
+			for (int i = 0; i < 200; i++)
+				if (!ucma_malloc(40000))
+					_exit(4);
+			rss1 = tu_rss_kb();
+			printf("# 200 blocks of 40 KB under mlockall: RSS %ld -> %ld KiB\n", rss0, rss1);
+			fflush(stdout);
+			_exit(rss1 - rss0 < 200 * 40 + 4096 ? 0 : 5);
+		}
+		st = tu_wait(pid);
+		ok(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		   "under mlockall(MCL_FUTURE) blocks lock their own length, not 2 MiB (status %#x)",
+		   st);
+	} else {
+		skip(1, "mlockall(MCL_FUTURE) needs root's RLIMIT_MEMLOCK");
 	}
 
 	/* UCMA_OVERFLOW_CACHE=0: every block is mapped and unmapped. */
