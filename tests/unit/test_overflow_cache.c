@@ -302,12 +302,16 @@ int main(void)
 
 	/* calloc() of a kept block whose pages hold the last user's data. */
 	p = ovf_malloc(200000);
+	__asm__("" : "+r"(p));	/* (all its usable size is the program's: not
+				 * only what malloc's alloc_size says) */
 	memset(p, 0xab, ucma_usable_size(p));
 	ucma_free(p);
 	{
 		unsigned char *z = ucma_calloc(1, 200000);
 		size_t zn = z ? ucma_usable_size(z) : 0;
 		int nz = 0;
+
+		__asm__("" : "+r"(z));
 
 		for (size_t k = 0; k < zn; k++)
 			nz += z[k] != 0;
