@@ -460,7 +460,12 @@ static void victims_release(struct ovf_region *victims)
 		struct ovf_region *r = victims;
 
 		victims = r->older;
-		ucma_os.munmap((void *)r->base, r->map);
+		/* Refused (unmapping from the middle of merged neighbours
+		 * splits a kernel mapping, which vm.max_map_count may not
+		 * allow): the memory goes back at least; the address space
+		 * stays, unregistered. */
+		if (ucma_os.munmap((void *)r->base, r->map) != 0)
+			ucma_os.madvise((void *)r->base, r->map, MADV_DONTNEED);
 		__atomic_fetch_sub(&ovf_bytes, r->len, __ATOMIC_RELAXED);
 		ucma_meta_free(r, sizeof(*r));
 	}

@@ -44,6 +44,19 @@ static uint64_t stat_of(const char *name)
 /* Mappings the library makes (ucma_os.mmap), counted. */
 static unsigned long nr_mmap;
 
+/* munmap refused once while @munmap_refuse is set (vm.max_map_count). */
+static bool munmap_refuse;
+
+static int count_munmap(void *addr, size_t len)
+{
+	if (munmap_refuse) {
+		munmap_refuse = false;
+		errno = ENOMEM;
+		return -1;
+	}
+	return munmap(addr, len);
+}
+
 /* The next mapping's address hint (a test places another block where
  * the kernel has just freed a range). */
 static void *mmap_hint;
@@ -203,11 +216,12 @@ int main(void)
 	char err[4096];
 	int nfill = 0, same = 0, bad = 0;
 
-	plan(33);
+	plan(34);
 	if (ucma_init(&cfg) != 0)
 		bail_out("ucma_init(16M arena): %s", strerror(errno));
 	ucma_os.mmap = count_mmap;
 	ucma_os.mremap = count_mremap;
+	ucma_os.munmap = count_munmap;
 	victim = tu_shared_results(4096);
 	/* Fill NORMAL with 1 MiB blocks until one lands outside. */
 	for (;;) {
@@ -563,6 +577,26 @@ int main(void)
 		   st);
 	} else {
 		skip(1, "mlockall(MCL_FUTURE) needs root's RLIMIT_MEMLOCK");
+	}
+
+	/* A block that leaves the cache when the kernel refuses to unmap it
+	 * still gives its memory back. */
+	{
+		long rss0, rss1, rss2;
+
+		ucma_trim();
+		p = ovf_malloc(4u << 20);
+		__asm__("" : "+r"(p));
+		memset(p, 7, 4u << 20);
+		ucma_free(p);	/* kept */
+		rss0 = tu_rss_kb();
+		munmap_refuse = true;
+		ucma_trim();
+		munmap_refuse = false;
+		rss1 = tu_rss_kb();
+		rss2 = rss0 - rss1;
+		ok(rss2 >= 3 * 1024, "munmap refused: the memory goes back anyway (RSS %ld -> %ld KiB)",
+		   rss0, rss1);
 	}
 
 	/* UCMA_OVERFLOW_CACHE=0: every block is mapped and unmapped. */
