@@ -640,16 +640,6 @@ static void free_classified(void *p, int kind, struct ptr_info *pi, const char *
 	}
 }
 
-/* Round a large size up to four classes per doubling: growth by realloc
- * then copies O(log n) times, not once per page. */
-static size_t large_round(size_t size)
-{
-	unsigned lg = 63u - (unsigned)__builtin_clzll((unsigned long long)size - 1);
-	size_t delta = (size_t)1 << (lg - 2);
-
-	return (size + delta - 1) & ~(delta - 1);
-}
-
 /* ------------------------------------------------------------------------ */
 /* Public interface                                                          */
 /* ------------------------------------------------------------------------ */
@@ -907,7 +897,7 @@ static inline __attribute__((always_inline)) bool realloc_in_place(const void *p
 
 /*
  * Grow the large block @p (@pi: PK_LARGE, its head) for @size bytes,
- * rounded as a moved block is (large_round()), without going through
+ * rounded as a moved block is (ucma_large_round()), without going through
  * malloc: where it grows matters for both the copy and the memory.
  *  - Into the pages after it, when they are free and resident (blocks
  *    freed earlier, still mapped): no copy, no page fault.
@@ -936,10 +926,10 @@ static void *large_grow(void *p, struct ptr_info *pi, size_t size)
 	bool dirty = false;
 	void *q;
 
-	/* (Tested before rounding: large_round() wraps near SIZE_MAX.) */
+	/* (Tested before rounding: ucma_large_round() wraps near SIZE_MAX.) */
 	if (size > LARGE_MAX)
 		return NULL;
-	npages = (large_round(size) + UCMA_PAGE_SIZE - 1) >> UCMA_PAGE_SHIFT;
+	npages = (ucma_large_round(size) + UCMA_PAGE_SIZE - 1) >> UCMA_PAGE_SHIFT;
 	if (npages > a->zones[UCMA_ZONE_NORMAL].managed_pages)
 		return NULL;
 	if (ucma_pages_grow(a, pi->head, (uint32_t)npages, true))
@@ -1045,7 +1035,7 @@ static __attribute__((noinline)) void *realloc_slow(void *p, size_t size)
 	}
 	if (size > old && size > UCMA_SMALL_MAX && size <= LARGE_MAX) {
 		/* Placed where it has room to grow in place next time. */
-		want = large_round(size);
+		want = ucma_large_round(size);
 		q = ucma_tcache_unstarted(ucma_tcache_tls) ? ucma_malloc(want)
 							   : large_alloc(want, 0, UCMA_GFP_GROWS);
 	} else {

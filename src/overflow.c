@@ -118,8 +118,8 @@ static struct ovf_region *ovf_region_of(const void *p)
 	return r;
 }
 
-/* Point the granules of [base, base + len) at @r (NULL: forget).  Returns
- * -1 when a leaf cannot be allocated.  Called with ovf_lock held. */
+/* Point the granules of [base, base + len) at @r.  Returns -1 when a
+ * leaf cannot be allocated.  Called with ovf_lock held. */
 static int ovf_register(uintptr_t base, size_t len, struct ovf_region *r)
 {
 	for (uintptr_t g = base >> OVF_GRANULE_SHIFT; g <= (base + len - 1) >> OVF_GRANULE_SHIFT;
@@ -127,8 +127,6 @@ static int ovf_register(uintptr_t base, size_t len, struct ovf_region *r)
 		struct ovf_leaf *leaf = ovf_root[g >> OVF_LEAF_BITS];
 
 		if (!leaf) {
-			if (!r)
-				continue;
 			leaf = ucma_meta_alloc(sizeof(*leaf));
 			if (!leaf)
 				return -1;
@@ -137,6 +135,24 @@ static int ovf_register(uintptr_t base, size_t len, struct ovf_region *r)
 		__atomic_store_n(&leaf->r[g & ((1u << OVF_LEAF_BITS) - 1)], r, __ATOMIC_RELEASE);
 	}
 	return 0;
+}
+
+/* Forget the granules of [base, base + len): all of them, or with @only
+ * those that still point at it (another mapping may have taken the others
+ * since the kernel freed them).  Called with ovf_lock held. */
+static void ovf_forget(uintptr_t base, size_t len, const struct ovf_region *only)
+{
+	for (uintptr_t g = base >> OVF_GRANULE_SHIFT; g <= (base + len - 1) >> OVF_GRANULE_SHIFT;
+	     g++) {
+		struct ovf_leaf *leaf = ovf_root[g >> OVF_LEAF_BITS];
+		struct ovf_region **slot;
+
+		if (!leaf)
+			continue;
+		slot = &leaf->r[g & ((1u << OVF_LEAF_BITS) - 1)];
+		if (!only || *slot == only)
+			__atomic_store_n(slot, NULL, __ATOMIC_RELEASE);
+	}
 }
 
 /*
@@ -217,6 +233,12 @@ static bool whole_granules(void)
 	return w;
 }
 
+/* The bytes a large block of @len bytes maps. */
+static size_t map_length(size_t len)
+{
+	return whole_granules() ? UCMA_ALIGN_UP(len, OVF_GRANULE) : len;
+}
+
 /*
  * A new mapping of whole granules for a block of @len bytes at @m: under
  * THP "always" it refuses huge pages (all such mappings do, so that
@@ -268,7 +290,7 @@ static struct ovf_region *ovf_chunk_new(void)
 	r->kind = OVF_REGION_CHUNK;
 	r->bump = 0;
 	if (ovf_register(r->base, r->len, r) != 0) {
-		ovf_register(r->base, r->len, NULL);
+		ovf_forget(r->base, r->len, NULL);
 		ucma_os.munmap(m, OVF_CHUNK_SIZE);
 		ucma_meta_free(r, rsize);
 		return NULL;
@@ -358,23 +380,21 @@ int ucma_overflow_find(const void *p, struct ucma_ovf_ref *ref)
 /* ------------------------------------------------------------------------ */
 
 /*
- * The size class of a large block of @pages pages, four per doubling as
- * malloc.c's large_round(): 1, 2, 3, 4, then 5..8 in steps of 1, 9..16 in
- * steps of 2, and so on.  *@rounded gets the class's length in pages.
+ * The size class of a large block of @pages pages, ucma_large_round()'s
+ * four per doubling: 1, 2, 3, 4, then 5..8 in steps of 1, 9..16 in steps
+ * of 2, and so on.  *@rounded gets the class's length in pages.
  */
 static unsigned ovf_class(size_t pages, size_t *rounded)
 {
 	unsigned lg;
-	size_t delta;
 
 	if (pages <= 4) {
 		*rounded = pages;
 		return (unsigned)pages - 1;
 	}
-	lg = 63u - (unsigned)__builtin_clzll((unsigned long long)pages - 1);	/* >= 2 */
-	delta = (size_t)1 << (lg - 2);
-	*rounded = (pages + delta - 1) & ~(delta - 1);	/* 5..8 deltas */
-	return 4 * (lg - 1) + (unsigned)(*rounded >> (lg - 2)) - 5;
+	*rounded = ucma_large_round(pages << UCMA_PAGE_SHIFT) >> UCMA_PAGE_SHIFT;
+	lg = 63u - (unsigned)__builtin_clzll((unsigned long long)*rounded - 1);	/* >= 2 */
+	return 4 * (lg - 1) + (unsigned)(*rounded >> (lg - 2)) - 5;	/* 5..8 steps */
 }
 
 /* Take @r out of the cache (ovf_lock held). */
@@ -431,7 +451,7 @@ static void cache_evict(struct ovf_region *r, struct ovf_region **victims)
 	if (__atomic_load_n(&r->kind, __ATOMIC_RELAXED) == OVF_REGION_CACHED)
 		cache_unlink(r);
 	__atomic_store_n(&r->kind, OVF_REGION_CACHED, __ATOMIC_RELAXED);	/* not live */
-	ovf_register(r->base, r->map, NULL);
+	ovf_forget(r->base, r->map, NULL);
 	r->older = *victims;
 	*victims = r;
 }
@@ -504,9 +524,9 @@ void *ucma_overflow_large_alloc(size_t size, size_t align, bool zero, size_t *us
 		len = (size_t)pages << UCMA_PAGE_SHIFT;
 		if (__atomic_load_n(&ovf_cache.nr, __ATOMIC_RELAXED)) {
 			ucma_mutex_lock(&ovf_lock);
-			/* Of the next class when its own has none: a random mix
-			 * of sizes misses half as often for it (bench_malloc
-			 * past-arena), at most half again the pages asked. */
+			/* Of the next class when its own has none, at most
+			 * half again the pages asked: bench_malloc past-arena
+			 * then ran in 523 ms instead of 722 (RESULTS.md). */
 			r = cache_take(c, align);
 			if (!r && c + 1 < OVF_CLASSES)
 				r = cache_take(c + 1, align);
@@ -532,7 +552,7 @@ void *ucma_overflow_large_alloc(size_t size, size_t align, bool zero, size_t *us
 		errno = ENOMEM;
 		return NULL;
 	}
-	r->map = whole_granules() ? UCMA_ALIGN_UP(len, OVF_GRANULE) : len;
+	r->map = map_length(len);
 	m = r->map >= len ? ovf_map(r->map, align) : NULL;	/* (wrapped: too large) */
 	if (!m) {
 		ucma_meta_free(r, sizeof(*r));
@@ -547,7 +567,7 @@ void *ucma_overflow_large_alloc(size_t size, size_t align, bool zero, size_t *us
 	r->user = (uintptr_t)m;
 	ucma_mutex_lock(&ovf_lock);
 	if (ovf_register(r->base, r->map, r) != 0) {
-		ovf_register(r->base, r->map, NULL);
+		ovf_forget(r->base, r->map, NULL);
 		ucma_mutex_unlock(&ovf_lock);
 		ucma_os.munmap(m, r->map);
 		ucma_meta_free(r, sizeof(*r));
@@ -593,21 +613,6 @@ bool ucma_overflow_large_free(const struct ucma_ovf_ref *ref)
 	return true;
 }
 
-/* Forget the granules of [base, base + len) that still point at @r
- * (ovf_lock held): another mapping may have taken the others since the
- * kernel freed them. */
-static void ovf_unregister_if(uintptr_t base, size_t len, const struct ovf_region *r)
-{
-	for (uintptr_t g = base >> OVF_GRANULE_SHIFT; g <= (base + len - 1) >> OVF_GRANULE_SHIFT;
-	     g++) {
-		struct ovf_leaf *leaf = ovf_root[g >> OVF_LEAF_BITS];
-
-		if (leaf && leaf->r[g & ((1u << OVF_LEAF_BITS) - 1)] == r)
-			__atomic_store_n(&leaf->r[g & ((1u << OVF_LEAF_BITS) - 1)], NULL,
-					 __ATOMIC_RELEASE);
-	}
-}
-
 /* Give back the reservation @to of a move that the kernel refused.  It
  * unmaps the target before it checks the rest, so the range may be free
  * already, or another thread's mapping since: only a range taken again
@@ -626,7 +631,7 @@ static void reservation_release(void *to, size_t len)
  * Resizing moves page tables, not bytes (glibc's realloc of its mmapped
  * chunks does the same): a buffer grown step by step past the arena was
  * copied into a new mapping at every step.  The new length is its size
- * class's (the headroom of realloc's large_round()).  Whatever the kernel
+ * class's (the headroom of realloc's ucma_large_round()).  Whatever the kernel
  * is about to free leaves the radix tree first: once free, another thread
  * may map it and register its own block there.  The block itself is not
  * found meanwhile, which only its owner's own concurrent use could see.
@@ -644,12 +649,12 @@ void *ucma_overflow_large_resize(const struct ucma_ovf_ref *ref, size_t size, si
 		return NULL;	/* (freed meanwhile: the caller's free finds out) */
 	ovf_class(UCMA_ALIGN_UP(size, UCMA_PAGE_SIZE) >> UCMA_PAGE_SHIFT, &pages);
 	newlen = (size_t)pages << UCMA_PAGE_SHIFT;
-	newmap = whole_granules() ? UCMA_ALIGN_UP(newlen, OVF_GRANULE) : newlen;
+	newmap = map_length(newlen);
 	if (newmap < map) {
 		/* Shrink the mapping in place: the granules past its new end
 		 * go first. */
 		ucma_mutex_lock(&ovf_lock);
-		ovf_register(base + newmap, map - newmap, NULL);
+		ovf_forget(base + newmap, map - newmap, NULL);
 		ucma_mutex_unlock(&ovf_lock);
 		if (ucma_os.mremap((void *)base, map, newmap, 0, NULL) == MAP_FAILED) {
 			ucma_mutex_lock(&ovf_lock);
@@ -669,7 +674,7 @@ void *ucma_overflow_large_resize(const struct ucma_ovf_ref *ref, size_t size, si
 				/* A granule cannot be registered: back to
 				 * the old length (the pages stay mapped, past
 				 * the block, should even that be refused). */
-				ovf_unregister_if(base + map, newmap - map, r);
+				ovf_forget(base + map, newmap - map, r);
 				ucma_mutex_unlock(&ovf_lock);
 				ucma_os.mremap((void *)base, newmap, map, 0, NULL);
 				errno = saved;
@@ -688,20 +693,20 @@ void *ucma_overflow_large_resize(const struct ucma_ovf_ref *ref, size_t size, si
 			}
 			ucma_mutex_lock(&ovf_lock);
 			if (ovf_register((uintptr_t)to, newmap, r) != 0) {
-				ovf_unregister_if((uintptr_t)to, newmap, r);
+				ovf_forget((uintptr_t)to, newmap, r);
 				ucma_mutex_unlock(&ovf_lock);
 				ucma_os.munmap(to, newmap);
 				errno = saved;
 				return NULL;
 			}
-			ovf_register(base, map, NULL);
+			ovf_forget(base, map, NULL);
 			ucma_mutex_unlock(&ovf_lock);
 			m = ucma_os.mremap((void *)base, map, newmap, MREMAP_MAYMOVE | MREMAP_FIXED,
 					   to);
 			if (m == MAP_FAILED) {
 				ucma_mutex_lock(&ovf_lock);
 				ovf_register(base, map, r);	/* (leaves there) */
-				ovf_unregister_if((uintptr_t)to, newmap, r);
+				ovf_forget((uintptr_t)to, newmap, r);
 				ucma_mutex_unlock(&ovf_lock);
 				reservation_release(to, newmap);
 				errno = saved;
@@ -716,7 +721,7 @@ void *ucma_overflow_large_resize(const struct ucma_ovf_ref *ref, size_t size, si
 
 			if (past < base + map) {
 				ucma_mutex_lock(&ovf_lock);
-				ovf_unregister_if(past, base + map - past, r);
+				ovf_forget(past, base + map - past, r);
 				ucma_mutex_unlock(&ovf_lock);
 			}
 			map = kept;

@@ -278,4 +278,15 @@ UCMA_INTERNAL void ucma_slab_atfork_prepare(void);
 UCMA_INTERNAL void ucma_slab_atfork_parent(void);
 UCMA_INTERNAL void ucma_slab_atfork_child(void);
 
+/* Round a large size (above 16 bytes) up to four classes per doubling:
+ * growth by realloc then copies O(log n) times, not once per page
+ * (malloc.c), and the overflow's kept blocks come in classes (overflow.c). */
+static inline size_t ucma_large_round(size_t size)
+{
+	unsigned lg = 63u - (unsigned)__builtin_clzll((unsigned long long)size - 1);
+	size_t delta = (size_t)1 << (lg - 2);
+
+	return (size + delta - 1) & ~(delta - 1);
+}
+
 #endif /* UCMA_SLAB_H */

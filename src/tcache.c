@@ -782,7 +782,7 @@ static void large_flush(struct ucma_tcache *tc)
  * twice for a moment, and large_put() (before it stored its entry ahead
  * of the count) could list a slot's stale entry, a run since allocated
  * again, on a per-CPU list, or kept by another cache.  test_malloc's fork
- * case once in 35 runs or so, and a second free stopped as "free
+ * case failed so in 1 of 30 runs: a second free stopped as "free
  * already".
  */
 static bool looks_kept(const struct ucma_arena *a, const struct ucma_tcache *self, uint32_t pfn,
