@@ -790,6 +790,7 @@ struct ucma_malloc_counters {
 	uint64_t large_allocs;		/* live page-run allocations */
 	uint64_t overflow_bytes;	/* bytes of blocks and chunks outside the arena */
 	uint64_t overflow_cached_bytes;	/* of which freed large blocks kept */
+	uint64_t slab_kept_bytes;	/* wholly free slabs the central bins keep */
 	uint64_t tcache_bytes;		/* free bytes threads keep: parked, or in their slabs */
 };
 UCMA_INTERNAL void ucma_malloc_counters_read(struct ucma_malloc_counters *out);

@@ -129,6 +129,18 @@ static inline void ucma_lock(uint32_t *l)
 		ucma_lock_slow(l);
 }
 
+/* Take @l if nobody holds it: true when taken.  For paths that may run
+ * while the caller holds what a lock holder waits for (see its callers). */
+static inline bool ucma_trylock(uint32_t *l)
+{
+	uint32_t c = 0;
+
+	if (!__atomic_compare_exchange_n(l, &c, 1, false, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+		return false;
+	ucma_locks_held_inc();
+	return true;
+}
+
 static inline void ucma_unlock(uint32_t *l)
 {
 	if (UCMA_UNLIKELY(__atomic_exchange_n(l, 0, __ATOMIC_RELEASE) == 2))

@@ -583,6 +583,9 @@ static void *large_alloc(size_t size, size_t align, unsigned gfp)
 		}
 		saved = errno;	/* a kept run touches nothing that sets it */
 		pfn = run_alloc(a, (uint32_t)npages, align, gfp);
+		/* Wholly free slabs the central bins keep give way first. */
+		if (pfn == UCMA_PFN_NONE && ucma_slab_drop_empty())
+			pfn = run_alloc(a, (uint32_t)npages, align, gfp);
 		if (pfn != UCMA_PFN_NONE) {
 			uint32_t run = a->pages[pfn].aux;
 
@@ -1272,4 +1275,5 @@ void ucma_malloc_counters_read(struct ucma_malloc_counters *out)
 	out->active_bytes += ucma_slab_active_bytes();
 	out->overflow_bytes = ucma_overflow_bytes();
 	out->overflow_cached_bytes = ucma_overflow_cached_bytes();
+	out->slab_kept_bytes = ucma_slab_kept_bytes();
 }

@@ -24,11 +24,12 @@
  * other threads, exited ones included, return to the slab they came from.
  *
  * Central bins: one per class and bin set, each with its own lock: a
- * partial list, a few wholly free slabs kept for reuse (further ones are
- * destroyed at once), and the full ones on no list until a remote free
- * makes room (then the first such free lists the slab, see
- * ucma_slab_central_freed()).  There are two bin sets per CPU, handed to
- * threads in turn, so threads adopting at once do not meet on one lock.
+ * partial list, wholly free slabs kept for reuse (a few per bin, more for
+ * a while within a byte budget: see central_keep_budget()), and the full
+ * ones on no list until a remote free makes room (then the first such
+ * free lists the slab, see ucma_slab_central_freed()).  There are two bin
+ * sets per CPU, handed to threads in turn, so threads adopting at once do
+ * not meet on one lock.
  *
  * Descriptors come from a pool and go back to it, never to other use:
  * see "type stable" in slab.h.
@@ -80,37 +81,93 @@ struct slab_bin {
 static struct slab_bin bins[UCMA_MAX_BINSETS][UCMA_NR_CLASSES];
 static unsigned nbinsets = 1;
 static unsigned binset_turn;	/* atomic */
-/* Slabs on the empty lists of all bins: changed under a bin lock, read
- * without one (atomic), so a slab creation finds out cheaply whether any
- * are kept (slab_pages()). */
+/* Slabs on the empty lists of all bins, and their bytes: changed under a
+ * bin lock, read without one (atomic), so a slab creation finds out
+ * cheaply whether any are kept (slab_pages()). */
 static unsigned central_nempty;
+static size_t central_empty_bytes;
+/* Decay ticks so far (atomic): ucma_slab_decay(). */
+static uint32_t central_tick;
 
-/* Wholly free slabs a central bin of class @cls keeps: small slabs are
- * cheap to keep, a 128 KiB one is not. */
+/* Wholly free slabs a central bin of class @cls keeps until trimmed or
+ * pressed for memory: small slabs are cheap to keep, a 128 KiB one is
+ * not. */
 static unsigned central_keep_empty(unsigned cls)
 {
 	return ucma_classes[cls].npages <= 8 ? 2 : 1;
 }
 
+/*
+ * Beyond those few, the central bins keep wholly free slabs up to this
+ * many bytes in all, for a decay interval: a thread that frees a few MiB
+ * of small blocks and allocates as many again (a batch, a request, a
+ * round of bench_malloc's small-batch: 374 slabs) finds its slabs made,
+ * where it destroyed and created each of them, their pages through the
+ * page allocator, every time.  The kernel's per-CPU lists and jemalloc's
+ * dirty extents keep freed memory the same way.  The pages of a kept
+ * slab are resident as the zone's free pages would be until its decay
+ * purged them; they go back at the second decay tick after they were
+ * kept (ucma_slab_decay(): between UCMA_DECAY_MS / 2 and UCMA_DECAY_MS,
+ * looked at when pages are freed, as the zone's), at ucma_trim(), when a
+ * new slab would otherwise take pages that are not resident
+ * (slab_pages()), and when the NORMAL zone has no run for a request
+ * (ucma_slab_drop_empty()).  So a small arena is not held by them either:
+ * at most 1/32 of the NORMAL zone.
+ */
+#define CENTRAL_KEEP_MAX (8u << 20)
+
+static size_t central_keep_budget(void)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+	size_t share;
+
+	if (!a)
+		return CENTRAL_KEEP_MAX;
+	share = ((size_t)a->zones[UCMA_ZONE_NORMAL].managed_pages << UCMA_PAGE_SHIFT) / 32;
+	return share < CENTRAL_KEEP_MAX ? share : CENTRAL_KEEP_MAX;
+}
+
+static size_t slab_bytes(const struct ucma_slab *s)
+{
+	return (size_t)ucma_classes[s->cls].npages << UCMA_PAGE_SHIFT;
+}
+
 /* Keep the wholly free slab @s on bin @b's empty list (bin lock held). */
 static void empty_add(struct slab_bin *b, struct ucma_slab *s)
 {
+	s->kept_tick = __atomic_load_n(&central_tick, __ATOMIC_RELAXED);
 	ucma_slab_list_add(&b->empty, s);
 	__atomic_store_n(&b->nempty, b->nempty + 1, __ATOMIC_RELAXED);
 	__atomic_fetch_add(&central_nempty, 1, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&central_empty_bytes, slab_bytes(s), __ATOMIC_RELAXED);
 }
 
-/* Take the first slab of bin @b's empty list, or NULL (bin lock held). */
+/* Take slab @s off bin @b's empty list (bin lock held). */
+static void empty_del(struct slab_bin *b, struct ucma_slab *s)
+{
+	ucma_slab_list_del(&b->empty, s);
+	__atomic_store_n(&b->nempty, b->nempty - 1, __ATOMIC_RELAXED);
+	__atomic_fetch_sub(&central_nempty, 1, __ATOMIC_RELAXED);
+	__atomic_fetch_sub(&central_empty_bytes, slab_bytes(s), __ATOMIC_RELAXED);
+}
+
+/* Take the first slab of bin @b's empty list, the last kept, or NULL (bin
+ * lock held). */
 static struct ucma_slab *empty_take(struct slab_bin *b)
 {
 	struct ucma_slab *s = b->empty;
 
-	if (s) {
-		ucma_slab_list_del(&b->empty, s);
-		__atomic_store_n(&b->nempty, b->nempty - 1, __ATOMIC_RELAXED);
-		__atomic_fetch_sub(&central_nempty, 1, __ATOMIC_RELAXED);
-	}
+	if (s)
+		empty_del(b, s);
 	return s;
+}
+
+/* May bin @b keep one more wholly free slab @s (bin lock held)? */
+static bool empty_keeps(const struct slab_bin *b, const struct ucma_slab *s)
+{
+	return b->nempty < central_keep_empty(s->cls) ||
+	       __atomic_load_n(&central_empty_bytes, __ATOMIC_RELAXED) + slab_bytes(s) <=
+		       central_keep_budget();
 }
 
 /* ------------------------------------------------------------------------ */
@@ -223,12 +280,18 @@ unsigned ucma_slab_binset_next(void)
 static uint32_t UCMA_FORK_LOCK pool_lock;
 static struct ucma_slab *pool_free;
 static char *pool_cur, *pool_end;
+/* Descriptors given back where pool_lock may not be waited for (the
+ * decay, ucma_slab_decay()): pushed without a lock, taken all at once by
+ * desc_alloc().  A stack whose only pop takes everything has no ABA. */
+static struct ucma_slab *pool_pending;
 
 static struct ucma_slab *desc_alloc(void)
 {
 	struct ucma_slab *s;
 
 	ucma_lock(&pool_lock);
+	if (!pool_free)
+		pool_free = __atomic_exchange_n(&pool_pending, NULL, __ATOMIC_ACQUIRE);
 	s = pool_free;
 	if (s) {
 		pool_free = s->next;
@@ -260,6 +323,16 @@ static void desc_free(struct ucma_slab *s)
 	s->next = pool_free;
 	pool_free = s;
 	ucma_unlock(&pool_lock);
+}
+
+static void desc_free_nowait(struct ucma_slab *s)
+{
+	struct ucma_slab *head = __atomic_load_n(&pool_pending, __ATOMIC_RELAXED);
+
+	do
+		s->next = head;
+	while (!__atomic_compare_exchange_n(&pool_pending, &head, s, true, __ATOMIC_RELEASE,
+					    __ATOMIC_RELAXED));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -344,7 +417,9 @@ static void registry_add(struct slab_bin *b, struct ucma_slab *s)
  * they merge, and the run is asked for again (bench_malloc "simple" under
  * the preload: peak RSS in tests/bench/RESULTS.md; test_malloc's first
  * check).  A program that grows with nothing kept and nothing freed pays
- * a look at two counters per slab and one per CPU.
+ * a look at two counters per slab and one per CPU.  When the zone has no
+ * run at all, the central bins' kept slabs go back and the run is asked
+ * for once more, before the slab goes outside the arena.
  */
 static size_t release_central(bool partials);
 
@@ -354,7 +429,13 @@ static uint32_t slab_pages(struct ucma_arena *a, uint32_t npages, struct ucma_tc
 	bool dirty = true;
 	uint32_t pfn = ucma_pages_alloc_dirty(a, npages, gfp, &dirty);
 
-	if (pfn == UCMA_PFN_NONE || dirty)
+	if (pfn == UCMA_PFN_NONE) {
+		/* No run: the slabs the bins keep make room first. */
+		if (ucma_slab_drop_empty())
+			pfn = ucma_pages_alloc(a, npages, gfp);
+		return pfn;
+	}
+	if (dirty)
 		return pfn;
 	if ((owner == &ucma_slab_unowned || !ucma_tcache_keeps_empty(owner)) &&
 	    !__atomic_load_n(&central_nempty, __ATOMIC_RELAXED) &&
@@ -432,16 +513,13 @@ static struct ucma_slab *slab_create(unsigned set, unsigned cls, struct ucma_tca
 	return s;
 }
 
-void ucma_slab_destroy(struct ucma_slab *s)
+/* Take @s, wholly free, off bin @b's registry: dead from here (bin lock
+ * held). */
+static void registry_del_locked(struct slab_bin *b, struct ucma_slab *s)
 {
-	const struct ucma_class *c = &ucma_classes[s->cls];
-	size_t bytes = (size_t)c->npages << UCMA_PAGE_SHIFT;
-	struct slab_bin *b = &bins[s->binset][s->cls];
-
 	if (ucma_config_debug && !slab_looks_empty(s))
 		ucma_fatal("internal error: destroying slab %p of class %u with %u objects in use",
-			   (void *)s->base, c->size, s->nobjs - ucma_slab_nfree(s));
-	ucma_lock(&b->lock);
+			   (void *)s->base, s->size, s->nobjs - ucma_slab_nfree(s));
 	if (s->rprev)
 		s->rprev->rnext = s->rnext;
 	else
@@ -451,15 +529,31 @@ void ucma_slab_destroy(struct ucma_slab *s)
 	s->rnext = s->rprev = NULL;
 	__atomic_store_n(&s->state, UCMA_SLAB_DEAD, __ATOMIC_RELAXED);
 	__atomic_store_n(&s->owner, &ucma_slab_unowned, __ATOMIC_RELAXED);
-	ucma_unlock(&b->lock);
-	UCMA_UNPOISON((void *)s->base, bytes);
+}
+
+/* The pages of @s, off the registry, back (without any bin lock). */
+static void slab_pages_free(struct slab_bin *b, struct ucma_slab *s)
+{
+	unsigned npages = ucma_classes[s->cls].npages;
+
+	UCMA_UNPOISON((void *)s->base, (size_t)npages << UCMA_PAGE_SHIFT);
 	if (s->where == UCMA_SLAB_ARENA) {
 		__atomic_fetch_sub(&b->nslabs_arena, 1, __ATOMIC_RELAXED);
 		ucma_pages_free(ucma_arena_peek(), s->pfn);
 	} else {
-		ucma_overflow_span_free((void *)s->base, c->npages);
+		ucma_overflow_span_free((void *)s->base, npages);
 		ucma_count(UCMA_STAT_OVERFLOW_FREE, 1);
 	}
+}
+
+void ucma_slab_destroy(struct ucma_slab *s)
+{
+	struct slab_bin *b = &bins[s->binset][s->cls];
+
+	ucma_lock(&b->lock);
+	registry_del_locked(b, s);
+	ucma_unlock(&b->lock);
+	slab_pages_free(b, s);
 	desc_free(s);
 }
 
@@ -569,7 +663,7 @@ static bool central_file(struct slab_bin *b, struct ucma_slab *s, int old_state)
 	if (old_state == UCMA_SLAB_C_PARTIAL)
 		ucma_slab_list_del(&b->partial, s);
 	if (state == UCMA_SLAB_C_EMPTY) {
-		if (b->nempty >= central_keep_empty(s->cls)) {
+		if (!empty_keeps(b, s)) {
 			__atomic_store_n(&s->state, UCMA_SLAB_DEAD, __ATOMIC_RELAXED);
 			return true;
 		}
@@ -791,6 +885,61 @@ static size_t release_central(bool partials)
 size_t ucma_slab_trim(void)
 {
 	return release_central(true);
+}
+
+size_t ucma_slab_kept_bytes(void)
+{
+	return __atomic_load_n(&central_empty_bytes, __ATOMIC_RELAXED);
+}
+
+bool ucma_slab_drop_empty(void)
+{
+	return __atomic_load_n(&central_nempty, __ATOMIC_RELAXED) && release_central(false);
+}
+
+/*
+ * Called from the NORMAL zone's purge, at the end of ucma_pages_free(),
+ * which a migrating thread may call holding a handle entry that a fork
+ * waits for while it holds every bin lock and pool_lock (fork.c's
+ * stages): so no lock of the malloc family is waited for here.  A bin
+ * whose lock is taken is looked at next tick; the descriptors go back
+ * without pool_lock, and slabs outside the arena stay (their unmapping
+ * takes ovf_lock) until the budget, a trim or pressure takes them.  The
+ * zone's locks, which the caller takes anyway, are taken as usual.
+ */
+void ucma_slab_decay(void)
+{
+	uint32_t tick = __atomic_add_fetch(&central_tick, 1, __ATOMIC_RELAXED);
+
+	if (!__atomic_load_n(&central_nempty, __ATOMIC_RELAXED))
+		return;
+	for (unsigned set = 0; set < nbinsets; set++) {
+		for (unsigned cls = 0; cls < UCMA_NR_CLASSES; cls++) {
+			struct slab_bin *b = &bins[set][cls];
+			unsigned keep = central_keep_empty(cls), i = 0;
+			struct ucma_slab *list = NULL, *s, *next;
+
+			if (__atomic_load_n(&b->nempty, __ATOMIC_RELAXED) <= keep ||
+			    !ucma_trylock(&b->lock))
+				continue;
+			/* Newest first: the bin's few stay, whatever their age. */
+			for (s = b->empty; s; s = next) {
+				next = s->next;
+				if (i++ < keep || s->where != UCMA_SLAB_ARENA ||
+				    tick - s->kept_tick < 2)
+					continue;
+				empty_del(b, s);
+				registry_del_locked(b, s);
+				ucma_slab_list_add(&list, s);
+			}
+			ucma_unlock(&b->lock);
+			for (s = list; s; s = next) {
+				next = s->next;
+				slab_pages_free(b, s);
+				desc_free_nowait(s);
+			}
+		}
+	}
 }
 
 uint64_t ucma_slab_active_bytes(void)

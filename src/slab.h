@@ -145,7 +145,8 @@ struct ucma_slab {
 	/* third cache line: what other threads write, apart from the owner's */
 	uint64_t remote[UCMA_SLAB_WORDS];	/* 1 = freed by a non-owner, not merged */
 	struct ucma_slab *rnext, *rprev;	/* every slab of its bin (bin lock) */
-	uint64_t pad_remote[2];
+	uint32_t kept_tick;		/* central empty: decay tick it was kept at (bin lock) */
+	uint32_t pad_remote[3];
 } __attribute__((aligned(64)));
 _Static_assert(offsetof(struct ucma_slab, used) == 64 && offsetof(struct ucma_slab, remote) == 128 &&
 	       sizeof(struct ucma_slab) == 192,
@@ -272,6 +273,15 @@ UCMA_INTERNAL uint64_t ucma_slab_owned_free_bytes(void);
 UCMA_INTERNAL void ucma_slab_release_foreign(struct ucma_tcache *self);
 /* Destroy every wholly free central slab; the number of bytes released. */
 UCMA_INTERNAL size_t ucma_slab_trim(void);
+/* Destroy the central bins' wholly free slabs (the kept ones too): true
+ * if any was.  For a request that found no pages. */
+UCMA_INTERNAL bool ucma_slab_drop_empty(void);
+/* Bytes of the wholly free slabs the central bins keep. */
+UCMA_INTERNAL size_t ucma_slab_kept_bytes(void);
+/* One decay tick (the NORMAL zone's purge): destroy the central bins'
+ * wholly free slabs kept beyond each bin's few since the tick before the
+ * last.  Takes bin locks only if free. */
+UCMA_INTERNAL void ucma_slab_decay(void);
 /* Bytes of arena pages in slabs (cached empty ones included). */
 UCMA_INTERNAL uint64_t ucma_slab_active_bytes(void);
 UCMA_INTERNAL void ucma_slab_atfork_prepare(void);

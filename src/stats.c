@@ -582,6 +582,7 @@ static const struct stat_family stat_families[] = {
 	MALLOC("malloc_large", large_allocs, 0),
 	MALLOC("malloc_overflow_bytes", overflow_bytes, 0),
 	MALLOC("malloc_overflow_cached_bytes", overflow_cached_bytes, 0),
+	MALLOC("malloc_slab_kept_bytes", slab_kept_bytes, 0),
 	MALLOC("malloc_tcache_bytes", tcache_bytes, 0),
 	{ "nr_free_pages", DIM_ONE, 0, true, get_free_total, 0 },
 	{ "nr_free_pages_%s", DIM_ZONE, 0, true, get_zone_free, 0 },

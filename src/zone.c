@@ -77,6 +77,7 @@
 #include "lend.h"
 #include "overflow.h"
 #include "pcp.h"
+#include "slab.h"
 
 #include <errno.h>
 #include <string.h>
@@ -1638,7 +1639,9 @@ static void maybe_purge(struct ucma_zone *z)
 {
 	uint64_t now, next;
 
-	if (ucma_opt.decay_ms == 0 || zone_keeps_memory(z))
+	/* NORMAL ticks even where it keeps its own memory (hugetlb): the
+	 * malloc family's kept slabs and blocks decay by its ticks. */
+	if (ucma_opt.decay_ms == 0 || (zone_keeps_memory(z) && z->id != UCMA_ZONE_NORMAL))
 		return;
 	now = ucma_os_now_ns();
 	next = atomic_load_explicit(&next_purge_ns[z->id], memory_order_relaxed);
@@ -1647,10 +1650,14 @@ static void maybe_purge(struct ucma_zone *z)
 	if (!atomic_compare_exchange_strong(&next_purge_ns[z->id], &next,
 					    now + (uint64_t)ucma_opt.decay_ms * 500000ull))
 		return;	/* another thread purges */
-	if (next != 0)
+	if (next != 0 && !zone_keeps_memory(z))
 		ucma_zone_purge(z, false);
 	/* The malloc family's blocks kept outside the arena decay too,
-	 * when a program frees no more of them. */
-	if (z->id == UCMA_ZONE_NORMAL)
+	 * when a program frees no more of them, and the wholly free slabs
+	 * the central bins keep (before the zone's next purge, which takes
+	 * their pages). */
+	if (z->id == UCMA_ZONE_NORMAL) {
 		ucma_overflow_decay();
+		ucma_slab_decay();
+	}
 }

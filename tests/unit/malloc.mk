@@ -6,7 +6,8 @@ MALLOC_TESTS = \
 	tests/unit/test_malloc_abort \
 	tests/unit/test_malloc_overflow \
 	tests/unit/test_malloc_start \
-	tests/unit/test_overflow_cache
+	tests/unit/test_overflow_cache \
+	tests/unit/test_slab_keep
 
 check_PROGRAMS += $(MALLOC_TESTS)
 TESTS += $(MALLOC_TESTS)
@@ -20,3 +21,5 @@ tests_unit_test_malloc_start_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_malloc_start_LDADD = $(TEST_LDADD)
 tests_unit_test_overflow_cache_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_unit_test_overflow_cache_LDADD = $(TEST_LDADD)
+tests_unit_test_slab_keep_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_unit_test_slab_keep_LDADD = $(TEST_LDADD)
