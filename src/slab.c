@@ -85,6 +85,7 @@ static unsigned binset_turn;	/* atomic */
  * bin lock, read without one (atomic), so a slab creation finds out
  * cheaply whether any are kept (slab_pages()). */
 static unsigned central_nempty;
+static unsigned central_arena_nempty;	/* of which arena slabs */
 static size_t central_empty_bytes;
 /* Decay ticks so far (atomic): ucma_slab_decay(). */
 static uint32_t central_tick;
@@ -139,6 +140,7 @@ static void empty_add(struct slab_bin *b, struct ucma_slab *s)
 	ucma_slab_list_add(&b->empty, s);
 	__atomic_store_n(&b->nempty, b->nempty + 1, __ATOMIC_RELAXED);
 	__atomic_fetch_add(&central_nempty, 1, __ATOMIC_RELAXED);
+	__atomic_fetch_add(&central_arena_nempty, s->where == UCMA_SLAB_ARENA, __ATOMIC_RELAXED);
 	__atomic_fetch_add(&central_empty_bytes, slab_bytes(s), __ATOMIC_RELAXED);
 }
 
@@ -148,6 +150,7 @@ static void empty_del(struct slab_bin *b, struct ucma_slab *s)
 	ucma_slab_list_del(&b->empty, s);
 	__atomic_store_n(&b->nempty, b->nempty - 1, __ATOMIC_RELAXED);
 	__atomic_fetch_sub(&central_nempty, 1, __ATOMIC_RELAXED);
+	__atomic_fetch_sub(&central_arena_nempty, s->where == UCMA_SLAB_ARENA, __ATOMIC_RELAXED);
 	__atomic_fetch_sub(&central_empty_bytes, slab_bytes(s), __ATOMIC_RELAXED);
 }
 
@@ -892,41 +895,40 @@ size_t ucma_slab_kept_bytes(void)
 	return __atomic_load_n(&central_empty_bytes, __ATOMIC_RELAXED);
 }
 
-bool ucma_slab_drop_empty(void)
-{
-	return __atomic_load_n(&central_nempty, __ATOMIC_RELAXED) && release_central(false);
-}
-
 /*
- * Called from the NORMAL zone's purge, at the end of ucma_pages_free(),
- * which a migrating thread may call holding a handle entry that a fork
- * waits for while it holds every bin lock and pool_lock (fork.c's
- * stages): so no lock of the malloc family is waited for here.  A bin
- * whose lock is taken is looked at next tick; the descriptors go back
- * without pool_lock, and slabs outside the arena stay (their unmapping
- * takes ovf_lock) until the budget, a trim or pressure takes them.  The
- * zone's locks, which the caller takes anyway, are taken as usual.
+ * Destroy arena slabs on the central bins' empty lists (outside the arena
+ * destroying one would give the zone nothing).  All of them, for a request
+ * that found no run; or, for the decay (@decay), those beyond each bin's
+ * few that were kept before the tick before @tick, without waiting for
+ * any lock of the malloc family: ucma_slab_decay() is called from the
+ * NORMAL zone's purge, at the end of ucma_pages_free(), which a migrating
+ * thread may call holding a handle entry that a fork waits for while it
+ * holds every bin lock and pool_lock (fork.c's stages).  There a bin whose
+ * lock is taken is looked at next tick, and the descriptors go back
+ * without pool_lock.  (The zone's locks, which that caller takes anyway,
+ * are taken as usual.)  True if any slab went.
  */
-void ucma_slab_decay(void)
+static bool cull_empty(bool decay, uint32_t tick)
 {
-	uint32_t tick = __atomic_add_fetch(&central_tick, 1, __ATOMIC_RELAXED);
+	bool any = false;
 
-	if (!__atomic_load_n(&central_nempty, __ATOMIC_RELAXED))
-		return;
 	for (unsigned set = 0; set < nbinsets; set++) {
 		for (unsigned cls = 0; cls < UCMA_NR_CLASSES; cls++) {
 			struct slab_bin *b = &bins[set][cls];
-			unsigned keep = central_keep_empty(cls), i = 0;
+			unsigned keep = decay ? central_keep_empty(cls) : 0, i = 0;
 			struct ucma_slab *list = NULL, *s, *next;
 
-			if (__atomic_load_n(&b->nempty, __ATOMIC_RELAXED) <= keep ||
-			    !ucma_trylock(&b->lock))
+			if (__atomic_load_n(&b->nempty, __ATOMIC_RELAXED) <= keep)
+				continue;
+			if (!decay)
+				ucma_lock(&b->lock);
+			else if (!ucma_trylock(&b->lock))
 				continue;
 			/* Newest first: the bin's few stay, whatever their age. */
 			for (s = b->empty; s; s = next) {
 				next = s->next;
 				if (i++ < keep || s->where != UCMA_SLAB_ARENA ||
-				    tick - s->kept_tick < 2)
+				    (decay && tick - s->kept_tick < 2))
 					continue;
 				empty_del(b, s);
 				registry_del_locked(b, s);
@@ -936,10 +938,28 @@ void ucma_slab_decay(void)
 			for (s = list; s; s = next) {
 				next = s->next;
 				slab_pages_free(b, s);
-				desc_free_nowait(s);
+				if (decay)
+					desc_free_nowait(s);
+				else
+					desc_free(s);
+				any = true;
 			}
 		}
 	}
+	return any;
+}
+
+bool ucma_slab_drop_empty(void)
+{
+	return __atomic_load_n(&central_arena_nempty, __ATOMIC_RELAXED) && cull_empty(false, 0);
+}
+
+void ucma_slab_decay(void)
+{
+	uint32_t tick = __atomic_add_fetch(&central_tick, 1, __ATOMIC_RELAXED);
+
+	if (__atomic_load_n(&central_arena_nempty, __ATOMIC_RELAXED))
+		cull_empty(true, tick);
 }
 
 uint64_t ucma_slab_active_bytes(void)
@@ -952,7 +972,6 @@ uint64_t ucma_slab_active_bytes(void)
 				 ((uint64_t)ucma_classes[cls].npages << UCMA_PAGE_SHIFT);
 	return bytes;
 }
-
 /* ------------------------------------------------------------------------ */
 /* Fork                                                                      */
 /* ------------------------------------------------------------------------ */

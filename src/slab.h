@@ -273,8 +273,8 @@ UCMA_INTERNAL uint64_t ucma_slab_owned_free_bytes(void);
 UCMA_INTERNAL void ucma_slab_release_foreign(struct ucma_tcache *self);
 /* Destroy every wholly free central slab; the number of bytes released. */
 UCMA_INTERNAL size_t ucma_slab_trim(void);
-/* Destroy the central bins' wholly free slabs (the kept ones too): true
- * if any was.  For a request that found no pages. */
+/* Destroy the wholly free arena slabs of the central bins (the few each
+ * bin keeps too): true if any was.  For a request that found no run. */
 UCMA_INTERNAL bool ucma_slab_drop_empty(void);
 /* Bytes of the wholly free slabs the central bins keep. */
 UCMA_INTERNAL size_t ucma_slab_kept_bytes(void);
