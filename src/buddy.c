@@ -116,6 +116,7 @@ static void free_list_link(struct ucma_zone *z, uint32_t pfn, unsigned order, in
 	if (first != UCMA_PFN_NONE)
 		UCMA_PG_SET(pg(z, first), link.prev, pfn);
 	fa->head[mt] = pfn;
+	z->list_gen++;
 }
 
 /* Put a block at the front of its list, mark its head FREE, count it. */
@@ -140,6 +141,7 @@ static void free_list_del(struct ucma_zone *z, uint32_t pfn, unsigned order, int
 		UCMA_PG_SET(pg(z, p->link.next), link.prev, p->link.prev);
 	UCMA_PG_SET(p, kind, UCMA_PK_UNUSED);
 	free_count(z, pfn, order, mt, -1);
+	z->list_gen++;
 }
 
 /*

@@ -252,6 +252,12 @@ struct ucma_zone {
 	int backing;			/* enum ucma_backing in effect */
 	struct ucma_free_area free_area[UCMA_NR_ORDERS];
 	uint64_t free_pages;		/* on any free list, ISOLATE included */
+	/* Changes of the buddy lists (zone lock): a block linked or taken off,
+	 * or a purge.  The last unmovable request that found no run, and its
+	 * length, at the count it found none at (zone.c, nofit_known()). */
+	uint64_t list_gen;
+	uint64_t nofit_gen;
+	uint32_t nofit_npages[2];	/* [packed]; 0: none */
 	uint64_t isolated_free_pages;	/* on ISOLATE lists */
 	uint64_t managed_pages;		/* end_pfn - start_pfn */
 	uint32_t deferred_first;	/* no deferred pageblock has a lower index */

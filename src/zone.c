@@ -588,6 +588,51 @@ static uint32_t place_in(struct ucma_zone *z, uint32_t pfn, uint32_t span, uint3
  * NORMAL), a fresh pageblock may be reserved for lending instead: then
  * UCMA_PFN_NONE with *@lend_pb set (see ucma_pages_alloc()).
  */
+/*
+ * A full zone: the heap past the arena (overflow.c) asks the zone first for
+ * every large block, and the search for a run that is not there cost about
+ * a thousand instructions each time (take_hole(), take_across(), rmqueue()
+ * with its steals: 40 of the 83 million instructions of bench_malloc
+ * past-arena).  The search is a function of the buddy lists (which blocks,
+ * their migratetypes, dirty or clean) and of the request, so an unmovable
+ * request of a length that found nothing, or a longer one of the same kind
+ * (packed or not, within a pageblock or beyond), finds nothing while the
+ * lists are as they were: @list_gen counts their changes.  A run packed
+ * into a hole is looked for everywhere a buddy block is, and more, so a
+ * packed request that found nothing answers for the others too (the others
+ * only ask rmqueue(), which it asked last).  A request that had a frame
+ * lent instead found something; one that found nothing found no free
+ * pageblock to lend either.  Movable requests are not remembered.  Zone
+ * lock held.
+ */
+static bool nofit_kind_matches(uint32_t npages, uint32_t nofit)
+{
+	return nofit && npages >= nofit && (npages > UCMA_PAGEBLOCK_PAGES) ==
+						    (nofit > UCMA_PAGEBLOCK_PAGES);
+}
+
+static bool nofit_known(const struct ucma_zone *z, uint32_t npages, unsigned gfp)
+{
+	if ((gfp & UCMA_GFP_MOVABLE) || z->nofit_gen != z->list_gen)
+		return false;
+	return nofit_kind_matches(npages, z->nofit_npages[1]) ||
+	       (!packed(npages, gfp) && nofit_kind_matches(npages, z->nofit_npages[0]));
+}
+
+static void nofit_note(struct ucma_zone *z, uint32_t npages, unsigned gfp)
+{
+	bool pack = packed(npages, gfp);
+
+	if (gfp & UCMA_GFP_MOVABLE)
+		return;
+	if (z->nofit_gen != z->list_gen) {
+		z->nofit_gen = z->list_gen;
+		z->nofit_npages[0] = z->nofit_npages[1] = 0;
+	}
+	if (!z->nofit_npages[pack] || npages < z->nofit_npages[pack])
+		z->nofit_npages[pack] = npages;
+}
+
 static uint32_t alloc_zone_once(struct ucma_zone *z, uint32_t npages, unsigned gfp,
 				uint32_t *lend_pb, bool *was_dirty)
 {
@@ -604,7 +649,9 @@ static uint32_t alloc_zone_once(struct ucma_zone *z, uint32_t npages, unsigned g
 		listed = false;
 	}
 	ucma_mutex_lock(&z->lock);
-	if (npages > UCMA_PAGEBLOCK_PAGES) {
+	if (nofit_known(z, npages, gfp)) {
+		pfn = UCMA_PFN_NONE;
+	} else if (npages > UCMA_PAGEBLOCK_PAGES) {
 		bool pack = packed(npages, gfp);
 
 		pfn = pack ? take_across(z, npages, gfp_mt(z, gfp), &dirty, lend_pb) : UCMA_PFN_NONE;
@@ -652,6 +699,8 @@ static uint32_t alloc_zone_once(struct ucma_zone *z, uint32_t npages, unsigned g
 		set_run(a, pfn, npages, gfp & UCMA_GFP_MOVABLE);
 		wake = crossed_low_wmark(z, npages);
 		grow = thp_due(z);
+	} else if (!(lend_pb && *lend_pb != UCMA_PFN_NONE)) {
+		nofit_note(z, npages, gfp);
 	}
 unlock:
 	ucma_mutex_unlock(&z->lock);
@@ -713,12 +762,14 @@ unsigned ucma_zone_pcp_refill(struct ucma_zone *z, uint32_t npages, unsigned gfp
 	unsigned got = 0;
 
 	ucma_mutex_lock(&z->lock);
-	while (got < n) {
+	while (got < n && !nofit_known(z, npages, gfp)) {
 		bool d = true;
 		uint32_t pfn = rmqueue(z, order, gfp, &d);
 
-		if (pfn == UCMA_PFN_NONE)
+		if (pfn == UCMA_PFN_NONE) {
+			nofit_note(z, npages, gfp);
 			break;
+		}
 		if (lend_pb && !d) {
 			if (got == 0 && lend_instead(z, pfn, order, lend_pb))
 				break;
@@ -1622,6 +1673,7 @@ void ucma_zone_purge(struct ucma_zone *z, bool all)
 						    MADV_DONTNEED) == 0) {
 					p->flags &= (uint8_t)~UCMA_PF_DIRTY;
 					purged += 1u << o;
+					z->list_gen++;	/* clean now: nofit_known() */
 				}
 			}
 		}

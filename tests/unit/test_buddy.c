@@ -833,6 +833,48 @@ static void test_isolation(void)
 	free(list);
 }
 
+/*
+ * A full zone remembers the length it found no unmovable run for, at the
+ * state of its lists (zone.c, nofit_known()): asked again it answers at
+ * once; a run freed into its lists is found by the next request.
+ */
+static void test_nofit(void)
+{
+	struct ucma_zone *z = normal();
+	uint32_t *list = calloc(a->npages, sizeof(*list)), pfn, freed;
+	size_t n = 0;
+	uint64_t gen;
+
+	/* 20-page runs (packed into holes), then single pages, until none
+	 * is left. */
+	while ((pfn = ucma_pages_alloc(a, 20, UCMA_GFP_UNMOVABLE)) != UCMA_PFN_NONE)
+		list[n++] = pfn;
+	while ((pfn = ucma_pages_alloc(a, 1, UCMA_GFP_UNMOVABLE)) != UCMA_PFN_NONE)
+		list[n++] = pfn;
+	pfn = ucma_pages_alloc(a, 20, UCMA_GFP_UNMOVABLE);
+	ok(pfn == UCMA_PFN_NONE && z->nofit_npages[1] != 0 && z->nofit_npages[1] <= 20 &&
+		   z->nofit_gen == z->list_gen,
+	   "NORMAL full: no run of 20 pages, remembered (%u pages)", z->nofit_npages[1]);
+	gen = z->list_gen;
+	pfn = ucma_pages_alloc(a, 37, UCMA_GFP_UNMOVABLE);
+	ok(pfn == UCMA_PFN_NONE && z->list_gen == gen,
+	   "a longer request fails too, its lists untouched");
+	/* The first 20-page run back: the same request finds it. */
+	freed = list[0];
+	ucma_pages_free(a, freed);
+	pfn = ucma_pages_alloc(a, 20, UCMA_GFP_UNMOVABLE);
+	ok(pfn == freed, "a run of 20 pages freed: the next request takes it (%u, freed %u)", pfn,
+	   freed);
+	if (pfn != UCMA_PFN_NONE)
+		list[0] = pfn;
+	else
+		list[0] = list[--n];
+	while (n)
+		ucma_pages_free(a, list[--n]);
+	ok(tu_zones_ok(a, "nofit"), "invariants hold after the full-zone tests");
+	free(list);
+}
+
 int main(void)
 {
 	struct ucma_config cfg = {
@@ -867,6 +909,7 @@ int main(void)
 	test_extent_seq_wrap();
 	test_random();
 	test_zone_rules();
+	test_nofit();
 	test_isolation();
 	return done();
 }
