@@ -828,6 +828,22 @@ static __attribute__((noinline)) int owns_slow(const void *p);
 
 static __attribute__((noinline)) void free_or_slow(void *p, void (*foreign_free)(void *))
 {
+	struct ptr_info pi;
+	int kind, saved;
+
+	/* Outside the arena one look at the overflow's tree tells ours
+	 * (classified for the free at the same time) from foreign: the heap
+	 * past the arena paid that look twice. */
+	if (p && !ucma_addr_in_arena(ucma_arena_peek(), p)) {
+		saved = errno;	/* free() leaves errno alone */
+		kind = classify(p, &pi, "free()");
+		if (kind != PK_FOREIGN)
+			free_classified(p, kind, &pi, "free()");
+		errno = saved;
+		if (kind == PK_FOREIGN)
+			foreign_free(p);
+		return;
+	}
 	if (!owns_slow(p)) {
 		foreign_free(p);
 		return;
