@@ -35,6 +35,7 @@
 #include "lock.h"
 #include "copy.h"
 #include "node.h"
+#include "fork.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -1339,7 +1340,25 @@ struct env_areas {
 	char text[];
 };
 static struct env_areas *env_areas_list;	/* env_areas_lock */
-static pthread_mutex_t env_areas_lock = PTHREAD_MUTEX_INITIALIZER;
+/* A futex lock (lock.h), not a pthread mutex: the fork handlers hold it
+ * with every other lock of the library. */
+static uint32_t UCMA_FORK_LOCK env_areas_lock;
+
+/*
+ * Fork (fork.c's table): another thread may be inside the walk below, and
+ * a child that inherited the lock held waited for ever in its next
+ * ucma_config_from_env().  Nothing is taken under it, so any stage will
+ * do; it sits beside meta.c's, innermost.
+ */
+void ucma_config_fork_prepare(void)
+{
+	ucma_lock(&env_areas_lock);
+}
+
+void ucma_config_fork_parent(void)
+{
+	ucma_unlock(&env_areas_lock);
+}
 
 /* The kept copy of @text, or NULL with errno ENOMEM.  The lock is held
  * for the search and the link only, never across malloc() (a fork while
@@ -1350,7 +1369,7 @@ static const char *env_areas_keep(const char *text)
 	struct env_areas *e, *fresh = NULL;
 
 	for (int pass = 0; pass < 2; pass++) {
-		ucma_mutex_lock(&env_areas_lock);
+		ucma_lock(&env_areas_lock);
 		for (e = env_areas_list; e && strcmp(e->text, text) != 0; e = e->next)
 			;
 		if (!e && fresh) {
@@ -1358,7 +1377,7 @@ static const char *env_areas_keep(const char *text)
 			env_areas_list = e = fresh;
 			fresh = NULL;
 		}
-		ucma_mutex_unlock(&env_areas_lock);
+		ucma_unlock(&env_areas_lock);
 		if (e || pass)
 			break;
 		fresh = malloc(sizeof(*fresh) + strlen(text) + 1);

@@ -419,6 +419,13 @@ static void helpers_start(void)
 	atomic_store_explicit(&job.state, started ? H_RUNNING : H_NONE, memory_order_release);
 }
 
+void ucma_copy_prepare(size_t n, size_t split_min)
+{
+	if (n >= split_min && ucma_opt.copy_helpers &&
+	    atomic_load_explicit(&job.state, memory_order_acquire) == H_IDLE)
+		helpers_start();
+}
+
 unsigned ucma_copy_helpers_running(void)
 {
 	return atomic_load(&job.running);

@@ -40,6 +40,16 @@
  */
 UCMA_INTERNAL void ucma_copy_object(void *dst, const void *src, size_t n, size_t split_min);
 
+/*
+ * ucma_copy_prepare() - start the helper threads now if a copy of @n
+ * bytes at @split_min would use them and they are not started yet.  A
+ * mover calls it before it holds the object's entry (migrate.c): creating
+ * a thread may allocate (glibc's pthread_create() allocates the thread's
+ * TLS with the preloaded calloc()), and a fork that holds the malloc
+ * family's locks waits for every hold to end (fork.c, handle.c).
+ */
+UCMA_INTERNAL void ucma_copy_prepare(size_t n, size_t split_min);
+
 /* fork.c's stage: the child has no helper threads; it starts its own
  * on demand. */
 UCMA_INTERNAL void ucma_copy_fork_child(void);

@@ -43,7 +43,8 @@
  *     copies them to memory of its own (its handler runs before frames.c's,
  *     while the areas it reads are still the parent's), the parent waits
  *     (lend.c); 9. the memory-event queue;
- * 10. the metadata lock, innermost of all.
+ * 10. the lock of the area lists ucma_config_from_env() keeps (config.c),
+ *     which holds nothing, then the metadata lock, innermost of all.
  * Parent and child handlers run in the reverse order; after the last
  * child handler, with no ucma lock held, the child's memory events (its
  * new CMA areas) are delivered before fork() returns to the program.
@@ -122,6 +123,7 @@ static const struct fork_stage stages[] = {
 	  ucma_lend_frames_fork_child, NULL, false },
 	{ ucma_mem_event_fork_prepare, ucma_mem_event_fork_parent, ucma_mem_event_fork_child, NULL,
 	  true },
+	{ ucma_config_fork_prepare, ucma_config_fork_parent, ucma_config_fork_parent, NULL, true },
 	{ ucma_meta_fork_prepare, ucma_meta_fork_parent, ucma_meta_fork_parent, NULL, true },
 };
 #define NR_STAGES UCMA_ARRAY_SIZE(stages)

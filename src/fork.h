@@ -99,6 +99,9 @@ UCMA_INTERNAL void ucma_lend_frames_fork_child(void);
 UCMA_INTERNAL void ucma_mem_event_fork_prepare(void);
 UCMA_INTERNAL void ucma_mem_event_fork_parent(void);
 UCMA_INTERNAL void ucma_mem_event_fork_child(void);
+/* config.c: the lock of the area lists ucma_config_from_env() keeps. */
+UCMA_INTERNAL void ucma_config_fork_prepare(void);
+UCMA_INTERNAL void ucma_config_fork_parent(void);
 /* meta.c: the metadata lock, innermost of all. */
 UCMA_INTERNAL void ucma_meta_fork_prepare(void);
 UCMA_INTERNAL void ucma_meta_fork_parent(void);

@@ -259,6 +259,9 @@ int ucma_migrate_object(uint32_t index, void *old_addr, const struct ucma_migrat
 	gen = atomic_load_explicit(&e->gen, memory_order_acquire);
 	if (!(gen & 1) || __atomic_load_n(&e->addr, __ATOMIC_ACQUIRE) != old_addr)
 		return UCMA_MIGRATE_GONE;
+	/* The helpers before the hold (copy.h): starting them allocates. */
+	ucma_copy_prepare(__atomic_load_n(&e->size, __ATOMIC_RELAXED),
+			  t->copy_split_min ? t->copy_split_min : UCMA_COPY_SPLIT_MIN);
 	if (!grab(e, t->wait_pins)) {
 		ucma_count(UCMA_STAT_PGMIGRATE_FAIL, 1);
 		return UCMA_MIGRATE_PINNED;

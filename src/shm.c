@@ -397,17 +397,25 @@ static void shm_atexit(void)
 /* Forget the segment; remove its file only if this process created it. */
 static void drop(pid_t me)
 {
+	void *hdr, *stage;
+
 	if (!shm.hdr)
 		return;
 	if (shm.pid == me) {
 		atomic_store_explicit(&published_pid, 0, memory_order_relaxed);
 		unlink(shm.path);
 	}
-	ucma_os.munmap(shm.hdr, shm.size);
-	if (shm.stage)
-		ucma_os.munmap(shm.stage, shm.stage_size);
+	/* Forgotten before they are unmapped: a fork in between would leave
+	 * its child names for ranges that another thread may map meanwhile,
+	 * and the child's own drop() would unmap that thread's memory. */
+	hdr = shm.hdr;
+	stage = shm.stage;
 	shm.hdr = NULL;
 	shm.stage = NULL;
+	__atomic_signal_fence(__ATOMIC_SEQ_CST);	/* (the compiler keeps the order) */
+	ucma_os.munmap(hdr, shm.size);
+	if (stage)
+		ucma_os.munmap(stage, shm.stage_size);
 	shm.arena = NULL;
 	shm.pid = 0;
 	shm.keep = false;

@@ -90,6 +90,7 @@ TESTS += \
 	tests/integration/preload_contig.sh \
 	tests/integration/preload_contig_dontfork.sh \
 	tests/integration/preload_fork_files.sh \
+	tests/integration/preload_fork_helpers.sh \
 	tests/integration/preload_python.sh \
 	tests/integration/preload_tools.sh \
 	tests/integration/preload_lend.sh \
@@ -111,6 +112,7 @@ EXTRA_DIST += \
 	tests/integration/preload_contig.sh \
 	tests/integration/preload_contig_dontfork.sh \
 	tests/integration/preload_fork_files.sh \
+	tests/integration/preload_fork_helpers.sh \
 	tests/integration/preload_python.sh \
 	tests/integration/preload_tools.sh \
 	tests/integration/preload_compilers.sh

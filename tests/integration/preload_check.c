@@ -14,7 +14,9 @@
  * requests become contiguous buffers of a CMA area and that
  * free/realloc/malloc_usable_size handle them.  With "contig_dontfork"
  * (and UCMA_CMA_DONTFORK=1 as well) that they stay in the malloc family,
- * so that a child of fork() still has them.
+ * so that a child of fork() still has them.  With "fork_helpers" it checks
+ * forks made while another thread's migration starts the copy helpers
+ * (check_fork_helpers()).
  *
  * SPDX-License-Identifier: MIT
  */
@@ -26,6 +28,7 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -810,6 +813,75 @@ static void check_library_fds(void)
 	free(p);
 }
 
+/*
+ * "fork_helpers": a thread moves a 1 MiB object out of the CMA areas (a
+ * long-term pin, the process's first copy that can use the helper thread,
+ * which it starts) while the main thread forks back to back.  Creating the
+ * helper allocates its TLS with the preloaded calloc().  Started while the
+ * mover held the object's entry, a fork that had taken the malloc locks
+ * waited 2 s for the hold, gave up ("stays held"), and its child inherited
+ * the entry held: the child's pin waited for ever (in 8 runs of 20 before
+ * the helpers were started ahead of the hold).  One try per process:
+ * preload_fork_helpers.sh runs it several times.
+ */
+static ucma_handle_t fh_obj;
+static _Atomic int fh_done;
+
+static void *fh_mover(void *arg)
+{
+	(void)arg;
+	if (ucma_pin(fh_obj, UCMA_PIN_LONGTERM))
+		ucma_unpin(fh_obj);
+	atomic_store(&fh_done, 1);
+	return NULL;
+}
+
+static int fh_reap(int flags)
+{
+	int status, hung = 0;
+
+	while (waitpid(-1, &status, flags) > 0)
+		hung += !WIFEXITED(status) || WEXITSTATUS(status) != 0;
+	return hung;
+}
+
+static void check_fork_helpers(void)
+{
+	uint64_t moved = 0;
+	int forks = 0, bad = 0;
+	pthread_t t;
+	void *p;
+
+	fh_obj = ucma_halloc(MiB, 0);
+	p = fh_obj ? ucma_pin(fh_obj, 0) : NULL;
+	if (!p) {
+		ok(0, "a movable object of 1 MiB (%s)", strerror(errno));
+		return;
+	}
+	memset(p, 0x5a, MiB);
+	ucma_unpin(fh_obj);
+	pthread_create(&t, NULL, fh_mover, NULL);
+	while (!atomic_load(&fh_done) && forks < 20000) {
+		pid_t pid = fork();
+
+		if (pid == 0) {
+			alarm(5);
+			p = ucma_pin(fh_obj, 0);
+			_exit(p && ucma_unpin(fh_obj) == 0 ? 0 : 1);
+		}
+		forks += pid > 0;
+		bad += fh_reap(WNOHANG);
+	}
+	pthread_join(t, NULL);
+	bad += fh_reap(0);
+	ucma_stat("pin_longterm_migrated", &moved);
+	if (!moved)
+		skip(1, "the object was not in a CMA area: nothing moved");
+	else
+		ok(bad == 0, "%d forks while another thread's move starts the copy helpers: "
+		   "%d children could not pin the object", forks, bad);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 2 && strcmp(argv[1], "stats_fd") == 0)
@@ -822,6 +894,10 @@ int main(int argc, char **argv)
 	}
 	if (argc > 1 && strcmp(argv[1], "contig_dontfork") == 0) {
 		check_contig_dontfork();
+		return done();
+	}
+	if (argc > 1 && strcmp(argv[1], "fork_helpers") == 0) {
+		check_fork_helpers();
 		return done();
 	}
 	if (argc > 1 && strcmp(argv[1], "fork_files") == 0) {

@@ -21,6 +21,9 @@
  * 4. fork() while other threads hold handle-table entries exclusively
  *    (compaction moving objects, frees): a child that inherited an entry
  *    held by a thread it does not have waited forever to pin it.
+ * 5. fork() while other threads call ucma_config_from_env(): the lock of
+ *    the area lists it keeps was taken by no fork handler, and a child
+ *    that inherited it held waited forever in its own call.
  *
  * Duration of 2: UCMA_STRESS_SECONDS (default 2).
  *
@@ -416,22 +419,77 @@ static int fork_holds(void)
 	return bad;
 }
 
+/* ------------------------------------------------------------------------ */
+/* 5. fork while other threads call ucma_config_from_env()                   */
+/* ------------------------------------------------------------------------ */
+
+static void *config_caller(void *arg)
+{
+	struct ucma_config c;
+
+	(void)arg;
+	while (!atomic_load(&stop))
+		ucma_config_from_env(&c);
+	return NULL;
+}
+
+static int fork_config(void)
+{
+	enum { LISTS = 64, FORKS = 300 };
+	struct ucma_config c;
+	char buf[32];
+	pthread_t t[2];
+	int bad = 0;
+
+	/* Lists kept before: the threads ask for the first, last on the
+	 * list, so that each call walks them all under the lock. */
+	for (int i = LISTS; i > 0; i--) {
+		snprintf(buf, sizeof(buf), "dev:%dM", 2 * i);
+		setenv("UCMA_CMA_AREAS", buf, 1);
+		if (ucma_config_from_env(&c) != 0)
+			return 1;
+	}
+	snprintf(buf, sizeof(buf), "dev:%dM", 2 * LISTS);
+	setenv("UCMA_CMA_AREAS", buf, 1);
+	for (int i = 0; i < 2; i++)
+		pthread_create(&t[i], NULL, config_caller, NULL);
+	for (int i = 0; i < FORKS && !bad; i++) {
+		pid_t p = fork();
+		int st;
+
+		if (p == 0)
+			_exit(ucma_config_from_env(&c) == 0 ? 0 : 1);
+		st = wait_limited(p, CHILD_LIMIT_S);
+		if (st == -1) {
+			printf("# fork %d: the child hung\n", i);
+			bad = 1;
+		} else if (!WIFEXITED(st) || WEXITSTATUS(st)) {
+			bad = 1;
+		}
+	}
+	atomic_store(&stop, 1);
+	for (int i = 0; i < 2; i++)
+		pthread_join(t[i], NULL);
+	return bad;
+}
+
 int main(void)
 {
 	const char *env = getenv("UCMA_STRESS_SECONDS");
 
 	if (env && atoi(env) > 0)
 		seconds = atoi(env);
-	plan(4);
+	plan(5);
 	/* HANGS_ONLY=N runs scenario N alone (when chasing one). */
 	if (getenv("HANGS_ONLY")) {
 		int only = atoi(getenv("HANGS_ONLY"));
-		int (*fns[])(void) = { fork_contig, pin_reuse, fork_in_section, fork_holds };
+		int (*fns[])(void) = { fork_contig, pin_reuse, fork_in_section, fork_holds,
+				       fork_config };
 
-		if (only < 1 || only > 4)
-			bail_out("HANGS_ONLY=%d: scenarios are 1 to 4", only);
+		if (only < 1 || only > 5)
+			bail_out("HANGS_ONLY=%d: scenarios are 1 to 5", only);
 		scenario("the scenario asked for", fns[only - 1]);
-		for (int i = 1; i < 4; i++)
+		for (int i = 1; i < 5; i++)
 			skip(1, "HANGS_ONLY=%d", only);
 		return done();
 	}
@@ -440,5 +498,6 @@ int main(void)
 	scenario("fork inside a read-side section, drains and compaction running",
 		 fork_in_section);
 	scenario("fork while other threads hold handle entries", fork_holds);
+	scenario("fork while other threads call ucma_config_from_env()", fork_config);
 	return done();
 }
