@@ -107,12 +107,14 @@ static unsigned central_keep_empty(unsigned cls)
  * page allocator, every time.  The kernel's per-CPU lists and jemalloc's
  * dirty extents keep freed memory the same way.  The pages of a kept
  * slab are resident as the zone's free pages would be until its decay
- * purged them; they go back at the second decay tick after they were
- * kept (ucma_slab_decay(): between UCMA_DECAY_MS / 2 and UCMA_DECAY_MS,
- * looked at when pages are freed, as the zone's), at ucma_trim(), when a
- * new slab would otherwise take pages that are not resident
- * (slab_pages()), and when the NORMAL zone has no run for a request
- * (ucma_slab_drop_empty()).  So a small arena is not held by them either:
+ * purged them.  Those in the arena go back at the second decay tick
+ * after they were kept (ucma_slab_decay(): between UCMA_DECAY_MS / 2 and
+ * UCMA_DECAY_MS, looked at when pages are freed, as the zone's) and when
+ * the NORMAL zone has no run for a request (ucma_slab_drop_empty()); all
+ * of them at ucma_trim() and when a new slab would otherwise take pages
+ * that are not resident (slab_pages()).  Those outside the arena stay
+ * until then: their unmapping takes ovf_lock, which the decay may not
+ * wait for (cull_empty()).  So a small arena is not held by them either:
  * at most 1/32 of the NORMAL zone.
  */
 #define CENTRAL_KEEP_MAX (8u << 20)
@@ -972,6 +974,7 @@ uint64_t ucma_slab_active_bytes(void)
 				 ((uint64_t)ucma_classes[cls].npages << UCMA_PAGE_SHIFT);
 	return bytes;
 }
+
 /* ------------------------------------------------------------------------ */
 /* Fork                                                                      */
 /* ------------------------------------------------------------------------ */

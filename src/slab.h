@@ -279,8 +279,8 @@ UCMA_INTERNAL bool ucma_slab_drop_empty(void);
 /* Bytes of the wholly free slabs the central bins keep. */
 UCMA_INTERNAL size_t ucma_slab_kept_bytes(void);
 /* One decay tick (the NORMAL zone's purge): destroy the central bins'
- * wholly free slabs kept beyond each bin's few since the tick before the
- * last.  Takes bin locks only if free. */
+ * wholly free arena slabs kept beyond each bin's few since the tick before
+ * the last.  Takes bin locks only if free. */
 UCMA_INTERNAL void ucma_slab_decay(void);
 /* Bytes of arena pages in slabs (cached empty ones included). */
 UCMA_INTERNAL uint64_t ucma_slab_active_bytes(void);

@@ -584,11 +584,6 @@ static uint32_t place_in(struct ucma_zone *z, uint32_t pfn, uint32_t span, uint3
 }
 
 /*
- * A run of @npages from zone @z.  With @lend_pb (unmovable requests in
- * NORMAL), a fresh pageblock may be reserved for lending instead: then
- * UCMA_PFN_NONE with *@lend_pb set (see ucma_pages_alloc()).
- */
-/*
  * A full zone: the heap past the arena (overflow.c) asks the zone first for
  * every large block, and the search for a run that is not there cost about
  * a thousand instructions each time (take_hole(), take_across(), rmqueue()
@@ -633,6 +628,11 @@ static void nofit_note(struct ucma_zone *z, uint32_t npages, unsigned gfp)
 		z->nofit_npages[pack] = npages;
 }
 
+/*
+ * A run of @npages from zone @z.  With @lend_pb (unmovable requests in
+ * NORMAL), a fresh pageblock may be reserved for lending instead: then
+ * UCMA_PFN_NONE with *@lend_pb set (see ucma_pages_alloc()).
+ */
 static uint32_t alloc_zone_once(struct ucma_zone *z, uint32_t npages, unsigned gfp,
 				uint32_t *lend_pb, bool *was_dirty)
 {

@@ -92,6 +92,27 @@ static int wait_limited(pid_t pid, int limit_s)
 	}
 }
 
+/* Fork @forks times, each child exiting with what @child() returns, until
+ * a child hangs or fails: 1 then, else 0. */
+static int forks_checked(int forks, int (*child)(void))
+{
+	for (int i = 0; i < forks; i++) {
+		pid_t p = fork();
+		int st;
+
+		if (p == 0)
+			_exit(child());
+		st = wait_limited(p, CHILD_LIMIT_S);
+		if (st == -1) {
+			printf("# fork %d: the child hung\n", i);
+			return 1;
+		}
+		if (!WIFEXITED(st) || WEXITSTATUS(st))
+			return 1;
+	}
+	return 0;
+}
+
 /* Run @fn in a child; ok() on its exit status; a hang is a failure. */
 static void scenario(const char *name, int (*fn)(void))
 {
@@ -393,26 +414,13 @@ static int held_child(void)
 static int fork_holds(void)
 {
 	pthread_t c, r;
-	int bad = 0;
+	int bad;
 
 	for (int i = 0; i < HOLD_N; i++)
 		atomic_store(&hold_h[i], ucma_halloc(16 + (unsigned)(i * 131) % 8000, 0));
 	pthread_create(&c, NULL, compactor, NULL);
 	pthread_create(&r, NULL, recycler, NULL);
-	for (int i = 0; i < 200 && !bad; i++) {
-		pid_t p = fork();
-		int st;
-
-		if (p == 0)
-			_exit(held_child());
-		st = wait_limited(p, CHILD_LIMIT_S);
-		if (st == -1) {
-			printf("# fork %d: the child hung\n", i);
-			bad = 1;
-		} else if (!WIFEXITED(st) || WEXITSTATUS(st)) {
-			bad = 1;
-		}
-	}
+	bad = forks_checked(200, held_child);
 	atomic_store(&stop, 1);
 	pthread_join(c, NULL);
 	pthread_join(r, NULL);
@@ -433,13 +441,20 @@ static void *config_caller(void *arg)
 	return NULL;
 }
 
+static int config_child(void)
+{
+	struct ucma_config c;
+
+	return ucma_config_from_env(&c) == 0 ? 0 : 1;
+}
+
 static int fork_config(void)
 {
 	enum { LISTS = 64, FORKS = 300 };
 	struct ucma_config c;
 	char buf[32];
 	pthread_t t[2];
-	int bad = 0;
+	int bad;
 
 	/* Lists kept before: the threads ask for the first, last on the
 	 * list, so that each call walks them all under the lock. */
@@ -453,20 +468,7 @@ static int fork_config(void)
 	setenv("UCMA_CMA_AREAS", buf, 1);
 	for (int i = 0; i < 2; i++)
 		pthread_create(&t[i], NULL, config_caller, NULL);
-	for (int i = 0; i < FORKS && !bad; i++) {
-		pid_t p = fork();
-		int st;
-
-		if (p == 0)
-			_exit(ucma_config_from_env(&c) == 0 ? 0 : 1);
-		st = wait_limited(p, CHILD_LIMIT_S);
-		if (st == -1) {
-			printf("# fork %d: the child hung\n", i);
-			bad = 1;
-		} else if (!WIFEXITED(st) || WEXITSTATUS(st)) {
-			bad = 1;
-		}
-	}
+	bad = forks_checked(FORKS, config_child);
 	atomic_store(&stop, 1);
 	for (int i = 0; i < 2; i++)
 		pthread_join(t[i], NULL);
