@@ -391,6 +391,84 @@ static bool populate_buffer(char *p, size_t len)
 	return true;
 }
 
+/* ------------------------------------------------------------------------ */
+/* Operations in flight, and the child of a fork                             */
+/* ------------------------------------------------------------------------ */
+
+/* List @op, an allocation or release of pfns [@start, @end) of @area:
+ * area lock held, and the bits set (cma.h: struct ucma_cma_op). */
+static void op_begin(struct ucma_cma_area *area, struct ucma_cma_op *op, uint32_t start,
+		     uint32_t end, bool release)
+{
+	op->owner = pthread_self();
+	op->release = release;
+	op->start = start;
+	op->end = end;
+	op->iso_start = UCMA_ALIGN_DOWN(start, UCMA_PAGEBLOCK_PAGES);
+	op->iso_end = UCMA_ALIGN_UP(end, UCMA_PAGEBLOCK_PAGES);
+	op->isolated = false;
+	op->run = release;
+	op->next = area->ops;
+	area->ops = op;
+}
+
+/* Area lock held: @op is done (its bits cleared, or a counted buffer's). */
+static void op_end(struct ucma_cma_area *area, struct ucma_cma_op *op)
+{
+	struct ucma_cma_op **pp = &area->ops;
+
+	while (*pp != op) {
+		if (!*pp)
+			ucma_fatal("internal error: CMA operation %p is not listed", (void *)op);
+		pp = &(*pp)->next;
+	}
+	*pp = op->next;
+}
+
+/*
+ * The child of a fork has only the thread that forked.  An operation of
+ * another thread will never go on: what it had done is undone (its
+ * isolation, its run, its bits), and a release is finished (its buffer
+ * was being given back, and nobody in the child has it any more).  The
+ * forking thread's own operation, interrupted by a signal handler that
+ * forked, goes on when the handler returns: it is left.
+ */
+void ucma_cma_fork_child_locked(struct ucma_arena *a)
+{
+	struct ucma_zone *z = &a->zones[UCMA_ZONE_CMA];
+	pthread_t self = pthread_self();
+
+	for (int i = 0; i < a->nr_areas; i++) {
+		struct ucma_cma_area *area = &a->areas[i];
+		struct ucma_cma_op **pp = &area->ops;
+
+		while (*pp) {
+			struct ucma_cma_op *op = *pp;
+			uint32_t npages = op->end - op->start;
+
+			if (pthread_equal(op->owner, self)) {
+				pp = &op->next;
+				continue;
+			}
+			if (op->isolated)
+				for (uint32_t b = op->iso_start; b < op->iso_end;
+				     b += UCMA_PAGEBLOCK_PAGES)
+					ucma_undo_isolate_locked(z, b >> UCMA_PAGEBLOCK_ORDER);
+			if (op->run) {
+				a->pages[op->start].flags &=
+					(uint8_t)~(UCMA_PF_MLOCKED | UCMA_PF_FROM_MALLOC);
+				ucma_pages_free_locked(z, op->start);
+			}
+			bits_set(area->bitmap, op->start - area->base_pfn, npages, false);
+			if (op->release) {
+				area->nr_allocated_pages -= npages;
+				area->nr_allocs--;
+			}
+			*pp = op->next;
+		}
+	}
+}
+
 static void *alloc_area(struct ucma_arena *a, struct ucma_cma_area *area, size_t size,
 			size_t align, unsigned flags)
 {
@@ -401,6 +479,7 @@ static void *alloc_area(struct ucma_arena *a, struct ucma_cma_area *area, size_t
 	bool saw_busy = false, tried = false, phys_miss = false, other_fail = false;
 	struct ucma_compact_direct dc;
 	struct phys_search ps = { area, false, 0 };
+	struct ucma_cma_op op;
 
 	if (size > (size_t)area->npages << UCMA_PAGE_SHIFT) {
 		errno = ENOMEM;
@@ -435,11 +514,12 @@ retry:
 			break;
 		}
 		bits_set(area->bitmap, off, npages, true);
+		start = area->base_pfn + off;
+		end = start + npages;
+		op_begin(area, &op, start, end, false);
 		ucma_mutex_unlock(&area->lock);
 		tried = true;
 
-		start = area->base_pfn + off;
-		end = start + npages;
 		/*
 		 * Physical contiguity is a property of the mapping, not of what
 		 * lives in the run: a run whose present pages already break it
@@ -452,6 +532,7 @@ retry:
 			if (v != PHYS_OK) {
 				ucma_mutex_lock(&area->lock);
 				bits_set(area->bitmap, off, npages, false);
+				op_end(area, &op);
 				ucma_mutex_unlock(&area->lock);
 				if (v == PHYS_ERROR) {
 					err = ENOTSUP;
@@ -463,9 +544,9 @@ retry:
 				continue;
 			}
 		}
-		iso_start = UCMA_ALIGN_DOWN(start, UCMA_PAGEBLOCK_PAGES);
-		iso_end = UCMA_ALIGN_UP(end, UCMA_PAGEBLOCK_PAGES);
-		if (ucma_isolate_range(a, iso_start, iso_end) != 0)
+		iso_start = op.iso_start;
+		iso_end = op.iso_end;
+		if (ucma_isolate_range_noted(a, iso_start, iso_end, &op.isolated) != 0)
 			ucma_fatal("internal error: cannot isolate CMA pfns %u-%u", iso_start,
 				   iso_end);
 		if (flags & UCMA_ALLOC_NOWAIT)
@@ -476,9 +557,9 @@ retry:
 			rc = empty_range(a, start, end, &moved_here, &busy_end);
 		moved += moved_here;
 		if (rc == 0)
-			rc = ucma_claim_free_range(a, start, end, UCMA_OWN_CONTIG,
-						   (uint64_t)(uintptr_t)area);
-		ucma_undo_isolate_range(a, iso_start, iso_end);
+			rc = ucma_claim_free_range_noted(a, start, end, UCMA_OWN_CONTIG,
+							 (uint64_t)(uintptr_t)area, &op.run);
+		ucma_undo_isolate_range_noted(a, iso_start, iso_end, &op.isolated);
 		if (rc == 0) {
 			void *p = ucma_pfn_to_addr(a, start);
 			size_t len = (size_t)npages << UCMA_PAGE_SHIFT;
@@ -490,6 +571,7 @@ retry:
 			ucma_mutex_lock(&area->lock);
 			area->nr_allocated_pages += npages;
 			area->nr_allocs++;
+			op_end(area, &op);
 			ucma_mutex_unlock(&area->lock);
 			if (flags & UCMA_ALLOC_ZERO)
 				memset(p, 0, len);
@@ -540,6 +622,7 @@ retry:
 		other_fail = true;	/* a failure compaction may help with */
 		ucma_mutex_lock(&area->lock);
 		bits_set(area->bitmap, off, npages, false);
+		op_end(area, &op);
 		ucma_mutex_unlock(&area->lock);
 		if (err == EDEADLK)
 			break;
@@ -658,6 +741,7 @@ static struct ucma_cma_area *contig_owner(struct ucma_arena *a, const void *ptr,
 					  bool from_malloc)
 {
 	struct ucma_page *p;
+	uintptr_t owner;
 
 	if (!a || !ucma_addr_in_arena(a, ptr) || ((uintptr_t)ptr & (UCMA_PAGE_SIZE - 1)))
 		return NULL;
@@ -667,7 +751,14 @@ static struct ucma_cma_area *contig_owner(struct ucma_arena *a, const void *ptr,
 	    __atomic_load_n(&p->owner_type, __ATOMIC_ACQUIRE) != UCMA_OWN_CONTIG ||
 	    ((__atomic_load_n(&p->flags, __ATOMIC_RELAXED) & UCMA_PF_FROM_MALLOC) != 0) != from_malloc)
 		return NULL;
-	return (struct ucma_cma_area *)(uintptr_t)UCMA_PG_GET(p, owner);
+	/* Read without the zone lock, the run may change owner meanwhile
+	 * (a release racing with another of the same buffer): what is
+	 * returned is an area at least, for the caller to lock and check. */
+	owner = (uintptr_t)UCMA_PG_GET(p, owner);
+	for (int i = 0; i < a->nr_areas; i++)
+		if (owner == (uintptr_t)&a->areas[i])
+			return &a->areas[i];
+	return NULL;
 }
 
 /* ucma_release() of a buffer of ucma_alloc() (@from_malloc false) or of
@@ -676,6 +767,7 @@ static int release_contig(void *ptr, bool from_malloc)
 {
 	struct ucma_arena *a = ucma_arena_peek();
 	struct ucma_cma_area *area;
+	struct ucma_cma_op op;
 	uint32_t pfn, npages;
 	struct ucma_zone *z;
 
@@ -684,18 +776,28 @@ static int release_contig(void *ptr, bool from_malloc)
 		return -1;
 	}
 	z = &a->zones[UCMA_ZONE_CMA];
-	/* Check and unmark under the zone lock, so a double release racing
-	 * with itself is caught once. */
-	ucma_mutex_lock(&z->lock);
+	/* Which area, without a lock: its lock comes before the zone's. */
 	area = contig_owner(a, ptr, &pfn, from_malloc);
 	if (!area) {
+		errno = EINVAL;
+		return -1;
+	}
+	/* Check and unmark under the zone lock, so a double release racing
+	 * with itself is caught once; listed as in flight in the same step
+	 * (cma.h), both locks held. */
+	ucma_mutex_lock(&area->lock);
+	ucma_mutex_lock(&z->lock);
+	if (contig_owner(a, ptr, &pfn, from_malloc) != area) {
 		ucma_mutex_unlock(&z->lock);
+		ucma_mutex_unlock(&area->lock);
 		errno = EINVAL;
 		return -1;
 	}
 	npages = a->pages[pfn].aux;
 	UCMA_PG_SET(&a->pages[pfn], owner_type, UCMA_OWN_NONE);
+	op_begin(area, &op, pfn, pfn + npages, true);
 	ucma_mutex_unlock(&z->lock);
+	ucma_mutex_unlock(&area->lock);
 
 	/* A buffer still locked must not be lent on: its pages would stay
 	 * locked under movable objects and the heap, and count against
@@ -704,19 +806,23 @@ static int release_contig(void *ptr, bool from_malloc)
 	    ucma_os.munlock(ptr, (size_t)npages << UCMA_PAGE_SHIFT) != 0) {
 		int err = errno;
 
+		ucma_mutex_lock(&area->lock);
 		ucma_mutex_lock(&z->lock);
 		UCMA_PG_SET(&a->pages[pfn], owner_type, UCMA_OWN_CONTIG);
+		op_end(area, &op);
 		ucma_mutex_unlock(&z->lock);
+		ucma_mutex_unlock(&area->lock);
 		errno = err;
 		return -1;
 	}
 	__atomic_fetch_and(&a->pages[pfn].flags, (uint8_t)~(UCMA_PF_MLOCKED | UCMA_PF_FROM_MALLOC),
 			   __ATOMIC_RELAXED);
-	ucma_pages_free(a, pfn);
+	ucma_pages_free_noted(a, pfn, &op.run);
 	ucma_mutex_lock(&area->lock);
 	bits_set(area->bitmap, pfn - area->base_pfn, npages, false);
 	area->nr_allocated_pages -= npages;
 	area->nr_allocs--;
+	op_end(area, &op);
 	ucma_mutex_unlock(&area->lock);
 	ucma_count(UCMA_STAT_CMA_RELEASE, 1);
 	ucma_shm_check_request(false);

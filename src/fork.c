@@ -36,7 +36,9 @@
  *     which waits for nothing held here); 7. CMA area locks, then per
  *     zone its per-CPU page list locks (pcp.c) and its lock: no list is
  *     in the middle of a change, and the child has the parent's pages on
- *     the same lists;
+ *     the same lists; an allocation or release in the areas by another
+ *     thread, which holds none of these locks throughout, is undone or
+ *     finished in the child from the record it keeps (cma.h);
  *  8. the frame tables: the child gets CMA areas of its own, a copy of
  *     what the parent had allocated there, while the parent waits in its
  *     handler (frames.c); then the heap's borrowed pageblocks: the child
@@ -117,7 +119,7 @@ static const struct fork_stage stages[] = {
 	{ ucma_handle_fork_prepare, ucma_handle_fork_parent, ucma_handle_fork_child, NULL, true },
 	{ ucma_mslab_fork_prepare, ucma_mslab_fork_parent, ucma_mslab_fork_child, NULL, true },
 	{ ucma_lend_fork_prepare, ucma_lend_fork_parent, ucma_lend_fork_child, NULL, false },
-	{ ucma_zones_fork_prepare, ucma_zones_fork_parent, ucma_zones_fork_parent, NULL, true },
+	{ ucma_zones_fork_prepare, ucma_zones_fork_parent, ucma_zones_fork_child, NULL, true },
 	{ ucma_frames_fork_prepare, ucma_frames_fork_parent, ucma_frames_fork_child, NULL, false },
 	{ ucma_lend_frames_fork_prepare, ucma_lend_frames_fork_parent,
 	  ucma_lend_frames_fork_child, NULL, false },

@@ -82,9 +82,11 @@ UCMA_INTERNAL void ucma_mslab_fork_child(void);
 UCMA_INTERNAL void ucma_lend_fork_prepare(void);
 UCMA_INTERNAL void ucma_lend_fork_parent(void);
 UCMA_INTERNAL void ucma_lend_fork_child(void);
-/* init.c: CMA area locks, then zone locks. */
+/* init.c: CMA area locks, then zone locks; the child also undoes or
+ * finishes the absent threads' allocations and releases (cma.h). */
 UCMA_INTERNAL void ucma_zones_fork_prepare(void);
 UCMA_INTERNAL void ucma_zones_fork_parent(void);
+UCMA_INTERNAL void ucma_zones_fork_child(void);
 /* frames.c: the frame tables; the child gets CMA areas of its own, with
  * a copy of what the parent had allocated there (the parent waits). */
 UCMA_INTERNAL void ucma_frames_fork_prepare(void);

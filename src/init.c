@@ -93,6 +93,17 @@ void ucma_zones_fork_parent(void)
 		ucma_mutex_unlock(&a->areas[i].lock);
 }
 
+/* The child: what absent threads were doing in the CMA areas is undone
+ * or finished (cma.h) while every lock is still held, then as the parent. */
+void ucma_zones_fork_child(void)
+{
+	struct ucma_arena *a = fork_arena;
+
+	if (a)
+		ucma_cma_fork_child_locked(a);
+	ucma_zones_fork_parent();
+}
+
 /* ------------------------------------------------------------------------ */
 /* Start-up                                                                  */
 /* ------------------------------------------------------------------------ */

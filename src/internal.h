@@ -290,30 +290,8 @@ struct ucma_zone {
 /* CMA areas                                                                 */
 /* ------------------------------------------------------------------------ */
 
-#define UCMA_MAX_CMA_AREAS 16
-
-struct ucma_frames;
 struct ucma_extent_note;
-#define UCMA_AREA_NAME_MAX 32
-
-/*
- * struct ucma_cma_area - a named range of the CMA zone with a bitmap of the
- * pages claimed by ucma_alloc() (the kernel's struct cma).  A set bit means
- * the page belongs to a contiguous allocation or is being claimed for one.
- * @lock protects the bitmap and the counters; it nests outside zone locks.
- */
-struct ucma_cma_area {
-	char name[UCMA_AREA_NAME_MAX];
-	uint32_t base_pfn;		/* pageblock aligned */
-	uint32_t npages;
-	pthread_mutex_t lock;
-	unsigned long *bitmap;		/* npages bits */
-	uint64_t nr_allocated_pages;
-	uint64_t nr_allocs;		/* live allocations */
-	uint64_t alloc_success;
-	uint64_t alloc_fail;
-	struct ucma_frames *frames;	/* its backing (frames.h); set once */
-};
+#include "cma.h"	/* struct ucma_cma_area */
 
 /* ------------------------------------------------------------------------ */
 /* Arena                                                                     */
@@ -499,11 +477,38 @@ UCMA_INTERNAL uint32_t ucma_run_head(const struct ucma_arena *a, uint32_t pfn);
  * page, so that any pointer into the run finds its owner with one load. */
 UCMA_INTERNAL void ucma_run_set_owner(struct ucma_arena *a, uint32_t pfn, int owner_type,
 				      uint64_t owner);
-UCMA_INTERNAL int ucma_isolate_range(struct ucma_arena *a, uint32_t start, uint32_t end);
-UCMA_INTERNAL void ucma_undo_isolate_range(struct ucma_arena *a, uint32_t start, uint32_t end);
+/*
+ * Isolation, its undo, and taking a free range as one run.  The _noted
+ * forms also set (isolated, taken) or clear (undone) *@note under the
+ * zone lock together with the change, for the record of an operation in
+ * flight (cma.h: struct ucma_cma_op).
+ */
+UCMA_INTERNAL int ucma_isolate_range_noted(struct ucma_arena *a, uint32_t start, uint32_t end,
+					   bool *note);
+UCMA_INTERNAL void ucma_undo_isolate_range_noted(struct ucma_arena *a, uint32_t start,
+						 uint32_t end, bool *note);
+UCMA_INTERNAL int ucma_claim_free_range_noted(struct ucma_arena *a, uint32_t start, uint32_t end,
+					      int owner_type, uint64_t owner, bool *note);
+static inline int ucma_isolate_range(struct ucma_arena *a, uint32_t start, uint32_t end)
+{
+	return ucma_isolate_range_noted(a, start, end, NULL);
+}
+
+static inline void ucma_undo_isolate_range(struct ucma_arena *a, uint32_t start, uint32_t end)
+{
+	ucma_undo_isolate_range_noted(a, start, end, NULL);
+}
+
+static inline int ucma_claim_free_range(struct ucma_arena *a, uint32_t start, uint32_t end,
+					int owner_type, uint64_t owner)
+{
+	return ucma_claim_free_range_noted(a, start, end, owner_type, owner, NULL);
+}
+
 UCMA_INTERNAL bool ucma_range_free(struct ucma_arena *a, uint32_t start, uint32_t end);
-UCMA_INTERNAL int ucma_claim_free_range(struct ucma_arena *a, uint32_t start, uint32_t end,
-					int owner_type, uint64_t owner);
+/* ucma_pages_free() of a contiguous buffer's run, @note cleared under the
+ * zone lock as the run is freed (never through a per-CPU list). */
+UCMA_INTERNAL void ucma_pages_free_noted(struct ucma_arena *a, uint32_t pfn, bool *note);
 UCMA_INTERNAL void ucma_zone_free_counts(struct ucma_zone *z, uint64_t counts[UCMA_NR_ORDERS]);
 UCMA_INTERNAL void ucma_zone_pageblock_counts(struct ucma_arena *a, int zone,
 					      uint64_t counts[UCMA_MT_NR]);

@@ -28,6 +28,7 @@ UCMA_SOURCES = \
 	src/migrate.c \
 	src/copy.c \
 	src/copy.h \
+	src/cma.h \
 	src/cma.c \
 	src/compact.c \
 	src/compactd.c \

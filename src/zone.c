@@ -1111,6 +1111,18 @@ void ucma_pages_free(struct ucma_arena *a, uint32_t pfn)
 	maybe_purge(z);
 }
 
+void ucma_pages_free_noted(struct ucma_arena *a, uint32_t pfn, bool *note)
+{
+	struct ucma_zone *z = ucma_pfn_zone(a, pfn);
+
+	ucma_mutex_lock(&z->lock);
+	ucma_pages_free_locked(z, pfn);
+	*note = false;
+	ucma_mutex_unlock(&z->lock);
+	ucma_count(UCMA_STAT_PAGE_FREE, 1);
+	maybe_purge(z);
+}
+
 void ucma_pages_free_unused(struct ucma_arena *a, uint32_t pfn)
 {
 	struct ucma_zone *z = ucma_pfn_zone(a, pfn);
@@ -1282,7 +1294,7 @@ void ucma_run_set_owner(struct ucma_arena *a, uint32_t pfn, int owner_type, uint
  * and nothing new is placed there until ucma_undo_isolate_range().
  * Isolation nests.  Returns 0, or -1 with EINVAL for a bad range.
  */
-int ucma_isolate_range(struct ucma_arena *a, uint32_t start, uint32_t end)
+int ucma_isolate_range_noted(struct ucma_arena *a, uint32_t start, uint32_t end, bool *note)
 {
 	struct ucma_zone *z;
 
@@ -1302,18 +1314,23 @@ int ucma_isolate_range(struct ucma_arena *a, uint32_t start, uint32_t end)
 	for (uint32_t b = start >> UCMA_PAGEBLOCK_ORDER; b < end >> UCMA_PAGEBLOCK_ORDER; b++)
 		isolate_pageblock_locked(z, b);
 	ucma_pcp_drain_range_locked(z, start, end);
+	if (note)
+		*note = true;
 	ucma_mutex_unlock(&z->lock);
 	ucma_pcp_unlock_all(z);
 	return 0;
 }
 
-void ucma_undo_isolate_range(struct ucma_arena *a, uint32_t start, uint32_t end)
+void ucma_undo_isolate_range_noted(struct ucma_arena *a, uint32_t start, uint32_t end,
+				   bool *note)
 {
 	struct ucma_zone *z = ucma_pfn_zone(a, start);
 
 	ucma_mutex_lock(&z->lock);
 	for (uint32_t b = start >> UCMA_PAGEBLOCK_ORDER; b < end >> UCMA_PAGEBLOCK_ORDER; b++)
 		ucma_undo_isolate_locked(z, b);
+	if (note)
+		*note = false;
 	ucma_mutex_unlock(&z->lock);
 }
 
@@ -1334,8 +1351,8 @@ bool ucma_range_free(struct ucma_arena *a, uint32_t start, uint32_t end)
  * run owned by (@owner_type, @owner).  Returns 0, or -1 with EBUSY when a
  * page of the range is not free.
  */
-int ucma_claim_free_range(struct ucma_arena *a, uint32_t start, uint32_t end, int owner_type,
-			  uint64_t owner)
+int ucma_claim_free_range_noted(struct ucma_arena *a, uint32_t start, uint32_t end,
+				int owner_type, uint64_t owner, bool *note)
 {
 	struct ucma_zone *z = ucma_pfn_zone(a, start);
 
@@ -1350,6 +1367,8 @@ int ucma_claim_free_range(struct ucma_arena *a, uint32_t start, uint32_t end, in
 		return -1;
 	}
 	set_run(a, start, end - start, false);
+	if (note)
+		*note = true;
 	ucma_mutex_unlock(&z->lock);
 	pages_unpoison(a, start, end - start);
 	ucma_run_set_owner(a, start, owner_type, owner);

@@ -25,6 +25,18 @@
  *    recommends) leaves nothing pinned when cancelled, and ucma_hfree()
  *    succeeds at once.
  *
+ * 4. Fork in the middle of another thread's ucma_alloc() or ucma_release():
+ *    neither holds one lock throughout (the migration in between waits
+ *    for readers), and a child of a fork in between used to keep the
+ *    pageblocks the allocation had isolated isolated for ever (their free
+ *    pages on no usable list) and the area's bits set for a buffer nobody
+ *    has.  One thread allocates and releases contiguous buffers from CMA
+ *    memory that movable objects fill, while the main thread forks; each
+ *    child checks that no CMA pageblock is isolated, that no operation is
+ *    listed in flight, that the set bits are the counted buffers' pages
+ *    and the zone's invariants hold, and that buffers fill the area's
+ *    free memory.
+ *
  * Every wait is bounded, so a deadlock fails instead of hanging: the
  * parent kills a child that takes longer than CHILD_SECONDS and reports
  * the step it was in (the child writes it to memory shared with the
@@ -576,6 +588,170 @@ static void test_cancel(void)
 	   "with a pthread_cleanup_push() handler calling ucma_unpin(), hfree succeeds at once");
 }
 
+/* ------------------------------------------------------------------------ */
+/* 4. Fork in the middle of another thread's ucma_alloc() or ucma_release()  */
+/* ------------------------------------------------------------------------ */
+
+#define CONTIG_FORKS 150
+#define CONTIG_SIZE (64u << 10)
+#define CONTIG_KEEP 4		/* buffers the thread keeps at a time */
+
+static void *contig_worker(void *arg)
+{
+	void *keep[CONTIG_KEEP] = { NULL };
+	unsigned i = 0;
+
+	(void)arg;
+	while (!atomic_load(&stop)) {
+		unsigned k = i++ % CONTIG_KEEP;
+
+		if (keep[k] && ucma_release(keep[k]) != 0)
+			atomic_fetch_add(&thread_errors, 1);
+		keep[k] = ucma_alloc(CONTIG_SIZE, 0, 0);
+		atomic_fetch_add(&thread_ops, 1);
+	}
+	for (unsigned k = 0; k < CONTIG_KEEP; k++)
+		if (keep[k] && ucma_release(keep[k]) != 0)
+			atomic_fetch_add(&thread_errors, 1);
+	return NULL;
+}
+
+/* Movable objects into the CMA zone, for ucma_alloc() to migrate. */
+static void *contig_filler(void *arg)
+{
+	enum { N = 256 };
+	ucma_handle_t h[N] = { 0 };
+	unsigned i = 0;
+
+	(void)arg;
+	while (!atomic_load(&stop)) {
+		unsigned k = i++ % N;
+
+		if (h[k])
+			ucma_hfree(h[k]);
+		h[k] = ucma_halloc(4096 << (k % 4), 0);
+	}
+	for (unsigned k = 0; k < N; k++)
+		if (h[k])
+			ucma_hfree(h[k]);
+	return NULL;
+}
+
+static unsigned bits_count(const unsigned long *map, uint32_t n)
+{
+	unsigned c = 0;
+
+	for (uint32_t i = 0; i < n; i++)
+		c += (map[i / (8 * sizeof(long))] >> (i % (8 * sizeof(long)))) & 1;
+	return c;
+}
+
+/* The child's checks; the exit status says which failed. */
+static int contig_child(void)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+	struct ucma_zone *z = &a->zones[UCMA_ZONE_CMA];
+	char why[256];
+
+	set_step("contig child: checks");
+	for (uint32_t pfn = z->start_pfn; pfn < z->end_pfn; pfn += UCMA_PAGEBLOCK_PAGES)
+		if (ucma_pfn_block(a, pfn)->isolate_count)
+			return 10;
+	for (int i = 0; i < a->nr_areas; i++) {
+		struct ucma_cma_area *area = &a->areas[i];
+
+		if (area->ops)
+			return 11;
+		if (bits_count(area->bitmap, area->npages) != area->nr_allocated_pages)
+			return 12;
+	}
+	if (ucma_zone_check(z, why, sizeof(why)) != 0)
+		return 13;
+	/* The movable objects all move out of the way: buffers of FILL pages
+	 * fill the area up to less than FILL pages beside each buffer that
+	 * was there.  Pages lost to an absent thread would be missing. */
+	set_step("contig child: fill the area");
+	{
+		enum { FILL = 64 };
+		struct ucma_cma_area *area = &a->areas[0];
+		uint64_t before = area->nr_allocs, got = 0;
+		void **p = calloc(area->npages / FILL + 1, sizeof(*p));
+
+		if (!p)
+			return 16;
+		while ((p[got] = ucma_alloc((size_t)FILL << UCMA_PAGE_SHIFT, 0, 0)) != NULL)
+			got++;
+		if (area->nr_allocated_pages + (before + 1) * FILL < area->npages)
+			return 14;
+		while (got)
+			if (ucma_release(p[--got]) != 0)
+				return 15;
+		free(p);
+	}
+	return 0;
+}
+
+static void test_fork_contig(void)
+{
+	static const char *const what[] = {
+		[10] = "a CMA pageblock stayed isolated",
+		[11] = "an operation of an absent thread stayed listed",
+		[12] = "the set bits are not the counted buffers' pages",
+		[13] = "the CMA zone's invariants are broken",
+		[14] = "buffers do not fill the area's free memory",
+		[15] = "the release of such a buffer failed",
+		[16] = "out of memory",
+	};
+	unsigned bad[17] = { 0 };
+	unsigned failed = 0, hung = 0;
+	uint64_t ops0 = atomic_load(&thread_ops);
+	pthread_t w, f;
+	char buf[160];
+
+	atomic_store(&stop, false);
+	atomic_store(&thread_errors, 0);
+	pthread_create(&w, NULL, contig_worker, NULL);
+	pthread_create(&f, NULL, contig_filler, NULL);
+	for (int i = 0; i < CONTIG_FORKS; i++) {
+		struct timespec ts = { 0, (long)(i % 7) * 100 * 1000 };
+		pid_t pid;
+		int st;
+
+		nanosleep(&ts, NULL);
+		fflush(stdout);
+		pid = fork();
+		if (pid < 0)
+			bail_out("fork: %s", strerror(errno));
+		if (pid == 0)
+			_exit(contig_child());
+		st = wait_child(pid);
+		if (st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0)
+			continue;
+		failed++;
+		if (st == -1)
+			hung++;
+		else if (WIFEXITED(st) && WEXITSTATUS(st) < 17)
+			bad[WEXITSTATUS(st)]++;
+		if (failed <= 3)
+			diag("fork %d: child %s", i, exit_text(st, buf, sizeof(buf)));
+	}
+	atomic_store(&stop, true);
+	pthread_join(w, NULL);
+	pthread_join(f, NULL);
+	for (unsigned k = 10; k < 17; k++)
+		if (bad[k])
+			diag("%u of %d children: %s", bad[k], CONTIG_FORKS, what[k]);
+	ok(failed == 0,
+	   "%d forks amid another thread's ucma_alloc()/ucma_release(): every child has no "
+	   "isolated pageblock, no operation in flight, bits as counted, and the area's free "
+	   "memory (%u failed, %u hung)",
+	   CONTIG_FORKS, failed, hung);
+	ok(atomic_load(&thread_errors) == 0 && atomic_load(&thread_ops) > ops0,
+	   "the allocating thread worked throughout (%llu operations, %llu errors)",
+	   (unsigned long long)(atomic_load(&thread_ops) - ops0),
+	   (unsigned long long)atomic_load(&thread_errors));
+}
+
 int main(int argc, char **argv)
 {
 	struct ucma_config cfg = {
@@ -602,6 +778,7 @@ int main(int argc, char **argv)
 		bail_out("ucma_init: %s", strerror(errno));
 	test_fork_busy();
 	test_cancel();
+	test_fork_contig();
 	ucma_defer_drain();
 	{
 		struct ucma_arena *a = ucma_arena_get();
