@@ -112,10 +112,11 @@ static unsigned central_keep_empty(unsigned cls)
  * UCMA_DECAY_MS, looked at when pages are freed, as the zone's) and when
  * the NORMAL zone has no run for a request (ucma_slab_drop_empty()); all
  * of them at ucma_trim() and when a new slab would otherwise take pages
- * that are not resident (slab_pages()).  Those outside the arena stay
- * until then: their unmapping takes ovf_lock, which the decay may not
- * wait for (cull_empty()).  So a small arena is not held by them either:
- * at most 1/32 of the NORMAL zone.
+ * that are not resident (slab_pages()).  Only arena slabs are kept beyond
+ * the few: one outside the arena could not decay (its unmapping takes
+ * ovf_lock, which the decay may not wait for: cull_empty()) and would
+ * stay resident until ucma_trim().  A small arena is not held by them
+ * either: at most 1/32 of the NORMAL zone.
  */
 #define CENTRAL_KEEP_MAX (8u << 20)
 
@@ -167,12 +168,14 @@ static struct ucma_slab *empty_take(struct slab_bin *b)
 	return s;
 }
 
-/* May bin @b keep one more wholly free slab @s (bin lock held)? */
+/* May bin @b keep one more wholly free slab @s (bin lock held)?  Beyond
+ * its few, only one in the arena, which decays. */
 static bool empty_keeps(const struct slab_bin *b, const struct ucma_slab *s)
 {
 	return b->nempty < central_keep_empty(s->cls) ||
-	       __atomic_load_n(&central_empty_bytes, __ATOMIC_RELAXED) + slab_bytes(s) <=
-		       central_keep_budget();
+	       (s->where == UCMA_SLAB_ARENA &&
+		__atomic_load_n(&central_empty_bytes, __ATOMIC_RELAXED) + slab_bytes(s) <=
+			central_keep_budget());
 }
 
 /* ------------------------------------------------------------------------ */

@@ -6,7 +6,9 @@
  * here); ucma_trim() gives them all back; the decay gives back all but
  * each bin's few after a decay interval; and when the NORMAL zone has no
  * run left, the kept slabs make room before anything goes outside the
- * arena: for a large block, and for a slab of another size class.
+ * arena: for a large block, and for a slab of another size class; and
+ * slabs outside the arena, which could not decay, are kept only as each
+ * bin's few.
  *
  * SPDX-License-Identifier: MIT
  */
@@ -98,10 +100,10 @@ int main(void)
 	uint64_t pages0, pages1;
 	size_t k, k1, free_bytes, in_other = 0, slab_bytes_other;
 	static void *fill[128];
-	int nfill = 0, n, bad;
+	int nfill = 0, n, bad, outside;
 
 	tu_clear_env();
-	plan(12);
+	plan(13);
 	if (ucma_init(&cfg) != 0)
 		bail_out("ucma_init: %s", strerror(errno));
 	/* No decay but in the decay case (0 turns it off: nothing decays by
@@ -190,6 +192,38 @@ int main(void)
 	   in_other * OTHER >> 10, free_bytes >> 10, k >> 10);
 	bad += free_batch(n, OTHER, 7);
 	ok(bad == 0, "every byte intact (%d blocks wrong)", bad);
+
+	/* 7. NORMAL still full: 20,000 blocks outside the arena, freed.  Of
+	 * their slabs the bin keeps its few (2 slabs of at most 8 pages):
+	 * one outside the arena never decays. */
+	for (n = 0, outside = 0; outside < 20000;) {
+		if (n == NBLK)
+			bail_out("%d blocks and only %d outside the arena", n, outside);
+		blk[n] = ucma_malloc(SMALL);
+		if (!blk[n])
+			bail_out("malloc(%d) #%d: %s", SMALL, n, strerror(errno));
+		tu_fill(blk[n], SMALL, 8 + (uint64_t)n);
+		outside += !in_arena(blk[n++]);
+	}
+	k = kept();
+	bad = 0;
+	for (int i = n; i-- > 0;) {
+		if (in_arena(blk[i]))
+			continue;
+		bad += !tu_check(blk[i], SMALL, 8 + (uint64_t)i);
+		ucma_free(blk[i]);
+		blk[i] = NULL;
+	}
+	k1 = kept();
+	ok(k1 <= k + (2u * 8u << 12) && bad == 0,
+	   "20,000 blocks outside the arena freed: %zu KiB kept beside the %zu KiB before (at "
+	   "most the bin's few slabs), every byte intact (%d blocks wrong)",
+	   k1 >> 10, k >> 10, bad);
+	for (int i = 0; i < n; i++)
+		if (blk[i]) {
+			bad += !tu_check(blk[i], SMALL, 8 + (uint64_t)i);
+			ucma_free(blk[i]);
+		}
 	for (int i = 0; i < nfill; i++)
 		ucma_free(fill[i]);
 	ucma_trim();
