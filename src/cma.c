@@ -44,6 +44,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 
 #define CMA_ALLOWED_FLAGS (UCMA_ALLOC_ZERO | UCMA_ALLOC_POPULATE | UCMA_ALLOC_MLOCK | \
 			   UCMA_ALLOC_PHYS_CONTIG | UCMA_ALLOC_NOWAIT)
@@ -395,12 +396,13 @@ static bool populate_buffer(char *p, size_t len)
 /* Operations in flight, and the child of a fork                             */
 /* ------------------------------------------------------------------------ */
 
-/* List @op, an allocation or release of pfns [@start, @end) of @area:
- * area lock held, and the bits set (cma.h: struct ucma_cma_op). */
-static void op_begin(struct ucma_cma_area *area, struct ucma_cma_op *op, uint32_t start,
+/* List @op, an allocation or release of pfns [@start, @end) of @area by
+ * thread @tid: area lock held, and the bits set (cma.h: struct
+ * ucma_cma_op). */
+static void op_begin(struct ucma_cma_area *area, struct ucma_cma_op *op, pid_t tid, uint32_t start,
 		     uint32_t end, bool release)
 {
-	op->owner = pthread_self();
+	op->owner = tid;
 	op->release = release;
 	op->start = start;
 	op->end = end;
@@ -433,10 +435,9 @@ static void op_end(struct ucma_cma_area *area, struct ucma_cma_op *op)
  * forking thread's own operation, interrupted by a signal handler that
  * forked, goes on when the handler returns: it is left.
  */
-void ucma_cma_fork_child_locked(struct ucma_arena *a)
+void ucma_cma_fork_child_locked(struct ucma_arena *a, pid_t forker)
 {
 	struct ucma_zone *z = &a->zones[UCMA_ZONE_CMA];
-	pthread_t self = pthread_self();
 
 	for (int i = 0; i < a->nr_areas; i++) {
 		struct ucma_cma_area *area = &a->areas[i];
@@ -446,7 +447,7 @@ void ucma_cma_fork_child_locked(struct ucma_arena *a)
 			struct ucma_cma_op *op = *pp;
 			uint32_t npages = op->end - op->start;
 
-			if (pthread_equal(op->owner, self)) {
+			if (op->owner == forker) {
 				pp = &op->next;
 				continue;
 			}
@@ -480,6 +481,7 @@ static void *alloc_area(struct ucma_arena *a, struct ucma_cma_area *area, size_t
 	struct ucma_compact_direct dc;
 	struct phys_search ps = { area, false, 0 };
 	struct ucma_cma_op op;
+	pid_t tid = gettid();
 
 	if (size > (size_t)area->npages << UCMA_PAGE_SHIFT) {
 		errno = ENOMEM;
@@ -516,7 +518,7 @@ retry:
 		bits_set(area->bitmap, off, npages, true);
 		start = area->base_pfn + off;
 		end = start + npages;
-		op_begin(area, &op, start, end, false);
+		op_begin(area, &op, tid, start, end, false);
 		ucma_mutex_unlock(&area->lock);
 		tried = true;
 
@@ -687,7 +689,14 @@ void *ucma_alloc_area(const char *name, size_t size, size_t align, unsigned flag
 		return NULL;
 	}
 	{
-		void *p = alloc_area(a, area, size, align, flags);
+		void *p;
+		int cancel;
+
+		/* Not cancelled half way (its waits are cancellation points):
+		 * the operation's record lives on this stack (cma.h). */
+		pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
+		p = alloc_area(a, area, size, align, flags);
+		pthread_setcancelstate(cancel, NULL);
 
 		/* Whatever changed the areas' mappings on the way (frames given
 		 * back by a purge or a take-back in a nested call) is told
@@ -761,27 +770,15 @@ static struct ucma_cma_area *contig_owner(struct ucma_arena *a, const void *ptr,
 	return NULL;
 }
 
-/* ucma_release() of a buffer of ucma_alloc() (@from_malloc false) or of
- * the preload library's malloc() (true). */
-static int release_contig(void *ptr, bool from_malloc)
+/* release_contig() once its area is known, not cancelled on the way (the
+ * operation's record lives on this stack: cma.h). */
+static int release_listed(struct ucma_arena *a, struct ucma_cma_area *area, struct ucma_zone *z,
+			  void *ptr, bool from_malloc)
 {
-	struct ucma_arena *a = ucma_arena_peek();
-	struct ucma_cma_area *area;
 	struct ucma_cma_op op;
+	pid_t tid = gettid();
 	uint32_t pfn, npages;
-	struct ucma_zone *z;
 
-	if (!a) {
-		errno = EINVAL;
-		return -1;
-	}
-	z = &a->zones[UCMA_ZONE_CMA];
-	/* Which area, without a lock: its lock comes before the zone's. */
-	area = contig_owner(a, ptr, &pfn, from_malloc);
-	if (!area) {
-		errno = EINVAL;
-		return -1;
-	}
 	/* Check and unmark under the zone lock, so a double release racing
 	 * with itself is caught once; listed as in flight in the same step
 	 * (cma.h), both locks held. */
@@ -795,7 +792,7 @@ static int release_contig(void *ptr, bool from_malloc)
 	}
 	npages = a->pages[pfn].aux;
 	UCMA_PG_SET(&a->pages[pfn], owner_type, UCMA_OWN_NONE);
-	op_begin(area, &op, pfn, pfn + npages, true);
+	op_begin(area, &op, tid, pfn, pfn + npages, true);
 	ucma_mutex_unlock(&z->lock);
 	ucma_mutex_unlock(&area->lock);
 
@@ -827,6 +824,33 @@ static int release_contig(void *ptr, bool from_malloc)
 	ucma_count(UCMA_STAT_CMA_RELEASE, 1);
 	ucma_shm_check_request(false);
 	return 0;
+}
+
+/* ucma_release() of a buffer of ucma_alloc() (@from_malloc false) or of
+ * the preload library's malloc() (true). */
+static int release_contig(void *ptr, bool from_malloc)
+{
+	struct ucma_arena *a = ucma_arena_peek();
+	struct ucma_cma_area *area;
+	struct ucma_zone *z;
+	uint32_t pfn;
+	int cancel, rc;
+
+	if (!a) {
+		errno = EINVAL;
+		return -1;
+	}
+	z = &a->zones[UCMA_ZONE_CMA];
+	/* Which area, without a lock: its lock comes before the zone's. */
+	area = contig_owner(a, ptr, &pfn, from_malloc);
+	if (!area) {
+		errno = EINVAL;
+		return -1;
+	}
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
+	rc = release_listed(a, area, z, ptr, from_malloc);
+	pthread_setcancelstate(cancel, NULL);
+	return rc;
 }
 
 /**

@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define UCMA_MAX_CMA_AREAS 16
 #define UCMA_AREA_NAME_MAX 32
@@ -36,13 +37,15 @@ struct ucma_arena;
  * Locking: @next and the record's presence on the area's list: the area
  * lock, which is also the lock the bits are claimed and cleared under;
  * the record is on the list exactly while its bits are set and not yet
- * a counted buffer's.  @isolated and @run: the CMA zone lock, under which
- * isolation and its undo, and taking and freeing the run, happen.  The
- * rest is set before the record is listed.
+ * a counted buffer's.  @isolated and @run: once listed, the CMA zone
+ * lock, under which isolation and its undo, and taking and freeing the
+ * run, happen.  Everything is set before the record is listed.  The
+ * thread is not cancelled while its record is listed (cma.c).
  */
 struct ucma_cma_op {
 	struct ucma_cma_op *next;
-	pthread_t owner;	/* the thread doing it: not undone in its own child */
+	pid_t owner;		/* the thread doing it (its tid: a thread made with
+				 * clone() alone has its creator's pthread_self()) */
 	bool release;		/* a release (else an allocation) */
 	uint32_t start, end;	/* the pfns whose bits are set */
 	uint32_t iso_start, iso_end;	/* the pageblocks it isolates */
@@ -73,9 +76,10 @@ struct ucma_cma_area {
 
 /*
  * In the child of a fork, every area and zone lock held: finish or undo
- * what threads the child does not have were doing in the areas
- * (struct ucma_cma_op).  init.c's child handler.
+ * what threads the child does not have were doing in the areas (struct
+ * ucma_cma_op), all but those of @forker, the tid in the parent of the
+ * thread that forked.  init.c's child handler.
  */
-UCMA_INTERNAL void ucma_cma_fork_child_locked(struct ucma_arena *a);
+UCMA_INTERNAL void ucma_cma_fork_child_locked(struct ucma_arena *a, pid_t forker);
 
 #endif /* UCMA_CMA_H */

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 struct ucma_arena *ucma_the_arena;
 
@@ -61,12 +62,16 @@ void ucma_init_fork_parent(void)
 /* The arena whose locks this fork's prepare stage took: another thread
  * may create the arena between prepare and parent. */
 static struct ucma_arena *fork_arena;
+/* The forking thread's tid, for the child (cma.h: its own operations
+ * go on there). */
+static pid_t fork_tid;
 
 void ucma_zones_fork_prepare(void)
 {
 	struct ucma_arena *a = ucma_arena_peek();
 
 	fork_arena = a;
+	fork_tid = gettid();
 
 	if (!a)
 		return;
@@ -100,7 +105,7 @@ void ucma_zones_fork_child(void)
 	struct ucma_arena *a = fork_arena;
 
 	if (a)
-		ucma_cma_fork_child_locked(a);
+		ucma_cma_fork_child_locked(a, fork_tid);
 	ucma_zones_fork_parent();
 }
 

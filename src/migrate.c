@@ -241,8 +241,13 @@ static bool grab(struct ucma_hentry *e, bool wait_pins)
 			return false;
 		{
 			struct timespec ts = { 0, 100000 };	/* 100 us */
+			int cancel;
 
+			/* Not a cancellation point: the caller is half way
+			 * through a migration. */
+			pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
 			nanosleep(&ts, NULL);
+			pthread_setcancelstate(cancel, NULL);
 		}
 	}
 }

@@ -156,13 +156,19 @@ bool ucma_rcu_can_wait(void)
 int ucma_rcu_synchronize(void)
 {
 	uint64_t t0, waited;
+	int cancel;
 
 	if (!ucma_rcu_can_wait()) {
 		errno = EDEADLK;
 		return -1;
 	}
 	t0 = ucma_os_now_ns();
+	/* liburcu's wait (poll()) is a cancellation point, and callers wait
+	 * holding locks (the drain lock, a zone's compaction lock) and half
+	 * way through a change: a thread is not cancelled here. */
+	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
 	urcu_bp_synchronize_rcu();
+	pthread_setcancelstate(cancel, NULL);
 	TSAN_ACQUIRE_GRACE();
 	ucma_count(UCMA_STAT_RCU_GRACE_PERIODS, 1);
 	ucma_rcu_self.grace_periods++;

@@ -30,12 +30,22 @@
  *    for readers), and a child of a fork in between used to keep the
  *    pageblocks the allocation had isolated isolated for ever (their free
  *    pages on no usable list) and the area's bits set for a buffer nobody
- *    has.  One thread allocates and releases contiguous buffers from CMA
- *    memory that movable objects fill, while the main thread forks; each
- *    child checks that no CMA pageblock is isolated, that no operation is
- *    listed in flight, that the set bits are the counted buffers' pages
- *    and the zone's invariants hold, and that buffers fill the area's
- *    free memory.
+ *    has.  One thread allocates and releases contiguous buffers (every
+ *    other one locked, so that its release takes longer) from CMA memory
+ *    that movable objects fill, while the main thread forks; each child
+ *    checks that no CMA pageblock is isolated, that no operation is
+ *    listed in flight, that the set bits are the counted buffers' pages,
+ *    that every run of the CMA zone that is no movable memory and on no
+ *    per-CPU list is a counted buffer, that the zone's invariants hold,
+ *    and that it can allocate and release a buffer itself.
+ * 5. A thread cancelled while it allocates and releases contiguous
+ *    buffers: ucma_alloc() waits for readers (liburcu's poll()) and for
+ *    pins (nanosleep()) at cancellation points, and a thread cancelled
+ *    there left its operation's record listed on a stack that is gone,
+ *    the drain lock held and pageblocks isolated.  Each round a reader
+ *    holds a read-side section while the thread is cancelled; then no
+ *    operation is listed, no CMA pageblock is isolated, and a fork's
+ *    child works.
  *
  * Every wait is bounded, so a deadlock fails instead of hanging: the
  * parent kills a child that takes longer than CHILD_SECONDS and reports
@@ -49,10 +59,12 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "lock.h"
 #include "tap.h"
 #include "testutil.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <string.h>
@@ -592,9 +604,16 @@ static void test_cancel(void)
 /* 4. Fork in the middle of another thread's ucma_alloc() or ucma_release()  */
 /* ------------------------------------------------------------------------ */
 
-#define CONTIG_FORKS 150
 #define CONTIG_SIZE (64u << 10)
 #define CONTIG_KEEP 4		/* buffers the thread keeps at a time */
+#define CONTIG_SECONDS 30	/* forks stop after this long */
+#define CANCEL_SIZE (8u << 20)	/* scenario 5: moves many objects */
+/* Forks: fewer under the sanitizers, where each costs several times more. */
+#if defined(UCMA_TSAN) || defined(UCMA_ASAN)
+#define CONTIG_FORKS 40
+#else
+#define CONTIG_FORKS 150
+#endif
 
 static void *contig_worker(void *arg)
 {
@@ -607,7 +626,7 @@ static void *contig_worker(void *arg)
 
 		if (keep[k] && ucma_release(keep[k]) != 0)
 			atomic_fetch_add(&thread_errors, 1);
-		keep[k] = ucma_alloc(CONTIG_SIZE, 0, 0);
+		keep[k] = ucma_alloc(CONTIG_SIZE, 0, (i & 1) ? UCMA_ALLOC_MLOCK : 0);
 		atomic_fetch_add(&thread_ops, 1);
 	}
 	for (unsigned k = 0; k < CONTIG_KEEP; k++)
@@ -667,26 +686,39 @@ static int contig_child(void)
 	}
 	if (ucma_zone_check(z, why, sizeof(why)) != 0)
 		return 13;
-	/* The movable objects all move out of the way: buffers of FILL pages
-	 * fill the area up to less than FILL pages beside each buffer that
-	 * was there.  Pages lost to an absent thread would be missing. */
-	set_step("contig child: fill the area");
+	/* Every run is movable memory (an absent thread's unfinished
+	 * migration or object included), on a per-CPU list, lent to the
+	 * heap, or a counted buffer: none was left behind half made or half
+	 * given back. */
 	{
-		enum { FILL = 64 };
-		struct ucma_cma_area *area = &a->areas[0];
-		uint64_t before = area->nr_allocs, got = 0;
-		void **p = calloc(area->npages / FILL + 1, sizeof(*p));
+		uint64_t contig = 0, counted = 0;
 
-		if (!p)
-			return 16;
-		while ((p[got] = ucma_alloc((size_t)FILL << UCMA_PAGE_SHIFT, 0, 0)) != NULL)
-			got++;
-		if (area->nr_allocated_pages + (before + 1) * FILL < area->npages)
+		for (uint32_t pfn = z->start_pfn; pfn < z->end_pfn;) {
+			const struct ucma_page *pg = &a->pages[pfn];
+
+			if (pg->kind != UCMA_PK_RUN) {
+				pfn++;
+				continue;
+			}
+			if (pg->owner_type == UCMA_OWN_CONTIG)
+				contig += pg->aux;
+			else if (!(pg->flags & (UCMA_PF_PCP | UCMA_PF_MOVABLE)) &&
+				 pg->owner_type != UCMA_OWN_MOVABLE &&
+				 pg->owner_type != UCMA_OWN_MSLAB && pg->owner_type != UCMA_OWN_LENT)
+				return 14;
+			pfn += pg->aux ? pg->aux : 1;
+		}
+		for (int i = 0; i < a->nr_areas; i++)
+			counted += a->areas[i].nr_allocated_pages;
+		if (contig != counted)
 			return 14;
-		while (got)
-			if (ucma_release(p[--got]) != 0)
-				return 15;
-		free(p);
+	}
+	set_step("contig child: a buffer of its own");
+	{
+		void *p = ucma_alloc(4 * CONTIG_SIZE, 0, 0);
+
+		if (!p || ucma_release(p) != 0)
+			return 15;
 	}
 	return 0;
 }
@@ -698,12 +730,12 @@ static void test_fork_contig(void)
 		[11] = "an operation of an absent thread stayed listed",
 		[12] = "the set bits are not the counted buffers' pages",
 		[13] = "the CMA zone's invariants are broken",
-		[14] = "buffers do not fill the area's free memory",
-		[15] = "the release of such a buffer failed",
-		[16] = "out of memory",
+		[14] = "a run of the CMA zone is neither movable, listed, lent nor a counted buffer",
+		[15] = "no buffer of its own",
 	};
-	unsigned bad[17] = { 0 };
-	unsigned failed = 0, hung = 0;
+	unsigned bad[16] = { 0 };
+	unsigned failed = 0, hung = 0, forks = 0;
+	uint64_t t0 = tu_now_ns();
 	uint64_t ops0 = atomic_load(&thread_ops);
 	pthread_t w, f;
 	char buf[160];
@@ -714,6 +746,10 @@ static void test_fork_contig(void)
 	pthread_create(&f, NULL, contig_filler, NULL);
 	for (int i = 0; i < CONTIG_FORKS; i++) {
 		struct timespec ts = { 0, (long)(i % 7) * 100 * 1000 };
+
+		if (tu_now_ns() - t0 > (uint64_t)CONTIG_SECONDS * 1000000000ull)
+			break;
+		forks++;
 		pid_t pid;
 		int st;
 
@@ -730,7 +766,7 @@ static void test_fork_contig(void)
 		failed++;
 		if (st == -1)
 			hung++;
-		else if (WIFEXITED(st) && WEXITSTATUS(st) < 17)
+		else if (WIFEXITED(st) && WEXITSTATUS(st) < 16)
 			bad[WEXITSTATUS(st)]++;
 		if (failed <= 3)
 			diag("fork %d: child %s", i, exit_text(st, buf, sizeof(buf)));
@@ -738,18 +774,116 @@ static void test_fork_contig(void)
 	atomic_store(&stop, true);
 	pthread_join(w, NULL);
 	pthread_join(f, NULL);
-	for (unsigned k = 10; k < 17; k++)
+	for (unsigned k = 10; k < 16; k++)
 		if (bad[k])
-			diag("%u of %d children: %s", bad[k], CONTIG_FORKS, what[k]);
-	ok(failed == 0,
-	   "%d forks amid another thread's ucma_alloc()/ucma_release(): every child has no "
-	   "isolated pageblock, no operation in flight, bits as counted, and the area's free "
-	   "memory (%u failed, %u hung)",
-	   CONTIG_FORKS, failed, hung);
+			diag("%u of %u children: %s", bad[k], forks, what[k]);
+	ok(failed == 0 && forks >= 20,
+	   "%u forks amid another thread's ucma_alloc()/ucma_release(): every child has no "
+	   "isolated pageblock, no operation in flight, bits and runs as counted, and a buffer "
+	   "of its own (%u failed, %u hung)",
+	   forks, failed, hung);
 	ok(atomic_load(&thread_errors) == 0 && atomic_load(&thread_ops) > ops0,
 	   "the allocating thread worked throughout (%llu operations, %llu errors)",
 	   (unsigned long long)(atomic_load(&thread_ops) - ops0),
 	   (unsigned long long)atomic_load(&thread_errors));
+}
+
+/* ------------------------------------------------------------------------ */
+/* 5. A thread cancelled in the middle of ucma_alloc() or ucma_release()     */
+/* ------------------------------------------------------------------------ */
+
+static _Atomic bool reader_holds, reader_in;
+
+/* A read-side section held while reader_holds: grace periods wait. */
+static void *section_holder(void *arg)
+{
+	(void)arg;
+	ucma_read_lock();
+	atomic_store(&reader_in, true);
+	while (atomic_load(&reader_holds)) {
+		struct timespec ts = { 0, 1000 * 1000 };
+
+		nanosleep(&ts, NULL);
+	}
+	ucma_read_unlock();
+	return NULL;
+}
+
+static void *contig_cancellable(void *arg)
+{
+	(void)arg;
+	pthread_setcanceltype(PTHREAD_CANCEL_DEFERRED, NULL);
+	for (;;) {
+		void *p = ucma_alloc(CANCEL_SIZE, 0, 0);
+
+		if (p)
+			ucma_release(p);
+		pthread_testcancel();
+	}
+	return NULL;
+}
+
+static void test_cancel_contig(void)
+{
+	enum { ROUNDS = 8, NOBJ = 8192 };
+	struct ucma_arena *a = ucma_arena_peek();
+	struct ucma_zone *z = &a->zones[UCMA_ZONE_CMA];
+	unsigned listed = 0, isolated = 0, bad_children = 0;
+	static ucma_handle_t h[NOBJ];
+
+	/* Movable objects all over the CMA zone, for ucma_alloc() to move. */
+	for (int i = 0; i < NOBJ; i++)
+		h[i] = ucma_halloc(4096, 0);
+	for (int r = 0; r < ROUNDS; r++) {
+		struct timespec ts = { 0, 100 * 1000 * 1000 };
+		pthread_t t, reader;
+		pid_t pid;
+		int st;
+
+		/* The thread is cancelled while a reader holds the grace
+		 * period its migrations wait for. */
+		atomic_store(&reader_holds, true);
+		atomic_store(&reader_in, false);
+		pthread_create(&reader, NULL, section_holder, NULL);
+		while (!atomic_load(&reader_in))
+			sched_yield();
+		pthread_create(&t, NULL, contig_cancellable, NULL);
+		nanosleep(&ts, NULL);
+		pthread_cancel(t);
+		atomic_store(&reader_holds, false);
+		pthread_join(reader, NULL);
+		pthread_join(t, NULL);
+		for (int i = 0; i < a->nr_areas; i++) {
+			ucma_mutex_lock(&a->areas[i].lock);
+			listed += a->areas[i].ops != NULL;
+			ucma_mutex_unlock(&a->areas[i].lock);
+		}
+		ucma_mutex_lock(&z->lock);
+		for (uint32_t pfn = z->start_pfn; pfn < z->end_pfn; pfn += UCMA_PAGEBLOCK_PAGES)
+			isolated += ucma_pfn_block(a, pfn)->isolate_count != 0;
+		ucma_mutex_unlock(&z->lock);
+		fflush(stdout);
+		pid = fork();
+		if (pid < 0)
+			bail_out("fork: %s", strerror(errno));
+		if (pid == 0) {
+			void *p;
+
+			set_step("cancel child: ucma_alloc");
+			p = ucma_alloc(CONTIG_SIZE, 0, 0);
+			_exit(p && ucma_release(p) == 0 ? 0 : 1);
+		}
+		st = wait_child(pid);
+		bad_children += st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0;
+	}
+	for (int i = 0; i < NOBJ; i++)
+		if (h[i])
+			ucma_hfree(h[i]);
+	ok(listed == 0 && isolated == 0 && bad_children == 0,
+	   "%d threads cancelled in ucma_alloc()'s wait for readers: no operation left listed "
+	   "(%u), no pageblock left isolated (%u), every fork's child allocates (%u failed or "
+	   "hung)",
+	   ROUNDS, listed, isolated, bad_children);
 }
 
 int main(int argc, char **argv)
@@ -779,6 +913,7 @@ int main(int argc, char **argv)
 	test_fork_busy();
 	test_cancel();
 	test_fork_contig();
+	test_cancel_contig();
 	ucma_defer_drain();
 	{
 		struct ucma_arena *a = ucma_arena_get();
