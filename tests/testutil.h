@@ -368,6 +368,21 @@ static inline uint64_t tu_now_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/*
+ * Loops of forks: go on with round @round of a loop started at @t0_ns?
+ * The first @min rounds always; then until the loop has taken
+ * TU_FORK_LOOP_SECONDS.  A fork costs 1-3 ms on a quick machine and many
+ * times that in a virtual machine with slow page faults or under a
+ * sanitizer (its shadow memory is copied too): the loops' full counts took
+ * minutes there, and the suite's time limit counts them all.
+ */
+#define TU_FORK_LOOP_SECONDS 20
+
+static inline bool tu_fork_loop_on(int round, int min, uint64_t t0_ns)
+{
+	return round < min || tu_now_ns() - t0_ns < (uint64_t)TU_FORK_LOOP_SECONDS * 1000000000ull;
+}
+
 /* Is part @name of a benchmark asked for in UCMA_BENCH_PART (names
  * separated by commas; unset or empty: every part)?  One part alone is
  * what a profiler wants to look at. */

@@ -96,7 +96,9 @@ static int wait_limited(pid_t pid, int limit_s)
  * a child hangs or fails: 1 then, else 0. */
 static int forks_checked(int forks, int (*child)(void))
 {
-	for (int i = 0; i < forks; i++) {
+	uint64_t t0 = tu_now_ns();
+
+	for (int i = 0; i < forks && tu_fork_loop_on(i, 50, t0); i++) {
 		pid_t p = fork();
 		int st;
 
@@ -159,9 +161,11 @@ static int fork_contig(void)
 
 	if (under_tsan)
 		setenv("UCMA_COMPACT", "0", 1);
+	uint64_t t0 = tu_now_ns();
+
 	for (int i = 0; i < 2; i++)
 		pthread_create(&t[i], NULL, contig_worker, NULL);
-	for (int i = 0; i < 200 && !hung; i++) {
+	for (int i = 0; i < 200 && !hung && tu_fork_loop_on(i, 50, t0); i++) {
 		pid_t p = fork();
 		int st;
 
@@ -331,6 +335,7 @@ static int fork_in_section(void)
 {
 	pthread_t t;
 	int bad = 0;
+	uint64_t t0;
 
 	setenv("UCMA_HUGEPAGES", "thp", 1);
 	setenv("UCMA_COMPACT_PROACTIVENESS", "100", 1);
@@ -342,7 +347,8 @@ static int fork_in_section(void)
 		churn_h[i] = 0;
 	}
 	pthread_create(&t, NULL, churn, NULL);
-	for (int i = 0; i < 300 && !bad; i++) {
+	t0 = tu_now_ns();
+	for (int i = 0; i < 300 && !bad && tu_fork_loop_on(i, 50, t0); i++) {
 		pid_t p;
 		int st;
 

@@ -172,12 +172,13 @@ static void test_pin_versus_reuse(unsigned seconds)
 
 static void test_fork_handshake(void)
 {
-	int bad = 0;
+	int bad = 0, i;
+	uint64_t t0 = tu_now_ns();
 
 	/* A movable object starts the compaction thread. */
 	ucma_handle_t h = ucma_halloc(10, 0);
 
-	for (int i = 0; i < 300 && !bad; i++) {
+	for (i = 0; i < 300 && !bad && tu_fork_loop_on(i, 50, t0); i++) {
 		int status;
 		pid_t pid = fork();
 
@@ -186,7 +187,7 @@ static void test_fork_handshake(void)
 		if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status))
 			bad = 1;
 	}
-	ok(!bad, "300 forks in a row with the compaction thread running");
+	ok(!bad, "%d forks in a row with the compaction thread running", i);
 	ucma_hfree(h);
 }
 
@@ -259,12 +260,13 @@ static void test_fork_kept_runs(void)
 {
 	enum { ROUNDS = 400 };
 	pthread_t t[3];
-	int failed = 0;
+	int failed = 0, r;
 	long bad = 0;
+	uint64_t t0 = tu_now_ns();
 
 	for (uintptr_t i = 0; i < 3; i++)
 		pthread_create(&t[i], NULL, keep_churn, (void *)(i * 7919 + 1));
-	for (int r = 0; r < ROUNDS; r++) {
+	for (r = 0; r < ROUNDS && tu_fork_loop_on(r, 50, t0); r++) {
 		int status = 0;
 		pid_t pid;
 
@@ -299,16 +301,16 @@ static void test_fork_kept_runs(void)
 	}
 	atomic_store(&keep_stop, 1);
 	for (int i = 0; i < 3; i++) {
-		void *r;
+		void *ret;
 
-		pthread_join(t[i], &r);
-		bad += (long)r;
+		pthread_join(t[i], &ret);
+		bad += (long)ret;
 	}
 	for (int k = 0; k < HANDOFF; k++)
 		bad += handoff_check_free(atomic_exchange(&handoff[k], NULL));
 	ok(failed == 0 && bad == 0,
 	   "%d forks while 3 threads keep and take back large runs: %d children failed, "
-	   "%ld blocks bad", ROUNDS, failed, bad);
+	   "%ld blocks bad", r, failed, bad);
 }
 
 static void *compact_in_thread(void *arg)
