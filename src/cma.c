@@ -23,10 +23,13 @@
  * heap; step 3 takes such a lent pageblock back (lend.c: the heap's data
  * is copied to memory of its own at the same address).
  *
- * Locking: the area lock protects the bitmap and counters only; it is not
- * held while migrating (as the kernel drops cma->lock around
- * alloc_contig_range), so releases and other allocations go on meanwhile.
- * The bits claimed in step 1 keep other ucma_alloc() calls off the run.
+ * Locking: the area lock protects the bitmap, the counters and the list
+ * of operations in flight only; it is not held while migrating (as the
+ * kernel drops cma->lock around alloc_contig_range), so releases and
+ * other allocations go on meanwhile.  The bits claimed in step 1 keep
+ * other ucma_alloc() calls off the run.  Each allocation and release
+ * keeps a record of how far it got (cma.h: struct ucma_cma_op), for the
+ * child of a fork that comes in the middle of one.
  *
  * SPDX-License-Identifier: MIT
  */

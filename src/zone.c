@@ -1289,10 +1289,12 @@ void ucma_run_set_owner(struct ucma_arena *a, uint32_t pfn, int owner_type, uint
 /* ------------------------------------------------------------------------ */
 
 /*
- * ucma_isolate_range() - isolate the pageblocks of [start, end) (pageblock
- * aligned, inside one zone): their free pages leave the usable free lists
- * and nothing new is placed there until ucma_undo_isolate_range().
- * Isolation nests.  Returns 0, or -1 with EINVAL for a bad range.
+ * ucma_isolate_range_noted() - isolate the pageblocks of [start, end)
+ * (pageblock aligned, inside one zone): their free pages leave the usable
+ * free lists and nothing new is placed there until
+ * ucma_undo_isolate_range().  Isolation nests.  *@note (unless NULL) is
+ * set in the same critical section.  Returns 0, or -1 with EINVAL for a
+ * bad range.
  */
 int ucma_isolate_range_noted(struct ucma_arena *a, uint32_t start, uint32_t end, bool *note)
 {
@@ -1347,8 +1349,9 @@ bool ucma_range_free(struct ucma_arena *a, uint32_t start, uint32_t end)
 }
 
 /*
- * ucma_claim_free_range() - make the free pages [start, end) one allocated
- * run owned by (@owner_type, @owner).  Returns 0, or -1 with EBUSY when a
+ * ucma_claim_free_range_noted() - make the free pages [start, end) one
+ * allocated run owned by (@owner_type, @owner), and set *@note (unless
+ * NULL) in the same critical section.  Returns 0, or -1 with EBUSY when a
  * page of the range is not free.
  */
 int ucma_claim_free_range_noted(struct ucma_arena *a, uint32_t start, uint32_t end,
