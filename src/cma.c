@@ -773,15 +773,30 @@ static struct ucma_cma_area *contig_owner(struct ucma_arena *a, const void *ptr,
 	return NULL;
 }
 
-/* release_contig() once its area is known, not cancelled on the way (the
- * operation's record lives on this stack: cma.h). */
-static int release_listed(struct ucma_arena *a, struct ucma_cma_area *area, struct ucma_zone *z,
-			  void *ptr, bool from_malloc)
+/* ucma_release() of a buffer of ucma_alloc() (@from_malloc false) or of
+ * the preload library's malloc() (true).  Nothing between the record's
+ * listing and its end is a cancellation point (cma.h). */
+static int release_contig(void *ptr, bool from_malloc)
 {
+	struct ucma_arena *a = ucma_arena_peek();
+	struct ucma_cma_area *area;
 	struct ucma_cma_op op;
-	pid_t tid = gettid();
 	uint32_t pfn, npages;
+	struct ucma_zone *z;
+	pid_t tid;
 
+	if (!a) {
+		errno = EINVAL;
+		return -1;
+	}
+	z = &a->zones[UCMA_ZONE_CMA];
+	/* Which area, without a lock: its lock comes before the zone's. */
+	area = contig_owner(a, ptr, &pfn, from_malloc);
+	if (!area) {
+		errno = EINVAL;
+		return -1;
+	}
+	tid = gettid();
 	/* Check and unmark under the zone lock, so a double release racing
 	 * with itself is caught once; listed as in flight in the same step
 	 * (cma.h), both locks held. */
@@ -827,33 +842,6 @@ static int release_listed(struct ucma_arena *a, struct ucma_cma_area *area, stru
 	ucma_count(UCMA_STAT_CMA_RELEASE, 1);
 	ucma_shm_check_request(false);
 	return 0;
-}
-
-/* ucma_release() of a buffer of ucma_alloc() (@from_malloc false) or of
- * the preload library's malloc() (true). */
-static int release_contig(void *ptr, bool from_malloc)
-{
-	struct ucma_arena *a = ucma_arena_peek();
-	struct ucma_cma_area *area;
-	struct ucma_zone *z;
-	uint32_t pfn;
-	int cancel, rc;
-
-	if (!a) {
-		errno = EINVAL;
-		return -1;
-	}
-	z = &a->zones[UCMA_ZONE_CMA];
-	/* Which area, without a lock: its lock comes before the zone's. */
-	area = contig_owner(a, ptr, &pfn, from_malloc);
-	if (!area) {
-		errno = EINVAL;
-		return -1;
-	}
-	pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &cancel);
-	rc = release_listed(a, area, z, ptr, from_malloc);
-	pthread_setcancelstate(cancel, NULL);
-	return rc;
 }
 
 /**

@@ -40,7 +40,8 @@ struct ucma_arena;
  * a counted buffer's.  @isolated and @run: once listed, the CMA zone
  * lock, under which isolation and its undo, and taking and freeing the
  * run, happen.  Everything is set before the record is listed.  The
- * thread is not cancelled while its record is listed (cma.c).
+ * thread is not cancelled while its record is listed: an allocation runs
+ * with cancellation disabled, and a release meets no cancellation point.
  */
 struct ucma_cma_op {
 	struct ucma_cma_op *next;

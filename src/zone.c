@@ -1081,6 +1081,19 @@ void ucma_pages_free_locked(struct ucma_zone *z, uint32_t pfn)
 	ucma_buddy_free_range(z, pfn, npages);
 }
 
+/* Free the run at @pfn of @z to the buddy lists; *@note (unless NULL)
+ * cleared in the same critical section. */
+static void free_to_buddy(struct ucma_zone *z, uint32_t pfn, bool *note)
+{
+	ucma_mutex_lock(&z->lock);
+	ucma_pages_free_locked(z, pfn);
+	if (note)
+		*note = false;
+	ucma_mutex_unlock(&z->lock);
+	ucma_count(UCMA_STAT_PAGE_FREE, 1);
+	maybe_purge(z);
+}
+
 void ucma_pages_free(struct ucma_arena *a, uint32_t pfn)
 {
 	struct ucma_zone *z = ucma_pfn_zone(a, pfn);
@@ -1104,23 +1117,12 @@ void ucma_pages_free(struct ucma_arena *a, uint32_t pfn)
 			return;
 		}
 	}
-	ucma_mutex_lock(&z->lock);
-	ucma_pages_free_locked(z, pfn);
-	ucma_mutex_unlock(&z->lock);
-	ucma_count(UCMA_STAT_PAGE_FREE, 1);
-	maybe_purge(z);
+	free_to_buddy(z, pfn, NULL);
 }
 
 void ucma_pages_free_noted(struct ucma_arena *a, uint32_t pfn, bool *note)
 {
-	struct ucma_zone *z = ucma_pfn_zone(a, pfn);
-
-	ucma_mutex_lock(&z->lock);
-	ucma_pages_free_locked(z, pfn);
-	*note = false;
-	ucma_mutex_unlock(&z->lock);
-	ucma_count(UCMA_STAT_PAGE_FREE, 1);
-	maybe_purge(z);
+	free_to_buddy(ucma_pfn_zone(a, pfn), pfn, note);
 }
 
 void ucma_pages_free_unused(struct ucma_arena *a, uint32_t pfn)

@@ -50,7 +50,8 @@ FNTH_LOG_COMPILER = env TEST_TIMEOUT=$${TEST_TIMEOUT:-1800} \
 ## normal build, 2 s under AddressSanitizer and 10 s under
 ## ThreadSanitizer, and the normal build sweeps every run.  The counts keep
 ## each sanitizer build's sweep near three minutes with -j2 on a virtual
-## machine whose page faults are slow (-m 20 took four minutes there).
+## machine whose page faults are slow (there, -m 20 in the ASan build
+## was 514 s of test time over its fifteen ops).
 if ENABLE_ASAN
 AM_FNTH_LOG_FLAGS = -m 10
 endif
