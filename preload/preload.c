@@ -73,6 +73,7 @@
 #include <unistd.h>
 
 #include "ucma.h"
+#include "malloc_fast.h"
 #include "malloc_hooks.h"
 
 /* glibc's own allocator, exported by libc.so.6 under these names. */
@@ -120,6 +121,10 @@ static size_t page_size(void)
  * malloc fast path sends both the unread and the qualifying case to the
  * slow path). */
 static _Atomic size_t contig_threshold;
+/* The same for malloc()'s fast path (malloc_fast.h), which takes the
+ * requests below it: the smaller of the threshold and UCMA_SMALL_MAX + 1,
+ * 0 until the environment was read. */
+static _Atomic size_t small_below;
 static _Atomic bool contig_used;	/* some contiguous buffer was handed out */
 static __thread bool contig_busy;	/* this thread is inside ucma_alloc() */
 
@@ -236,6 +241,8 @@ static __attribute__((noinline, cold)) size_t contig_min_first(void)
 		return 0;
 	min = contig_min_parse();
 	atomic_store_explicit(&contig_threshold, min ? min : SIZE_MAX, memory_order_relaxed);
+	atomic_store_explicit(&small_below, min && min <= UCMA_SMALL_MAX ? min : UCMA_SMALL_MAX + 1,
+			      memory_order_relaxed);
 	return min;
 }
 
@@ -348,8 +355,9 @@ static void *foreign_realloc(void *ptr, size_t size)
 /* The interface                                                             */
 /* ------------------------------------------------------------------------ */
 
-/* A request at or above the threshold, or one made before the threshold
- * was read: maybe a contiguous buffer. */
+/* A request that malloc()'s fast path did not take: a large one, one at
+ * or above the threshold, or one made before the threshold was read
+ * (maybe a contiguous buffer). */
 static __attribute__((noinline)) void *malloc_contig(size_t size)
 {
 	size_t min = contig_min();
@@ -363,12 +371,12 @@ static __attribute__((noinline)) void *malloc_contig(size_t size)
 	return ucma_malloc(size);
 }
 
-/* One comparison, then straight into ucma_malloc(). */
+/* ucma_malloc()'s own fast path, inlined: one comparison decides both
+ * "small" and "below the contiguous threshold". */
 PRELOAD_EXPORT void *malloc(size_t size)
 {
-	if (PRELOAD_UNLIKELY(!below_contig(size)))
-		return malloc_contig(size);
-	return ucma_malloc(size);
+	return ucma_malloc_fast(size, atomic_load_explicit(&small_below, memory_order_relaxed),
+				malloc_contig);
 }
 
 static __attribute__((noinline)) void *calloc_slow(size_t nmemb, size_t size)
@@ -433,7 +441,8 @@ static void free_not_family(void *ptr)
  */
 PRELOAD_EXPORT void free(void *ptr)
 {
-	ucma_free_or(ptr, free_not_family);
+	if (!ucma_free_fast(ptr) && ptr)
+		ucma_free_or_slow(ptr, free_not_family);
 }
 
 PRELOAD_EXPORT void cfree(void *ptr)

@@ -1,9 +1,10 @@
 ## The LD_PRELOAD malloc interposer (libucma-preload.so).
 ## A libtool module, so the installed file is exactly libucma-preload.so.
-## The allocator is compiled into it, so that malloc and free reach
-## ucma_malloc() and the free path with direct calls instead of a PLT
-## call into libucma.so (-Bsymbolic-functions binds the library's own
-## calls to its own definitions).  It exports the ucma_* interface too,
+## The allocator is compiled into it, so that malloc and free are
+## ucma_malloc()'s and ucma_free()'s fast paths inlined (src/malloc_fast.h)
+## and reach the rest with direct calls instead of a PLT call into
+## libucma.so (-Bsymbolic-functions binds the library's own calls to its
+## own definitions).  It exports the ucma_* interface too,
 ## under libucma.so's symbol version: in a program that also links -lucma,
 ## every ucma_* reference binds to the preloaded library, which comes
 ## first in the lookup order, so the program and its malloc share one

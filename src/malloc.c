@@ -6,7 +6,8 @@
  * served by the calling thread's cache (tcache.c): the blocks it freed
  * lately, else the slabs it owns (slab.c).  The fast paths are a table
  * look-up and a pop or push on a per-thread stack, or a bit taken from a
- * slab's out-of-band bitmap: no locks, no atomic read-modify-write.  Larger
+ * slab's out-of-band bitmap: no locks, no atomic read-modify-write
+ * (malloc_fast.h, which the preload library inlines as well).  Larger
  * requests are exact runs of pages from the NORMAL zone (zone.c), recorded
  * as UCMA_OWN_LARGE with the pfn of the address handed out as owner.  When
  * the zone is exhausted, or the arena could not be created, memory comes
@@ -51,6 +52,7 @@
  */
 #include "internal.h"
 #include "lock.h"
+#include "malloc_fast.h"
 #include "malloc_hooks.h"
 #include "memevent.h"
 #include "overflow.h"
@@ -67,34 +69,8 @@
 /* The largest request we try: beyond it sizes overflow page arithmetic. */
 #define LARGE_MAX ((SIZE_MAX >> 1) - ((size_t)1 << 30))
 
-/*
- * The arena's geometry for the fast paths, copied once it exists (size 0
- * until then, so every free takes the slow path).  Written with relaxed
- * atomics by whoever sees the arena first; the values never change.
- */
-static struct {
-	uintptr_t base;
-	const struct ucma_page *pages;
-	size_t size;
-} mg __attribute__((aligned(64)));
-
-/* Is @p in the arena?  Then *@pg is its page's descriptor and *@off its
- * offset from the arena's base (false before the arena is known).  The
- * first step of every fast path that takes a pointer: free(),
- * ucma_owns(), realloc().  (A bool and not a NULL page: a test of the
- * returned pointer would be one more branch on each of them.) */
-static inline __attribute__((always_inline)) bool mg_page(const void *p,
-							  const struct ucma_page **pg,
-							  uintptr_t *off)
-{
-	uintptr_t o = (uintptr_t)p - __atomic_load_n(&mg.base, __ATOMIC_RELAXED);
-
-	if (UCMA_UNLIKELY(o >= __atomic_load_n(&mg.size, __ATOMIC_ACQUIRE)))
-		return false;
-	*off = o;
-	*pg = &mg.pages[o >> UCMA_PAGE_SHIFT];
-	return true;
-}
+/* The arena's geometry for the fast paths (malloc_fast.h). */
+struct ucma_malloc_geometry ucma_mg;
 
 /* The marker in the second word of every free small object (tcache.h). */
 uint64_t ucma_free_key;
@@ -181,10 +157,10 @@ static struct ucma_arena *arena_known(void)
 {
 	struct ucma_arena *a = ucma_arena_get();
 
-	if (a && !__atomic_load_n(&mg.size, __ATOMIC_ACQUIRE)) {
-		__atomic_store_n(&mg.base, a->base, __ATOMIC_RELAXED);
-		__atomic_store_n(&mg.pages, a->pages, __ATOMIC_RELAXED);
-		__atomic_store_n(&mg.size, a->size, __ATOMIC_RELEASE);
+	if (a && !__atomic_load_n(&ucma_mg.size, __ATOMIC_ACQUIRE)) {
+		__atomic_store_n(&ucma_mg.base, a->base, __ATOMIC_RELAXED);
+		__atomic_store_n(&ucma_mg.pages, a->pages, __ATOMIC_RELAXED);
+		__atomic_store_n(&ucma_mg.size, a->size, __ATOMIC_RELEASE);
 	}
 	return a;
 }
@@ -406,17 +382,6 @@ static __attribute__((noinline)) void *small_alloc_slow(struct ucma_tcache *tc, 
 	return p;
 }
 
-/* Pop the newest parked object of bin @b, clearing its marker. */
-static inline void *stack_pop(struct ucma_tbin *b, size_t n)
-{
-	void *p = b->stack[n - 1];
-
-	__atomic_store_n(&b->n, (uint16_t)(n - 1), __ATOMIC_RELAXED);
-	ucma_owner_inc(&b->npop);
-	ucma_obj_mark_live(p, b->size);
-	return p;
-}
-
 static inline void *small_alloc(struct ucma_tcache *tc, unsigned cls)
 {
 	struct ucma_tbin *b = &tc->bins[cls];
@@ -424,86 +389,11 @@ static inline void *small_alloc(struct ucma_tcache *tc, unsigned cls)
 	void *p;
 
 	if (n)
-		return stack_pop(b, n);
+		return ucma_stack_pop(b, n);
 	p = ucma_tbin_alloc(b);
 	if (UCMA_UNLIKELY(!p))
 		return small_alloc_slow(tc, cls);
 	return p;
-}
-
-/*
- * Free object @idx (at @p) of slab @s.  The fast path: the block carries
- * no free marker and its bit says it is allocated; then it gets the
- * marker and is parked on the calling thread's stack for the class, for
- * its next malloc, whoever owns the slab.  When the stack is full, a
- * block of a slab the thread owns (and that was not full: a full slab's
- * owner carries a flag), which no other thread freed meanwhile, goes back
- * to the slab's bitmap at once, written out here as well: a program that
- * frees more blocks than a stack holds pays no call for it.  The rest is
- * ucma_tcache_free_slow()'s.  Its loads are the slab's first line and the
- * block's bitmap word, the block's second word and the thread's bin (and
- * the remote bitmap's word when the stack is full).  The marker is loaded
- * once: the compiler may not reuse it across the atomic load otherwise.
- */
-static __attribute__((noinline)) void small_free_slow(struct ucma_tcache *tc, struct ucma_slab *s,
-							void *p, const char *who)
-{
-	int idx = ucma_slab_index(s, p);
-
-	/* The fast path leaves an index past the last object to the bit,
-	 * always clear there (slab.h): the address is in the slab's tail. */
-	if (idx < 0)
-		ucma_fatal("%s: invalid pointer %p (past the last object of its slab)", who, p);
-	ucma_tcache_free_slow(tc, s, (unsigned)idx, p, who);
-}
-
-static inline __attribute__((always_inline)) void small_free(struct ucma_slab *s, uint64_t idx,
-							      void *p, const char *who)
-{
-	struct ucma_tcache *tc = ucma_tcache_tls;
-	uint64_t key = ucma_free_key;
-
-	if (UCMA_LIKELY(!ucma_obj_marked_free_k(p, key))) {
-		/* The bitmap word is loaded atomically: its owner may be
-		 * another thread, writing it meanwhile.  The shifts by the
-		 * index modulo 64 are single bit instructions on x86. */
-		uint64_t *wp = &s->used[idx >> 6];
-		uint64_t u;
-
-		if (UCMA_LIKELY((__atomic_load_n(wp, __ATOMIC_RELAXED) >> (idx & 63)) & 1)) {
-			struct ucma_tbin *b = ucma_tbin_of(tc, s->cls);
-			size_t n = b->n;
-
-			if (UCMA_LIKELY(n < b->cap)) {
-				ucma_obj_mark_free_k(p, b->size, key);
-				ucma_tbin_push(b, n, p);
-				return;
-			}
-			/* Owned, so the word is this thread's to write.  It
-			 * is loaded again: keeping the first value costs the
-			 * push above two registers to save. */
-			if (UCMA_LIKELY(__atomic_load_n(&s->owner, __ATOMIC_RELAXED) == tc)) {
-				uint64_t i = idx;
-
-				/* (Hidden from the compiler, which would work
-				 * out the mask before the push otherwise, in
-				 * a register of its own.) */
-				__asm__("" : "+r"(i));
-				if (UCMA_UNLIKELY((__atomic_load_n(wp + UCMA_SLAB_REMOTE_OFF,
-								   __ATOMIC_RELAXED) >> (i & 63)) & 1))
-					goto slow;
-				u = __atomic_load_n(wp, __ATOMIC_RELAXED) & ~(1ull << (i & 63));
-				ucma_obj_mark_free_k(p, b->size, key);
-				__atomic_store_n(wp, u, __ATOMIC_RELAXED);
-				ucma_owner_inc(&b->nfree_direct);
-				if (UCMA_UNLIKELY(!u))
-					ucma_tcache_word_emptied(tc, s);
-				return;
-			}
-		}
-	}
-slow:
-	small_free_slow(tc, s, p, who);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -615,7 +505,7 @@ static void free_classified(void *p, int kind, struct ptr_info *pi, const char *
 {
 	switch (kind) {
 	case PK_SMALL:
-		small_free(pi->slab, (unsigned)pi->idx, p, who);
+		ucma_small_free(pi->slab, (unsigned)pi->idx, p, who);
 		return;
 	case PK_LARGE: {
 		uint32_t run = pi->a->pages[pi->head].aux;
@@ -665,45 +555,17 @@ static __attribute__((noinline)) void *malloc_slow(size_t size)
  * thread's first call comes here too, with the dummy cache (whose bins
  * are all full): its bin may be the wrong one, since the table of bins
  * by size is empty until the library is initialised. */
-static __attribute__((noinline)) void *malloc_miss(struct ucma_tcache *tc, struct ucma_tbin *b,
-						   size_t size)
+__attribute__((noinline)) void *ucma_malloc_miss(struct ucma_tcache *tc, struct ucma_tbin *b, size_t size)
 {
 	if (UCMA_UNLIKELY(ucma_tcache_unstarted(tc)))
 		return malloc_slow(size);
 	return small_alloc_slow(tc, (unsigned)(b - tc->bins));
 }
 
-/* The fast path: the newest parked object of the class (the block this
- * thread freed last, still cache-hot), else the lowest free object of
- * the cursor's word (tcache.h), written out here so that it needs no
- * stack frame; everything else leaves through a tail call. */
+/* The fast path (malloc_fast.h): a pop, or a bit of the cursor's word. */
 void *ucma_malloc(size_t size)
 {
-	struct ucma_tcache *tc = ucma_tcache_tls;
-
-	if (UCMA_LIKELY(size <= UCMA_SMALL_MAX)) {
-		/* Relaxed: a thread's first call, on the dummy cache, may read
-		 * the table while another thread's initialisation fills it; any
-		 * offset then finds an empty bin of the dummy and misses. */
-		struct ucma_tbin *b = (struct ucma_tbin *)((char *)tc +
-			__atomic_load_n(&ucma_tbin_off_of_size[(size + 15) >> 4], __ATOMIC_RELAXED));
-		size_t n = b->n;
-		uint64_t *wp, u;
-		void *p;
-
-		if (UCMA_LIKELY(n))
-			return stack_pop(b, n);
-		wp = ucma_tbin_word(b);
-		u = *wp;
-		if (UCMA_UNLIKELY(u == b->full))
-			return malloc_miss(tc, b, size);
-		__atomic_store_n(wp, u | (u + 1), __ATOMIC_RELAXED);
-		ucma_owner_inc(&b->ncur);
-		p = (void *)(b->wbase + (uintptr_t)(unsigned)__builtin_ctzll(~u) * b->size);
-		ucma_obj_mark_live(p, b->size);
-		return p;
-	}
-	return malloc_slow(size);
+	return ucma_malloc_fast(size, UCMA_SMALL_MAX + 1, malloc_slow);
 }
 
 void *ucma_calloc(size_t nmemb, size_t size)
@@ -740,9 +602,22 @@ static __attribute__((noinline)) void free_slow(void *p)
 	errno = saved;
 }
 
+/* The rest of ucma_small_free() (malloc_fast.h). */
+__attribute__((noinline)) void ucma_small_free_slow(struct ucma_tcache *tc, struct ucma_slab *s, void *p,
+						  const char *who)
+{
+	int idx = ucma_slab_index(s, p);
+
+	/* The fast path leaves an index past the last object to the bit,
+	 * always clear there (slab.h): the address is in the slab's tail. */
+	if (idx < 0)
+		ucma_fatal("%s: invalid pointer %p (past the last object of its slab)", who, p);
+	ucma_tcache_free_slow(tc, s, (unsigned)idx, p, who);
+}
+
 /* Not declared noreturn, so that the fast path reaches it by a jump and
  * needs no stack frame for a call. */
-static UCMA_NOIPA void free_interior(void *p)
+UCMA_NOIPA void ucma_free_interior(void *p)
 {
 	ucma_fatal("free(): invalid pointer %p (inside a small object)", p);
 }
@@ -752,7 +627,7 @@ static UCMA_NOIPA void free_interior(void *p)
  * said UCMA_OWN_LARGE): classify()'s checks for it, without its walk.
  * Anything but the address handed out goes to free_slow(), which reports it.
  */
-static __attribute__((noinline)) void free_large(void *p)
+__attribute__((noinline)) void ucma_free_large(void *p)
 {
 	struct ucma_arena *a = ucma_arena_peek();
 	uint32_t pfn = (uint32_t)(((uintptr_t)p - a->base) >> UCMA_PAGE_SHIFT);
@@ -771,62 +646,16 @@ static __attribute__((noinline)) void free_large(void *p)
 	errno = saved;
 }
 
-/*
- * The fast path: a small block of the arena.  Returns false for
- * everything else, leaving it to the caller's slow path; the rest leaves
- * through tail calls, so this path needs no stack frame.  Its loads are
- * the arena geometry, the page's owner, the slab's two lines and the bin.
- */
-static inline __attribute__((always_inline)) bool free_fast(void *p)
-{
-	const struct ucma_page *pg;
-	uintptr_t off;
-
-	if (UCMA_LIKELY(mg_page(p, &pg, &off))) {
-		unsigned type = __atomic_load_n(&pg->owner_type, __ATOMIC_ACQUIRE);
-
-		if (UCMA_LIKELY(type == UCMA_OWN_SLAB)) {
-			struct ucma_slab *s = (struct ucma_slab *)(uintptr_t)UCMA_PG_GET(pg, owner);
-			/* ucma_slab_index(), kept in 64 bits */
-			uint64_t lo, idx;
-
-#if defined(__x86_64__)
-			/* One mul; written out, so that the compiler sees
-			 * which two registers it takes (it saves a third
-			 * otherwise). */
-			__asm__("mulq %3" : "=a"(lo), "=d"(idx)
-				: "0"((uintptr_t)p - s->base), "rm"(s->divisor) : "cc");
-#else
-			unsigned __int128 prod = (unsigned __int128)((uintptr_t)p - s->base) * s->divisor;
-
-			lo = (uint64_t)prod;
-			idx = (uint64_t)(prod >> 64);
-#endif
-			/* An index past the last object finds its bit clear
-			 * (slab.h) and leaves through the slow path. */
-			if (UCMA_UNLIKELY(lo >= s->divisor))
-				free_interior(p);
-			else
-				small_free(s, idx, p, "free()");
-			return true;
-		}
-		if (type == UCMA_OWN_LARGE) {
-			free_large(p);
-			return true;
-		}
-	}
-	return false;
-}
 
 void ucma_free(void *p)
 {
-	if (!free_fast(p))
+	if (!ucma_free_fast(p))
 		free_slow(p);
 }
 
 static __attribute__((noinline)) int owns_slow(const void *p);
 
-static __attribute__((noinline)) void free_or_slow(void *p, void (*foreign_free)(void *))
+__attribute__((noinline)) void ucma_free_or_slow(void *p, void (*foreign_free)(void *))
 {
 	struct ptr_info pi;
 	int kind, saved;
@@ -853,14 +682,14 @@ static __attribute__((noinline)) void free_or_slow(void *p, void (*foreign_free)
 
 void ucma_free_or(void *p, void (*foreign_free)(void *))
 {
-	if (free_fast(p) || !p)
+	if (ucma_free_fast(p) || !p)
 		return;
-	free_or_slow(p, foreign_free);
+	ucma_free_or_slow(p, foreign_free);
 }
 
 int ucma_try_free(void *p)
 {
-	if (free_fast(p))
+	if (ucma_free_fast(p))
 		return 1;
 	if (!p)
 		return 1;
@@ -889,7 +718,7 @@ static inline __attribute__((always_inline)) bool realloc_in_place(const void *p
 	size_t old;
 	unsigned type;
 
-	if (UCMA_UNLIKELY(!mg_page(p, &pg, &off)))
+	if (UCMA_UNLIKELY(!ucma_mg_page(p, &pg, &off)))
 		return false;
 	type = __atomic_load_n(&pg->owner_type, __ATOMIC_ACQUIRE);
 	if (type == UCMA_OWN_SLAB) {
@@ -1208,7 +1037,7 @@ static inline __attribute__((always_inline)) bool owns_fast(const void *p)
 	uintptr_t off;
 	unsigned type;
 
-	if (UCMA_UNLIKELY(!mg_page(p, &pg, &off)))
+	if (UCMA_UNLIKELY(!ucma_mg_page(p, &pg, &off)))
 		return false;
 	type = UCMA_PG_GET(pg, owner_type);
 	return type == UCMA_OWN_SLAB || type == UCMA_OWN_LARGE;

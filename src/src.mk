@@ -39,6 +39,7 @@ UCMA_SOURCES = \
 	src/slab.c \
 	src/tcache.h \
 	src/tcache.c \
+	src/malloc_fast.h \
 	src/malloc_hooks.h \
 	src/malloc.c \
 	src/stats.c \

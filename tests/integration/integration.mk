@@ -88,6 +88,7 @@ TESTS += \
 	tests/integration/preload_futex.sh \
 	tests/integration/preload_sighandler.sh \
 	tests/integration/preload_contig.sh \
+	tests/integration/preload_contig_small.sh \
 	tests/integration/preload_contig_dontfork.sh \
 	tests/integration/preload_fork_files.sh \
 	tests/integration/preload_fork_helpers.sh \
@@ -110,6 +111,7 @@ EXTRA_DIST += \
 	tests/integration/preload_futex.sh \
 	tests/integration/preload_sighandler.sh \
 	tests/integration/preload_contig.sh \
+	tests/integration/preload_contig_small.sh \
 	tests/integration/preload_contig_dontfork.sh \
 	tests/integration/preload_fork_files.sh \
 	tests/integration/preload_fork_helpers.sh \

@@ -1,8 +1,8 @@
 /*
  * preload_check.c - the C allocation interface under libucma-preload.so.
  *
- * Run by preload_api.sh and preload_contig.sh with LD_PRELOAD set; linked
- * with -lucma too, so it also checks that the preloaded library and the
+ * Run by preload_api.sh, preload_contig.sh and others with LD_PRELOAD set;
+ * linked with -lucma too, so it also checks that the preloaded library and the
  * linked one are the same arena: what malloc() returns is something
  * ucma_owns() recognises.  Checks glibc's documented behaviour of every
  * interposed function (error codes, alignment, realloc(p, 0)), pointers
@@ -12,7 +12,9 @@
  * With the argument "contig" (and UCMA_PRELOAD_CONTIG_MIN=1M, or its
  * UCMA_CONF key, in the environment) it checks instead that large
  * requests become contiguous buffers of a CMA area and that
- * free/realloc/malloc_usable_size handle them.  With "contig_dontfork"
+ * free/realloc/malloc_usable_size handle them; with "contig_small" (and
+ * UCMA_PRELOAD_CONTIG_MIN=8K) that a threshold below the largest size
+ * class splits the small sizes.  With "contig_dontfork"
  * (and UCMA_CMA_DONTFORK=1 as well) that they stay in the malloc family,
  * so that a child of fork() still has them.  With "fork_helpers" it checks
  * forks made while another thread's migration starts the copy helpers
@@ -882,6 +884,46 @@ static void check_fork_helpers(void)
 		   "%d children could not pin the object", forks, bad);
 }
 
+/*
+ * A threshold below the largest small size class (32 KiB): malloc()'s
+ * fast path takes only the requests below it, so the sizes at and above
+ * it that a size class would hold become contiguous buffers too, and
+ * those below stay in the malloc family (run with
+ * UCMA_PRELOAD_CONTIG_MIN=8K).
+ */
+static void check_contig_small(void)
+{
+	static const size_t below[] = { 1, 100, 4096, 8191 };
+	static const size_t at_or_above[] = { 8192, 8193, 16384, 32768, 32769, 100000 };
+	const char *min = getenv("UCMA_PRELOAD_CONTIG_MIN");
+	char *p, *z;
+	size_t i;
+	int zero = 1;
+
+	if (!min || strcmp(min, "8K") != 0)
+		bail_out("run this with UCMA_PRELOAD_CONTIG_MIN=8K");
+	for (i = 0; i < sizeof(below) / sizeof(below[0]); i++) {
+		p = malloc(below[i]);
+		ok(p && ucma_owns(p) && contig_of_malloc(p) == 0,
+		   "malloc(%zu), below the threshold, is a block of the malloc family", below[i]);
+		free(p);
+	}
+	for (i = 0; i < sizeof(at_or_above) / sizeof(at_or_above[0]); i++) {
+		p = malloc(at_or_above[i]);
+		ok(p && contig_of_malloc(p) >= at_or_above[i],
+		   "malloc(%zu), at or above the threshold, is a contiguous buffer", at_or_above[i]);
+		if (p)
+			tu_fill(p, at_or_above[i], 3);
+		ok(p && tu_check(p, at_or_above[i], 3), "... which holds what was written");
+		free(p);
+	}
+	z = calloc(2, 8192);
+	for (i = 0; z && i < 16384; i++)
+		zero &= z[i] == 0;
+	ok(z && contig_of_malloc(z) >= 16384 && zero, "calloc(2, 8 KiB) is contiguous and zero");
+	free(z);
+}
+
 int main(int argc, char **argv)
 {
 	if (argc > 2 && strcmp(argv[1], "stats_fd") == 0)
@@ -890,6 +932,10 @@ int main(int argc, char **argv)
 	check_interposed();
 	if (argc > 1 && strcmp(argv[1], "contig") == 0) {
 		check_contig();
+		return done();
+	}
+	if (argc > 1 && strcmp(argv[1], "contig_small") == 0) {
+		check_contig_small();
 		return done();
 	}
 	if (argc > 1 && strcmp(argv[1], "contig_dontfork") == 0) {
