@@ -235,12 +235,16 @@ struct ucma_tlists {
  * speed of the small ones.  They are kept in a stack per size (the newest
  * taken first), so that taking one is an index, not a search; when the
  * cache is full, the oldest run of the size with the most runs goes back
- * to the zone, which keeps as many sizes at hand as it can.
+ * to the zone, which keeps as many sizes at hand as it can.  64 runs and
+ * 4 MiB: with 32 and 2 MiB, bench_malloc's `large` (random blocks of 4 to
+ * 64 KiB) missed the cache on 12% of its large mallocs and ran 1.2x
+ * slower, at the same peak RSS (the runs a thread keeps were resident
+ * anyway); tests/bench/RESULTS.md.
  */
-#define UCMA_TLARGE_SLOTS       32u
+#define UCMA_TLARGE_SLOTS       64u
 #define UCMA_TLARGE_DEPTH       16u	/* runs of one size */
 #define UCMA_TLARGE_MAX_PAGES   64u	/* 256 KiB */
-#define UCMA_TLARGE_KEEP_PAGES  512u	/* 2 MiB */
+#define UCMA_TLARGE_KEEP_PAGES  1024u	/* 4 MiB */
 
 /*
  * struct ucma_tcache - one thread's cache.

@@ -1306,8 +1306,8 @@ static void test_realloc_side_by_side(void)
 }
 
 /*
- * Many kept runs of many sizes: the cache keeps at most its budget (32
- * runs, 2 MiB), each malloc of a kept size takes the newest run of that
+ * Many kept runs of many sizes: the cache keeps at most its budget
+ * (UCMA_TLARGE_SLOTS runs, UCMA_TLARGE_KEEP_PAGES pages), each malloc of a kept size takes the newest run of that
  * size, blocks of sizes it gave back come from the zone again, every
  * block stays intact, and trim gives everything back.
  */
@@ -1333,7 +1333,8 @@ static void test_large_kept_sizes(void)
 	for (int i = 0; i < N; i++)
 		ucma_free(p[i]);
 	cached = stat_of("malloc_tcache_bytes");
-	ok(bad == 0 && cached >= 32 * 9 * UCMA_PAGE_SIZE && cached <= 512 * UCMA_PAGE_SIZE + (1u << 20),
+	ok(bad == 0 && cached >= (uint64_t)UCMA_TLARGE_SLOTS * 9 * UCMA_PAGE_SIZE &&
+	   cached <= (uint64_t)UCMA_TLARGE_KEEP_PAGES * UCMA_PAGE_SIZE + (1u << 20),
 	   "96 freed runs of 8 sizes: the cache keeps its budget (%llu bytes cached)",
 	   (unsigned long long)cached);
 	/* the newest run of a size comes back first */
