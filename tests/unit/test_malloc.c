@@ -1306,10 +1306,11 @@ static void test_realloc_side_by_side(void)
 }
 
 /*
- * Many kept runs of many sizes: the cache keeps at most its budget
- * (UCMA_TLARGE_SLOTS runs, UCMA_TLARGE_KEEP_PAGES pages), each malloc of a kept size takes the newest run of that
- * size, blocks of sizes it gave back come from the zone again, every
- * block stays intact, and trim gives everything back.
+ * Many kept runs of many sizes: the cache keeps at most its budget (each
+ * bound on its own: test_large_kept_bounds()), each malloc of a kept size
+ * takes the newest run of that size, blocks of sizes it gave back come
+ * from the zone again, every block stays intact, and trim gives
+ * everything back.
  */
 static void test_large_kept_sizes(void)
 {
@@ -1334,7 +1335,7 @@ static void test_large_kept_sizes(void)
 		ucma_free(p[i]);
 	cached = stat_of("malloc_tcache_bytes");
 	ok(bad == 0 && cached >= (uint64_t)UCMA_TLARGE_SLOTS * 9 * UCMA_PAGE_SIZE &&
-	   cached <= (uint64_t)UCMA_TLARGE_KEEP_PAGES * UCMA_PAGE_SIZE + (1u << 20),
+	   cached <= (uint64_t)UCMA_TLARGE_SLOTS * 16 * UCMA_PAGE_SIZE + (1u << 20),
 	   "96 freed runs of 8 sizes: the cache keeps its budget (%llu bytes cached)",
 	   (unsigned long long)cached);
 	/* the newest run of a size comes back first */
@@ -1367,6 +1368,57 @@ static void test_large_kept_sizes(void)
 	ok(stat_of("malloc_active") <= active0 && stat_of("malloc_tcache_bytes") < 1u << 20,
 	   "trim gives every kept run back (active %llu -> %llu)", (unsigned long long)active0,
 	   (unsigned long long)stat_of("malloc_active"));
+}
+
+/*
+ * Free @n runs, run i of (@first + i % @nsizes) pages, in one go, and
+ * return how many bytes more the thread's cache holds than before
+ * (UINT64_MAX when a malloc failed).  Trim gives them back after.
+ */
+static uint64_t kept_after_freeing(int n, unsigned first, unsigned nsizes)
+{
+	static void *p[128];
+	uint64_t cached0, cached;
+	bool failed = false;
+
+	ucma_trim();
+	cached0 = stat_of("malloc_tcache_bytes");
+	for (int i = 0; i < n; i++) {
+		p[i] = ucma_malloc((size_t)(first + (unsigned)i % nsizes) * UCMA_PAGE_SIZE - 100);
+		failed |= !p[i];
+	}
+	for (int i = 0; i < n; i++)
+		ucma_free(p[i]);
+	cached = stat_of("malloc_tcache_bytes");
+	ucma_trim();
+	return failed ? UINT64_MAX : cached - cached0;
+}
+
+/*
+ * Each bound of the cache of freed runs, where it alone binds.  Runs:
+ * 96 runs of 9 to 14 pages (16 of each size, what one size may hold) are
+ * 1104 pages, beyond the page bound too, but the run bound keeps 64 of
+ * them, at most 64 * 14 = 896 pages; a cache bounded by pages alone would
+ * keep about 1024.  Pages: 48 runs of 17 to 32 pages (3 of each) are
+ * 1176 pages in fewer runs than the run bound: the page bound keeps at
+ * most 1024 of them.
+ */
+static void test_large_kept_bounds(void)
+{
+	uint64_t runs = kept_after_freeing(96, 9, 6);
+	uint64_t pages = kept_after_freeing(48, 17, 16);
+	const uint64_t slack = 64 << 10;	/* a kept slab, parked blocks */
+
+	_Static_assert(UCMA_TLARGE_SLOTS == 64 && UCMA_TLARGE_KEEP_PAGES == 1024 &&
+		       UCMA_TLARGE_DEPTH >= 16, "the sizes below are chosen for these bounds");
+	ok(runs != UINT64_MAX && runs >= (uint64_t)UCMA_TLARGE_SLOTS * 9 * UCMA_PAGE_SIZE &&
+	   runs <= (uint64_t)UCMA_TLARGE_SLOTS * 14 * UCMA_PAGE_SIZE + slack,
+	   "96 freed runs of 9-14 pages: the cache keeps %u runs (%llu bytes more cached)",
+	   UCMA_TLARGE_SLOTS, (unsigned long long)runs);
+	ok(pages != UINT64_MAX && pages >= (uint64_t)(UCMA_TLARGE_KEEP_PAGES - 64) * UCMA_PAGE_SIZE &&
+	   pages <= (uint64_t)UCMA_TLARGE_KEEP_PAGES * UCMA_PAGE_SIZE + slack,
+	   "48 freed runs of 17-32 pages: the cache keeps %u pages (%llu bytes more cached)",
+	   UCMA_TLARGE_KEEP_PAGES, (unsigned long long)pages);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1877,6 +1929,7 @@ int main(void)
 	test_kept_empties();
 	test_large_kept();
 	test_large_kept_sizes();
+	test_large_kept_bounds();
 	test_large_packed();
 	test_large_across();
 	test_large_rounds();
