@@ -50,6 +50,21 @@ static bool in_arena(const void *p)
 	return ucma_addr_in_arena(ucma_arena_peek(), p);
 }
 
+/* 1 MiB blocks into @fill[*@nfill...] until one is outside the arena:
+ * NORMAL then has less than a megabyte of room. */
+static void fill_normal(void **fill, int *nfill)
+{
+	for (;;) {
+		if (*nfill == 128)
+			bail_out("128 MiB of blocks and still inside the arena");
+		fill[*nfill] = ucma_malloc(1u << 20);
+		if (!fill[*nfill])
+			bail_out("filling NORMAL: %s", strerror(errno));
+		if (!in_arena(fill[(*nfill)++]))
+			break;
+	}
+}
+
 /* @n blocks of @size bytes, each stamped with its index (+ @seed). */
 static void alloc_batch(int n, size_t size, uint64_t seed)
 {
@@ -153,15 +168,7 @@ int main(void)
 	alloc_batch(20000, SMALL, 5);
 	bad = free_batch(20000, SMALL, 5);
 	k = kept();
-	for (;;) {
-		if (nfill == 128)
-			bail_out("128 MiB of blocks and still inside the arena");
-		fill[nfill] = ucma_malloc(1u << 20);
-		if (!fill[nfill])
-			bail_out("filling NORMAL: %s", strerror(errno));
-		if (!in_arena(fill[nfill++]))
-			break;
-	}
+	fill_normal(fill, &nfill);
 	ok(k > 0 && kept() == 0,
 	   "NORMAL filled with 1 MiB blocks: the %zu KiB of kept slabs went back before a "
 	   "block left the arena (%d blocks)", k >> 10, nfill);
@@ -203,15 +210,7 @@ int main(void)
 	 * Then ucma_trim(): the slabs of case 6's class that this thread
 	 * keeps would otherwise go to the central bins when the frees below
 	 * make it keep others, and count there beside the bin's few. */
-	for (;;) {
-		if (nfill == 128)
-			bail_out("128 MiB of blocks and still inside the arena");
-		fill[nfill] = ucma_malloc(1u << 20);
-		if (!fill[nfill])
-			bail_out("filling NORMAL again: %s", strerror(errno));
-		if (!in_arena(fill[nfill++]))
-			break;
-	}
+	fill_normal(fill, &nfill);
 	ucma_trim();
 	for (n = 0, outside = 0; outside < 20000;) {
 		if (n == NBLK)
