@@ -441,8 +441,7 @@ static void free_not_family(void *ptr)
  */
 PRELOAD_EXPORT void free(void *ptr)
 {
-	if (!ucma_free_fast(ptr) && ptr)
-		ucma_free_or_slow(ptr, free_not_family);
+	ucma_free_or(ptr, free_not_family);
 }
 
 PRELOAD_EXPORT void cfree(void *ptr)

@@ -680,13 +680,6 @@ __attribute__((noinline)) void ucma_free_or_slow(void *p, void (*foreign_free)(v
 	free_slow(p);
 }
 
-void ucma_free_or(void *p, void (*foreign_free)(void *))
-{
-	if (ucma_free_fast(p) || !p)
-		return;
-	ucma_free_or_slow(p, foreign_free);
-}
-
 int ucma_try_free(void *p)
 {
 	if (ucma_free_fast(p))

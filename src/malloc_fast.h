@@ -220,4 +220,19 @@ static inline __attribute__((always_inline)) void *ucma_malloc_fast(size_t size,
 	return slow(size);
 }
 
+/*
+ * ucma_free_or() - free @p if the malloc family owns it, else hand it to
+ * @foreign_free (glibc's __libc_free() for blocks made before the
+ * interposition took effect): the preload library's free().  One look-up,
+ * as ucma_try_free(), but every way out is a tail call, so free() needs
+ * no stack frame.  NULL is ignored; errno is left alone.
+ */
+static inline __attribute__((always_inline)) void ucma_free_or(void *p,
+								void (*foreign_free)(void *))
+{
+	if (ucma_free_fast(p) || !p)
+		return;
+	ucma_free_or_slow(p, foreign_free);
+}
+
 #endif /* UCMA_MALLOC_FAST_H */

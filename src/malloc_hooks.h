@@ -11,15 +11,6 @@
 #include "internal.h"
 
 /*
- * ucma_free_or() - free @p if the malloc family owns it, else hand it to
- * @foreign_free (glibc's __libc_free() for blocks made before the
- * interposition took effect).  One look-up, as ucma_try_free(), but every
- * way out is a tail call, so free() needs no stack frame.  NULL is
- * ignored; errno is left alone.
- */
-UCMA_INTERNAL void ucma_free_or(void *p, void (*foreign_free)(void *));
-
-/*
  * ucma_realloc_or() - ucma_realloc(@p, @size) if the malloc family owns
  * @p, else @foreign_realloc(@p, @size): what ucma_owns() and then one of
  * the two would do, with the ownership test inlined and both ways out
