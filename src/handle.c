@@ -12,9 +12,9 @@
  * is always detected and never silently used.
  *
  * Pins and migration share the entry's state word (see struct
- * ucma_hentry): ucma_pin() adds one while MIGRATING is clear and otherwise
- * sleeps on the word (futex), the mover and ucma_hfree() swap 0 for
- * MIGRATING.  So a pinned object is never moved or freed, and a pin never
+ * ucma_hentry): ucma_pin() adds one, takes it back if MIGRATING was set
+ * and then sleeps on the word (futex); the mover and ucma_hfree() swap 0
+ * for MIGRATING.  So a pinned object is never moved or freed, and a pin never
  * sees an object half-moved.
  *
  * Readers without a pin use RCU (rcu.c).  ucma_deref() and
@@ -101,7 +101,10 @@ bool ucma_entry_grab(struct ucma_hentry *e)
 
 void ucma_entry_release(struct ucma_hentry *e)
 {
-	uint32_t old = atomic_exchange_explicit(&e->state, 0, memory_order_release);
+	/* The flags only: pinners that found MIGRATING may have added one
+	 * each, which they take back (handle.h). */
+	uint32_t old = atomic_fetch_and_explicit(&e->state, ~(UCMA_HS_MIGRATING | UCMA_HS_WAITERS),
+						 memory_order_release);
 
 	if (old & UCMA_HS_WAITERS)
 		ucma_futex_wake_all(&e->state);
@@ -180,7 +183,9 @@ void ucma_handle_fork_child(void)
 	for (uint32_t i = 1; !fork_hold_stuck && (e = entry_from(&i, next_index)) != NULL; i++) {
 		uint32_t s = atomic_load_explicit(&e->state, memory_order_relaxed);
 
-		if ((s & UCMA_HS_MIGRATING) && !(s & UCMA_HS_PINS))
+		/* While MIGRATING, the count is only the passing additions of
+		 * pinners (handle.h), none of which the child has. */
+		if (s & UCMA_HS_MIGRATING)
 			atomic_store_explicit(&e->state, 0, memory_order_relaxed);
 	}
 	ucma_mutex_unlock(&table_lock);
@@ -343,7 +348,10 @@ static inline struct ucma_hentry *lookup(ucma_handle_t h, uint32_t *index)
 static int grab_exclusive(struct ucma_hentry *e, uint32_t gen)
 {
 	while (!ucma_entry_grab(e)) {
-		if (atomic_load_explicit(&e->state, memory_order_relaxed) & UCMA_HS_PINS) {
+		uint32_t s = atomic_load_explicit(&e->state, memory_order_relaxed);
+
+		/* (Under MIGRATING, a count is pinners passing: handle.h.) */
+		if ((s & UCMA_HS_PINS) && !(s & UCMA_HS_MIGRATING)) {
 			errno = EBUSY;
 			return -1;
 		}
@@ -554,7 +562,7 @@ static __attribute__((noinline)) int pin_once(struct ucma_hentry *e, uint32_t ge
 			ucma_futex_wait(&e->state, s | UCMA_HS_WAITERS, NULL);
 			continue;
 		}
-		if ((s & UCMA_HS_PINS) == UCMA_HS_PINS) {
+		if ((s & UCMA_HS_PINS) >= UCMA_HS_PIN_MAX) {
 			errno = EOVERFLOW;
 			return -1;
 		}
@@ -588,42 +596,78 @@ static bool in_cma(const struct ucma_arena *a, const void *p)
  * area), ENOMEM (long-term: no room outside CMA), EDEADLK (long-term
  * inside ucma_read_lock()).
  */
-static __attribute__((noinline)) void *pin_longterm(struct ucma_hentry *e, uint32_t index,
-						       uint32_t gen);
+static void *pin_longterm(struct ucma_hentry *e, uint32_t index, uint32_t gen);
 
-void *ucma_pin(ucma_handle_t h, unsigned flags)
+/* The fast path's one came back with MIGRATING, the limit or another
+ * generation in the entry (@s is what the fetch-add found): take it back,
+ * then wait for the mover or fail. */
+static __attribute__((noinline)) void *pin_back_off(struct ucma_hentry *e, uint32_t gen,
+						    uint32_t s)
+{
+	atomic_fetch_sub_explicit(&e->state, 1, memory_order_release);
+	if (!(s & UCMA_HS_MIGRATING) && (s & UCMA_HS_PINS) < UCMA_HS_PIN_MAX) {
+		/* Freed and reused between the look-up and the pin. */
+		errno = EINVAL;
+		return NULL;
+	}
+	if (pin_once(e, gen) != 0)
+		return NULL;
+	return __atomic_load_n(&e->addr, __ATOMIC_ACQUIRE);
+}
+
+/* Everything but a plain pin of a live handle. */
+static __attribute__((noinline)) void *pin_slow(ucma_handle_t h, unsigned flags)
 {
 	uint32_t index, gen = (uint32_t)(h >> 32);
-	struct ucma_hentry *e;
+	struct ucma_hentry *e = lookup(h, &index);
 
-	e = lookup(h, &index);
-	if (UCMA_LIKELY(e && flags == 0)) {
-		/* The common case, one atomic: not held, not at the limit. */
-		uint32_t s = atomic_load_explicit(&e->state, memory_order_relaxed);
-
-		if (UCMA_UNLIKELY((s & UCMA_HS_MIGRATING) || (s & UCMA_HS_PINS) == UCMA_HS_PINS ||
-				  !atomic_compare_exchange_strong_explicit(
-					  &e->state, &s, s + 1, memory_order_acquire,
-					  memory_order_relaxed))) {
-			if (pin_once(e, gen) != 0)
-				return NULL;
-		} else if (UCMA_UNLIKELY(atomic_load_explicit(&e->gen, memory_order_acquire) !=
-					 gen)) {
-			/* Freed and reused between the look-up and the pin. */
-			atomic_fetch_sub_explicit(&e->state, 1, memory_order_release);
-			errno = EINVAL;
-			return NULL;
-		}
-		/* Stable while pinned; acquire: the copy a mover made is seen. */
-		return __atomic_load_n(&e->addr, __ATOMIC_ACQUIRE);
-	}
 	if (flags & ~UCMA_PIN_LONGTERM) {
 		errno = EINVAL;
 		return NULL;
 	}
 	if (!e)
 		return NULL;
+	if (!flags) {	/* (the handle went live meanwhile: it cannot, but costs nothing) */
+		if (pin_once(e, gen) != 0)
+			return NULL;
+		return __atomic_load_n(&e->addr, __ATOMIC_ACQUIRE);
+	}
 	return pin_longterm(e, index, gen);
+}
+
+/* The entry of a live handle, or NULL; errno is the callers' (the fast
+ * paths below leave the errors to their slow paths, which need no stack
+ * frame of theirs). */
+static inline struct ucma_hentry *lookup_quiet(ucma_handle_t h)
+{
+	uint32_t gen = (uint32_t)(h >> 32);
+	struct ucma_hentry *e;
+
+	if (!(gen & 1) || !(e = handle_entry((uint32_t)h)) ||
+	    atomic_load_explicit(&e->gen, memory_order_acquire) != gen)
+		return NULL;
+	return e;
+}
+
+void *ucma_pin(ucma_handle_t h, unsigned flags)
+{
+	struct ucma_hentry *e = lookup_quiet(h);
+
+	if (UCMA_LIKELY(e && flags == 0)) {
+		/* The common case, one fetch-add: not held, not at the limit,
+		 * not freed since the look-up.  Otherwise the one is taken
+		 * back (handle.h). */
+		uint32_t s = atomic_fetch_add_explicit(&e->state, 1, memory_order_acquire);
+
+		if (UCMA_LIKELY(!(s & UCMA_HS_MIGRATING) && (s & UCMA_HS_PINS) < UCMA_HS_PIN_MAX &&
+				atomic_load_explicit(&e->gen, memory_order_acquire) ==
+					(uint32_t)(h >> 32)))
+			/* Stable while pinned; acquire: the copy a mover
+			 * made is seen. */
+			return __atomic_load_n(&e->addr, __ATOMIC_ACQUIRE);
+		return pin_back_off(e, (uint32_t)(h >> 32), s);
+	}
+	return pin_slow(h, flags);
 }
 
 /* UCMA_PIN_LONGTERM: out of the CMA areas first (lesson 3). */
@@ -669,7 +713,7 @@ static void *pin_longterm(struct ucma_hentry *e, uint32_t index, uint32_t gen)
  * ucma_unpin() - drop one pin.
  * Return: 0, or -1 with errno EINVAL (bad handle, or not pinned).
  */
-int ucma_unpin(ucma_handle_t h)
+static __attribute__((noinline)) int unpin_slow(ucma_handle_t h)
 {
 	struct ucma_hentry *e = lookup(h, NULL);
 	uint32_t s;
@@ -685,6 +729,26 @@ int ucma_unpin(ucma_handle_t h)
 	} while (!atomic_compare_exchange_weak_explicit(&e->state, &s, s - 1, memory_order_release,
 							memory_order_relaxed));
 	return 0;
+}
+
+int ucma_unpin(ucma_handle_t h)
+{
+	struct ucma_hentry *e = lookup_quiet(h);
+
+	if (UCMA_LIKELY(e)) {
+		/* A compare-and-swap, not a fetch-sub: an unpin of an object
+		 * nobody pinned must not take the count below 0 for a moment,
+		 * where a mover's release and its undoing would corrupt the
+		 * flags. */
+		uint32_t s = atomic_load_explicit(&e->state, memory_order_relaxed);
+
+		if (UCMA_LIKELY((s & UCMA_HS_PINS) && !(s & UCMA_HS_MIGRATING) &&
+				atomic_compare_exchange_strong_explicit(&e->state, &s, s - 1,
+									memory_order_release,
+									memory_order_relaxed)))
+			return 0;
+	}
+	return unpin_slow(h);
 }
 
 static atomic_bool unbalanced_reported;

@@ -13,6 +13,11 @@
 #define UCMA_HS_MIGRATING 0x80000000u	/* held exclusively: moved, freed, resized */
 #define UCMA_HS_WAITERS   0x40000000u	/* a pinner sleeps on the futex */
 #define UCMA_HS_PINS      0x3fffffffu
+/* The most pins an object takes (EOVERFLOW past it).  Below the field's
+ * capacity by 65535: a pinner adds one before it looks (ucma_pin()), and
+ * the additions of pinners that find the limit and take theirs back must
+ * not carry into the flags. */
+#define UCMA_HS_PIN_MAX   (UCMA_HS_PINS - 0xffffu)
 
 /*
  * struct ucma_hentry - one entry of the handle table.
@@ -21,10 +26,17 @@
  * carries the odd generation it was created with, so a stale handle never
  * matches.
  *
- * @state changes only by compare-and-swap: a pinner adds one while
- * MIGRATING is clear; an exclusive holder (a mover, ucma_hfree(),
- * ucma_hrealloc(), ucma_halloc() publishing) swaps 0 for MIGRATING with
- * ucma_entry_grab() and gives it back with ucma_entry_release().  An
+ * @state: a pinner adds one with an atomic fetch-add (a lock xadd on
+ * x86, which costs half a compare-and-swap there) and looks at the old
+ * value afterwards: when it was MIGRATING, or at UCMA_HS_PIN_MAX, the
+ * pinner takes its one back and goes the slow way.  An exclusive holder
+ * (a mover, ucma_hfree(), ucma_hrealloc(), ucma_halloc() publishing)
+ * swaps 0 for MIGRATING with ucma_entry_grab() (compare-and-swap, so it
+ * never holds a pinned entry) and gives it back with
+ * ucma_entry_release(), which clears the two flags only: while MIGRATING
+ * is set, the count holds nothing but such passing additions, which
+ * their pinners take back.  Everything else (unpin, waiters, the slow
+ * pin) is compare-and-swap on an exact value.  An
  * exclusive hold is short and never spans a wait for a grace period or
  * for a lock a reader may hold, so a pinner that sleeps on MIGRATING, even
  * inside a read-side section, always wakes.

@@ -4,8 +4,10 @@
  * ucma_read_unlock, and with ucma_deref_size), uncontended and with a
  * second thread pinning the same object, against two baselines measured
  * in the same run: a pair of compare-and-swap on one word (what a pin and
- * an unpin cannot do without) and a load through a pointer (what a plain
- * pointer costs).
+ * an unpin cost when each is one), a fetch-add and a compare-and-swap
+ * (the atomics of ucma_pin() and ucma_unpin() now, handle.h: the least
+ * they can do) and a load through a pointer (what a plain pointer
+ * costs).
  *
  * Each figure is the best of ROUNDS rounds of N calls, in ns per call
  * pair, so that a busy machine (other processes on the two cores) shows
@@ -48,6 +50,19 @@ static __attribute__((noinline)) void loop_cas(void)
 
 		atomic_compare_exchange_strong_explicit(&word, &s, s + 1, memory_order_acquire,
 							memory_order_relaxed);
+		s = atomic_load_explicit(&word, memory_order_relaxed);
+		atomic_compare_exchange_strong_explicit(&word, &s, s - 1, memory_order_release,
+							memory_order_relaxed);
+		sink += s;
+	}
+}
+
+static __attribute__((noinline)) void loop_xadd_cas(void)
+{
+	for (int i = 0; i < N; i++) {
+		uint32_t s = atomic_fetch_add_explicit(&word, 1, memory_order_acquire);
+
+		sink += s;
 		s = atomic_load_explicit(&word, memory_order_relaxed);
 		atomic_compare_exchange_strong_explicit(&word, &s, s - 1, memory_order_release,
 							memory_order_relaxed);
@@ -137,13 +152,14 @@ int main(void)
 		void (*fn)(void);
 	} cases[] = {
 		{ "two compare-and-swap (baseline)", loop_cas },
+		{ "fetch-add + compare-and-swap (baseline)", loop_xadd_cas },
 		{ "load through a pointer (baseline)", loop_plain },
 		{ "ucma_pin + ucma_unpin", loop_pin },
 		{ "read_lock + deref + read_unlock", loop_read },
 		{ "read_lock + deref_size + read_unlock", loop_read_size },
 		{ "deref inside one long section", loop_deref_in_section },
 	};
-	double best[6], med[6], cbest, cmed;
+	double best[7], med[7], cbest, cmed;
 	pthread_t t;
 
 	plain_ptr = &word;
@@ -152,7 +168,7 @@ int main(void)
 		perror("ucma_halloc");
 		return 1;
 	}
-	for (size_t i = 0; i < 6; i++)
+	for (size_t i = 0; i < 7; i++)
 		measure(cases[i].fn, &best[i], &med[i]);
 	pthread_create(&t, NULL, pinner, NULL);
 	measure(loop_read, &cbest, &cmed);
@@ -162,7 +178,7 @@ int main(void)
 	printf("# handles: ns per call pair, best (median) of %d rounds of %d; "
 	       "ratios against two compare-and-swap\n",
 	       ROUNDS, N);
-	for (size_t i = 0; i < 6; i++)
+	for (size_t i = 0; i < 7; i++)
 		printf("%-40s %6.1f (%6.1f)  %5.2fx\n", cases[i].name, best[i], med[i],
 		       best[i] / best[0]);
 	printf("%-40s %6.1f (%6.1f)  %5.2fx\n", "read side, another thread pinning", cbest, cmed,

@@ -34,7 +34,16 @@
  *    entry may name a run that cache keeps.  Each child allocates, checks
  *    and frees blocks and exits 0.
  *
- * Duration of parts 1, 4 and 5: UCMA_STRESS_SECONDS (default 2) each,
+ * 7. Pins racing exclusive holds: threads pin and unpin one object (and
+ *    check its first bytes) while another resizes it with
+ *    ucma_hrealloc() and migrates it, both of which hold the entry.  A
+ *    pin adds one to the entry's state before it looks and takes it back
+ *    when it finds the entry held; the hold's release must keep such
+ *    passing additions.  Afterwards the state must be 0 again (a passing
+ *    one lost or kept for good would show as a pin nobody holds, and
+ *    ucma_hfree() would fail with EBUSY for ever).
+ *
+ * Duration of parts 1, 4, 5 and 7: UCMA_STRESS_SECONDS (default 2) each,
  * counted once their threads are set up, and longer (up to a minute) until
  * the racing thread has done something.
  *
@@ -54,6 +63,7 @@
 #include <ucma.h>
 
 #include "internal.h"
+#include "handle.h"
 
 #define ATTACKERS 3
 
@@ -524,6 +534,88 @@ static void test_hrealloc_vs_readers(unsigned seconds)
 	ucma_hfree(resized);
 }
 
+/* ------------------------------------------------------------------------ */
+/* 7. pins racing exclusive holds                                            */
+/* ------------------------------------------------------------------------ */
+
+#define HELD_PINNERS 2
+
+static ucma_handle_t held;
+static atomic_long held_pins, held_holds, held_bad, held_changes;
+
+static void *held_pinner(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&stop)) {
+		const unsigned char *p = ucma_pin(held, 0);
+
+		if (!p) {
+			atomic_fetch_add(&held_bad, 1);
+			continue;
+		}
+		for (int b = 0; b < 16; b++)
+			if (p[b] != 0x3c)
+				atomic_fetch_add(&held_bad, 1);
+		if (ucma_unpin(held) != 0)
+			atomic_fetch_add(&held_bad, 1);
+		atomic_fetch_add(&held_pins, 1);
+	}
+	return NULL;
+}
+
+static void test_pins_vs_holds(unsigned seconds)
+{
+	struct ucma_migrate_target t = { .no_cma = false };
+	struct ucma_hentry *e;
+	pthread_t th[HELD_PINNERS];
+	long failed = 0;
+	struct window w;
+	char *p;
+	uint32_t s;
+
+	atomic_store(&stop, 0);
+	held = ucma_halloc(16, 0);
+	if (!held || !(p = ucma_pin(held, 0)))
+		bail_out("ucma_halloc: %s", strerror(errno));
+	memset(p, 0x3c, 16);	/* every resize and move keeps these bytes */
+	ucma_unpin(held);
+	e = ucma_handle_entry((uint32_t)held);
+	for (int i = 0; i < HELD_PINNERS; i++)
+		if (pthread_create(&th[i], NULL, held_pinner, NULL) != 0)
+			bail_out("pthread_create");
+	w = window_start(seconds);
+	while (window_open(&w, atomic_load(&held_pins))) {
+		const void *q;
+		int r;
+
+		r = ucma_hrealloc(held, atomic_load(&held_holds) & 1 ? 16 : 4096);
+		if (r != 0 && errno != EBUSY)
+			failed++;
+		held_changes += r == 0;
+		ucma_read_lock();
+		q = ucma_deref(held);
+		ucma_read_unlock();
+		/* (The address is a hint: a resize may come first.) */
+		r = ucma_migrate_object((uint32_t)held, (void *)q, &t);
+		if (r != UCMA_MIGRATE_OK && r != UCMA_MIGRATE_PINNED && r != UCMA_MIGRATE_GONE)
+			failed++;
+		held_changes += r == UCMA_MIGRATE_OK;
+		if ((atomic_fetch_add(&held_holds, 1) & 255) == 255)
+			ucma_defer_drain();	/* the old copies */
+	}
+	atomic_store(&stop, 1);
+	for (int i = 0; i < HELD_PINNERS; i++)
+		pthread_join(th[i], NULL);
+	s = atomic_load(&e->state);
+	ok(s == 0 && failed == 0 && atomic_load(&held_bad) == 0 && atomic_load(&held_pins) > 0 &&
+		   held_changes > 0,
+	   "pins racing resizes and moves: %ld pins, %ld rounds, %ld resizes and moves done, "
+	   "%ld failed calls, %ld bad pins, state %#x afterwards", atomic_load(&held_pins),
+	   atomic_load(&held_holds), atomic_load(&held_changes), failed, atomic_load(&held_bad), s);
+	ok(ucma_hfree(held) == 0, "and the object is freed");
+	ucma_defer_drain();
+}
+
 int main(void)
 {
 	const char *env = getenv("UCMA_STRESS_SECONDS");
@@ -536,5 +628,6 @@ int main(void)
 	test_pin_versus_reuse(seconds ? seconds : 1);
 	test_compaction_vs_frees(seconds ? seconds : 1);
 	test_hrealloc_vs_readers(seconds ? seconds : 1);
+	test_pins_vs_holds(seconds ? seconds : 1);
 	return done();
 }

@@ -10,7 +10,10 @@
 #include "testutil.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <string.h>
+#include <time.h>
 
 static struct ucma_arena *a;
 
@@ -177,6 +180,70 @@ static void test_migration(void)
 	ucma_defer_drain();
 }
 
+/* A pinner that finds the entry held: it adds one, takes it back and
+ * sleeps until the holder lets go. */
+struct held_pin {
+	ucma_handle_t h;
+	void *got;
+	atomic_int done;
+};
+
+static void *pin_held(void *arg)
+{
+	struct held_pin *hp = arg;
+
+	hp->got = ucma_pin(hp->h, 0);
+	atomic_store(&hp->done, 1);
+	return NULL;
+}
+
+static void test_pin_state(void)
+{
+	ucma_handle_t h = ucma_halloc(64, 0);
+	struct ucma_hentry *e = ucma_handle_entry((uint32_t)h);
+	struct held_pin hp = { .h = h };
+	struct timespec ts = { 0, 50 * 1000 * 1000 };
+	pthread_t t;
+	uint32_t s = 0;
+	void *p;
+
+	ok(e && ucma_entry_grab(e), "an exclusive hold of a fresh entry");
+	if (pthread_create(&t, NULL, pin_held, &hp) != 0)
+		bail_out("pthread_create");
+	/* Until the pinner sleeps: it took its one back and set WAITERS. */
+	for (int i = 0; i < 100; i++) {
+		s = atomic_load(&e->state);
+		if (s == (UCMA_HS_MIGRATING | UCMA_HS_WAITERS))
+			break;
+		nanosleep(&ts, NULL);
+	}
+	ok(s == (UCMA_HS_MIGRATING | UCMA_HS_WAITERS) && !atomic_load(&hp.done),
+	   "a pin of a held entry takes its one back and waits (state %#x)", s);
+	/* A passing addition of another pinner survives the release. */
+	atomic_fetch_add(&e->state, 1);
+	ucma_entry_release(e);
+	pthread_join(t, NULL);
+	p = hp.got;
+	ok(p != NULL && atomic_load(&e->state) == 2,
+	   "the release woke it and kept the passing one: state %#x", atomic_load(&e->state));
+	atomic_fetch_sub(&e->state, 1);	/* that pinner's taking back */
+	ok(ucma_unpin(h) == 0 && atomic_load(&e->state) == 0, "one unpin: state 0");
+	ok(ucma_unpin(h) == -1 && errno == EINVAL && atomic_load(&e->state) == 0,
+	   "an unpin too many: EINVAL, state left at 0");
+
+	/* The limit: the last pin is taken, the next refused, nothing lost. */
+	atomic_store(&e->state, UCMA_HS_PIN_MAX - 1);
+	ok(ucma_pin(h, 0) == p, "the pin that reaches the limit");
+	errno = 0;
+	ok(ucma_pin(h, 0) == NULL && errno == EOVERFLOW &&
+		   atomic_load(&e->state) == UCMA_HS_PIN_MAX,
+	   "one past it: EOVERFLOW, the count unchanged");
+	ok(ucma_unpin(h) == 0 && atomic_load(&e->state) == UCMA_HS_PIN_MAX - 1,
+	   "an unpin at the limit");
+	atomic_store(&e->state, 0);
+	ok(ucma_hfree(h) == 0, "the entry is freed afterwards");
+}
+
 int main(void)
 {
 	struct ucma_config cfg = {
@@ -192,6 +259,7 @@ int main(void)
 	test_basic();
 	test_generation_wrap();
 	test_migration();
+	test_pin_state();
 	{
 		char why[256];
 
