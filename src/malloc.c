@@ -1072,6 +1072,12 @@ int ucma_trim(void)
 	if (a) {
 		ucma_stat("purged_pages", &purged0);
 		ucma_zone_purge(&a->zones[UCMA_ZONE_NORMAL], true);
+		/* The CMA zone's free pages too: those of released contiguous
+		 * buffers (a preloaded program's large malloc() blocks with
+		 * UCMA_PRELOAD_CONTIG_MIN) stayed resident until the decay
+		 * otherwise, hundreds of MiB after malloc_trim(0). */
+		if (a->zones[UCMA_ZONE_CMA].end_pfn > a->zones[UCMA_ZONE_CMA].start_pfn)
+			ucma_zone_purge(&a->zones[UCMA_ZONE_CMA], true);
 		ucma_stat("purged_pages", &purged1);
 		/* The MAP events of frames the purge gave back, before this
 		 * returns (a top-level call: the callbacks may allocate). */

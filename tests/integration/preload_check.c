@@ -400,6 +400,29 @@ static void contig_not_released(void)
 			  ucma_free_malloc_contig, "preloaded malloc: free() takes it back");
 }
 
+/* Does the mapping holding @p name a file (a memfd, hugetlbfs, or
+ * anon_hugepage for private hugetlb pages) in /proc/self/maps? */
+static bool mapped_from_file(const void *p)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	bool named = false;
+
+	while (f && fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		int path = 0;
+
+		if (sscanf(line, "%lx-%lx %*s %*s %*s %*s %n", &lo, &hi, &path) < 2 ||
+		    (uintptr_t)p < lo || (uintptr_t)p >= hi)
+			continue;
+		named = path > 0 && line[path] != '\n' && line[path] != '\0';
+		break;
+	}
+	if (f)
+		fclose(f);
+	return named;
+}
+
 static void check_contig(void)
 {
 	const char *min = getenv("UCMA_PRELOAD_CONTIG_MIN"), *conf = getenv("UCMA_CONF");
@@ -448,6 +471,31 @@ static void check_contig(void)
 		zero &= z[i] == 0;
 	ok(z && contig_of_malloc(z) >= 4 * MiB && zero, "calloc(4, 1 MiB) is contiguous and zero");
 	free(z);
+
+	/* malloc_trim(0) gives back the pages of freed contiguous blocks (the
+	 * decay is off: UCMA_DECAY_MS=0 in preload_contig.sh), which stayed
+	 * resident before. */
+	{
+		long before, after;
+		bool on_file;
+		int r;
+
+		p = malloc(32 * MiB);
+		ok(p && contig_of_malloc(p) >= 32 * MiB, "malloc(32 MiB) is contiguous");
+		if (p)
+			memset(p, 1, 32 * MiB);
+		on_file = p && mapped_from_file(p);
+		free(p);
+		before = tu_rss_kb();
+		r = malloc_trim(0);
+		after = tu_rss_kb();
+		if (on_file)	/* hugetlb pages, or frames of a file: kept (ucma(7)) */
+			skip(1, "the CMA area is on a file or hugetlb pages, whose memory is kept");
+		else
+			ok(r == 1 && before > 0 && before - after >= 24 * 1024,
+			   "malloc_trim(0) gives back a freed 32 MiB contiguous block's pages: "
+			   "%ld -> %ld KiB resident, returned %d", before, after, r);
+	}
 
 	/* more than any CMA area holds: served by the malloc family instead */
 	p = malloc(2048 * MiB);
