@@ -1631,6 +1631,19 @@ static void op_unlend(void)
 	verify_all();
 }
 
+/* Did walk() write a byte in the page of @p, inside the object of @size
+ * bytes at @base?  Every page up to SPARSE_MAX; above it, only the pages
+ * of the first and last 4 KiB.  The others may never have been present
+ * (ucma_trim() purges free pages, and a new buffer then gets them
+ * unmapped), and ucma_vtophys() answers EINVAL for those. */
+static bool page_written(const unsigned char *base, size_t size, const unsigned char *p)
+{
+	uintptr_t pg = (uintptr_t)p & ~(uintptr_t)(UCMA_PAGE_SIZE - 1);
+
+	return size <= SPARSE_MAX || pg < (uintptr_t)base + 4096 ||
+	       pg + UCMA_PAGE_SIZE > (uintptr_t)base + size - 4096;
+}
+
 /* ucma_vtophys(): the page offset kept, never address 0, a contiguous
  * length that covers at least the rest of the page and stays inside the
  * arena, and a whole UCMA_ALLOC_PHYS_CONTIG buffer. */
@@ -1640,17 +1653,20 @@ static void op_vtophys(void)
 	int on_stack = 0;
 	bool want_len = !(k & 0x40);
 	const struct cobj *whole = NULL;	/* a PHYS_CONTIG buffer asked for whole */
-	const unsigned char *p = NULL;
+	const unsigned char *p = NULL, *base = NULL;
 	uint64_t phys = 0;
-	size_t len = 0, in_page;
+	size_t len = 0, in_page, size = 0;
 	int rc;
 
 	switch (k % 4) {
 	case 0: {
 		struct mobj *o = &M.m[u8() % NMALLOC];
 
-		if (o->p && o->size)
+		if (o->p && o->size) {
 			p = o->p + (size_t)u16() % o->size;
+			base = o->p;
+			size = o->size;
+		}
 		break;
 	}
 	case 1: {
@@ -1659,6 +1675,8 @@ static void op_vtophys(void)
 		if (c->p) {
 			whole = (c->flags & UCMA_ALLOC_PHYS_CONTIG) && (k & 0x80) ? c : NULL;
 			p = whole ? c->p : c->p + (size_t)u32() % c->size;
+			base = c->p;
+			size = c->size;
 		}
 		break;
 	}
@@ -1688,8 +1706,11 @@ static void op_vtophys(void)
 	}
 	rc = ucma_vtophys(p, &phys, want_len ? &len : NULL);
 	if (rc != 0) {
-		/* Every page the model holds was written: present. */
-		expect_err(errno, E_PERM | E_NOTSUP, "ucma_vtophys of live memory");
+		/* A page the model wrote is present (a handle's address is
+		 * its object's start, written too). */
+		expect_err(errno, E_PERM | E_NOTSUP | (base && !page_written(base, size, p) ?
+						       E_INVAL : 0),
+			   "ucma_vtophys of live memory");
 		return;
 	}
 	in_page = (uintptr_t)p & (UCMA_PAGE_SIZE - 1);
