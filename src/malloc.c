@@ -1062,13 +1062,16 @@ int ucma_trim(void)
 {
 	struct ucma_arena *a = ucma_arena_peek();
 	uint64_t purged0 = 0, purged1 = 0;
-	size_t released;
+	size_t released = 0;
 
-	if (!__atomic_load_n(&minit_done, __ATOMIC_ACQUIRE))
-		return 0;
-	ucma_tcache_trim(ucma_tcache_tls);
-	released = ucma_slab_trim();
-	released += ucma_overflow_trim();
+	/* The malloc family's caches, once it runs; the zones whenever the
+	 * arena exists (a program of ucma_alloc() and ucma_halloc() alone
+	 * has free pages to give back too). */
+	if (__atomic_load_n(&minit_done, __ATOMIC_ACQUIRE)) {
+		ucma_tcache_trim(ucma_tcache_tls);
+		released = ucma_slab_trim();
+		released += ucma_overflow_trim();
+	}
 	if (a) {
 		ucma_stat("purged_pages", &purged0);
 		ucma_zone_purge(&a->zones[UCMA_ZONE_NORMAL], true);

@@ -279,6 +279,59 @@ static void test_plain_and_thp(void)
 	unsetenv("UCMA_HUGEPAGES_NORMAL");
 }
 
+/* Pages of [@p, @p + @len) resident (mincore), or -1. */
+static long resident_pages(const void *p, size_t len)
+{
+	size_t n = len >> UCMA_PAGE_SHIFT;
+	unsigned char *vec = calloc(n, 1);
+	long count = 0;
+
+	if (!vec || mincore((void *)p, len, vec) != 0) {
+		free(vec);
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++)
+		count += vec[i] & 1;
+	free(vec);
+	return count;
+}
+
+/*
+ * ucma_trim() in a program that never called the malloc family gives the
+ * free pages of the CMA areas back too: a released 8 MiB buffer's pages
+ * go.  (It returned 0 and purged nothing when the malloc family had not
+ * started.)  Runs first, before anything here starts the family.  On
+ * THP: without it the areas are frames of a file, kept by design.
+ */
+static void test_trim_without_malloc(void)
+{
+	size_t len = 8 * MiB;
+	long before, after;
+	char *p;
+	int r;
+
+	if (!thp_ok) {
+		skip(2, "THP is \"never\": the CMA areas are on a file, whose memory is kept");
+		return;
+	}
+	if (!start(&(struct ucma_config){ .arena_size = 64 * MiB, .cma_size = 32 * MiB,
+					   .hugepages = UCMA_BACKING_THP,
+					   .hugepages_normal = UCMA_BACKING_NONE }))
+		bail_out("ucma_init: %s", strerror(errno));
+	p = ucma_alloc(len, 0, 0);
+	if (!p)
+		bail_out("ucma_alloc: %s", strerror(errno));
+	memset(p, 0x5a, len);
+	before = resident_pages(p, len);
+	ok(before == (long)(len >> UCMA_PAGE_SHIFT) && ucma_release(p) == 0,
+	   "a written 8 MiB buffer is resident (%ld pages), and released", before);
+	r = ucma_trim();
+	after = resident_pages(p, len);
+	ok(r == 1 && after == 0,
+	   "ucma_trim() without the malloc family gives its pages back: returned %d, %ld "
+	   "pages resident", r, after);
+}
+
 /*
  * The library starts at the program's first call, which may come when the
  * descriptor table is full (a server that used up RLIMIT_NOFILE).  The
@@ -918,6 +971,7 @@ int main(void)
 	     ucma_os_hugetlb_free_pages(UCMA_PAGEBLOCK_SIZE), ucma_os_hugetlb_free_pages(GiB),
 	     geteuid() == 0 ? "root" : "not root");
 
+	test_trim_without_malloc();
 	test_plain_and_thp();
 	test_strict_overcommit();
 	test_fds_full();
