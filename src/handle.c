@@ -184,8 +184,14 @@ void ucma_handle_fork_child(void)
 		uint32_t s = atomic_load_explicit(&e->state, memory_order_relaxed);
 
 		/* While MIGRATING, the count is only the passing additions of
-		 * pinners (handle.h), none of which the child has. */
-		if (s & UCMA_HS_MIGRATING)
+		 * pinners (handle.h), none of which the child has; and a free
+		 * entry (even generation) holds no real pin either: a count
+		 * there is a pinner of a stale handle between its addition
+		 * and its taking back, which its next ucma_halloc() would
+		 * wait for for ever.  (A live entry's count may be a real pin
+		 * of an absent thread: it stays, as documented.) */
+		if ((s & UCMA_HS_MIGRATING) ||
+		    (s && !(atomic_load_explicit(&e->gen, memory_order_relaxed) & 1)))
 			atomic_store_explicit(&e->state, 0, memory_order_relaxed);
 	}
 	ucma_mutex_unlock(&table_lock);
@@ -546,6 +552,17 @@ size_t ucma_hsize(ucma_handle_t h)
 	return entry_view(h, &v) == 0 ? v.size : 0;
 }
 
+void ucma_entry_take_back(struct ucma_hentry *e)
+{
+	uint32_t s = atomic_load_explicit(&e->state, memory_order_relaxed);
+
+	while (s & UCMA_HS_PINS)
+		if (atomic_compare_exchange_weak_explicit(&e->state, &s, s - 1,
+							  memory_order_release,
+							  memory_order_relaxed))
+			return;
+}
+
 /* Take one pin, sleeping while the object is being moved. */
 static __attribute__((noinline)) int pin_once(struct ucma_hentry *e, uint32_t gen)
 {
@@ -572,7 +589,7 @@ static __attribute__((noinline)) int pin_once(struct ucma_hentry *e, uint32_t ge
 			break;
 	}
 	if (atomic_load_explicit(&e->gen, memory_order_acquire) != gen) {
-		atomic_fetch_sub_explicit(&e->state, 1, memory_order_release);
+		ucma_entry_take_back(e);
 		errno = EINVAL;
 		return -1;
 	}
@@ -604,7 +621,7 @@ static void *pin_longterm(struct ucma_hentry *e, uint32_t index, uint32_t gen);
 static __attribute__((noinline)) void *pin_back_off(struct ucma_hentry *e, uint32_t gen,
 						    uint32_t s)
 {
-	atomic_fetch_sub_explicit(&e->state, 1, memory_order_release);
+	ucma_entry_take_back(e);
 	if (!(s & UCMA_HS_MIGRATING) && (s & UCMA_HS_PINS) < UCMA_HS_PIN_MAX) {
 		/* Freed and reused between the look-up and the pin. */
 		errno = EINVAL;
@@ -690,7 +707,7 @@ static void *pin_longterm(struct ucma_hentry *e, uint32_t index, uint32_t gen)
 		if (!in_cma(a, p))
 			return p;
 		/* In a CMA area: drop our pin and move the object out. */
-		atomic_fetch_sub_explicit(&e->state, 1, memory_order_release);
+		ucma_entry_take_back(e);
 		r = ucma_migrate_object(index, p, &t);
 		if (r == UCMA_MIGRATE_NOMEM) {
 			errno = ENOMEM;

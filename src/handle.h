@@ -35,8 +35,9 @@
  * never holds a pinned entry) and gives it back with
  * ucma_entry_release(), which clears the two flags only: while MIGRATING
  * is set, the count holds nothing but such passing additions, which
- * their pinners take back.  Everything else (unpin, waiters, the slow
- * pin) is compare-and-swap on an exact value.  An
+ * their pinners take back (ucma_entry_take_back()).  Everything else
+ * (unpin, taking back, waiters, the slow pin) is compare-and-swap on an
+ * exact value, and nothing takes the count below 0.  An
  * exclusive hold is short and never spans a wait for a grace period or
  * for a lock a reader may hold, so a pinner that sleeps on MIGRATING, even
  * inside a read-side section, always wakes.
@@ -71,6 +72,17 @@ UCMA_INTERNAL struct ucma_hentry *ucma_handle_entry(uint32_t index);
  */
 UCMA_INTERNAL bool ucma_entry_grab(struct ucma_hentry *e);
 UCMA_INTERNAL void ucma_entry_release(struct ucma_hentry *e);
+
+/*
+ * A pinner takes its one back: its passing addition (ucma_pin()), or a
+ * pin it took and will not keep.  Never below 0: an ucma_unpin() without
+ * a pin (a program's mistake) may have taken that one already, and a
+ * fetch-sub would then turn the count into 0xffffffff, MIGRATING and
+ * WAITERS included, which nobody clears: every later pin would sleep for
+ * ever.  So such an unpin may steal a pin, as it always could, but never
+ * corrupt the flags.
+ */
+UCMA_INTERNAL void ucma_entry_take_back(struct ucma_hentry *e);
 
 /* Write @addr and @size (the holder's, or halloc's before publication). */
 UCMA_INTERNAL void ucma_entry_set(struct ucma_hentry *e, void *addr, size_t size);

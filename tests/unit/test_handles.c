@@ -14,6 +14,8 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static struct ucma_arena *a;
 
@@ -231,6 +233,21 @@ static void test_pin_state(void)
 	ok(ucma_unpin(h) == -1 && errno == EINVAL && atomic_load(&e->state) == 0,
 	   "an unpin too many: EINVAL, state left at 0");
 
+	/* An unpin without a pin may take a passing one for a real pin (it
+	 * cannot tell them apart); the pinner's taking back then finds 0 and
+	 * leaves it, where a fetch-sub made 0xffffffff: MIGRATING for good. */
+	ok(ucma_entry_grab(e), "held again");
+	atomic_fetch_add(&e->state, 1);	/* a pinner that found it held */
+	ucma_entry_release(e);
+	ok(ucma_unpin(h) == 0 && atomic_load(&e->state) == 0,
+	   "an unpin without a pin takes the passing one");
+	ucma_entry_take_back(e);
+	s = atomic_load(&e->state);
+	ok(s == 0, "the pinner's taking back leaves 0: state %#x", s);
+	if (s != 0)	/* (a pin would sleep for ever on it) */
+		atomic_store(&e->state, 0);
+	ok(ucma_pin(h, 0) == p && ucma_unpin(h) == 0, "pins work as before");
+
 	/* The limit: the last pin is taken, the next refused, nothing lost. */
 	atomic_store(&e->state, UCMA_HS_PIN_MAX - 1);
 	ok(ucma_pin(h, 0) == p, "the pin that reaches the limit");
@@ -242,6 +259,25 @@ static void test_pin_state(void)
 	   "an unpin at the limit");
 	atomic_store(&e->state, 0);
 	ok(ucma_hfree(h) == 0, "the entry is freed afterwards");
+
+	/* A fork while a pinner of the stale handle sits between its
+	 * addition and its taking back: the child, which has no such thread,
+	 * clears the free entry's count (its next ucma_halloc() of the entry
+	 * waited for ever). */
+	atomic_fetch_add(&e->state, 1);
+	{
+		pid_t pid = fork();
+		int status = 0;
+
+		if (pid == 0)
+			_exit(atomic_load(&e->state) == 0 ? 0 : 1);
+		ok(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) &&
+			   WEXITSTATUS(status) == 0,
+		   "a fork child clears a free entry's passing count");
+	}
+	ucma_entry_take_back(e);
+	ok(atomic_load(&e->state) == 0, "and the parent's pinner takes it back: state %#x",
+	   atomic_load(&e->state));
 }
 
 int main(void)
