@@ -515,7 +515,7 @@ UCMA_INTERNAL void ucma_zone_pageblock_counts(struct ucma_arena *a, int zone,
 UCMA_INTERNAL int ucma_zone_check(struct ucma_zone *z, char *why, size_t whylen);
 /* The smallest free block the periodic purge gives back (64 KiB). */
 #define UCMA_PURGE_MIN_ORDER 4
-UCMA_INTERNAL void ucma_zone_purge(struct ucma_zone *z, bool all);
+UCMA_INTERNAL uint64_t ucma_zone_purge(struct ucma_zone *z, bool all);
 /* zone.c, AddressSanitizer builds: poison the whole arena (arena.c, once
  * created: every page is free) or unpoison it (before it is unmapped).
  * Nothing elsewhere. */

@@ -56,6 +56,7 @@
 #include "malloc_hooks.h"
 #include "memevent.h"
 #include "overflow.h"
+#include "rcu.h"
 #include "slab.h"
 #include "tcache.h"
 
@@ -1061,7 +1062,7 @@ void *ucma_realloc_or(void *p, size_t size, void *(*foreign_realloc)(void *, siz
 int ucma_trim(void)
 {
 	struct ucma_arena *a = ucma_arena_peek();
-	uint64_t purged0 = 0, purged1 = 0;
+	uint64_t purged = 0;
 	size_t released = 0;
 
 	/* The malloc family's caches, once it runs; the zones whenever the
@@ -1073,20 +1074,25 @@ int ucma_trim(void)
 		released += ucma_overflow_trim();
 	}
 	if (a) {
-		ucma_stat("purged_pages", &purged0);
-		ucma_zone_purge(&a->zones[UCMA_ZONE_NORMAL], true);
+		/* Freed movable objects wait for readers before their pages
+		 * are free (migrate.c): let them count, where the caller may
+		 * wait for a grace period (not inside ucma_read_lock()). */
+		if (ucma_rcu_can_wait())
+			ucma_defer_drain();
+		purged = ucma_zone_purge(&a->zones[UCMA_ZONE_NORMAL], true);
 		/* The CMA zone's free pages too: those of released contiguous
 		 * buffers (a preloaded program's large malloc() blocks with
 		 * UCMA_PRELOAD_CONTIG_MIN) stayed resident until the decay
-		 * otherwise, hundreds of MiB after malloc_trim(0). */
+		 * otherwise, hundreds of MiB after malloc_trim(0).  (Its own
+		 * count: the process-wide statistic also counts other
+		 * threads' purges meanwhile.) */
 		if (a->zones[UCMA_ZONE_CMA].end_pfn > a->zones[UCMA_ZONE_CMA].start_pfn)
-			ucma_zone_purge(&a->zones[UCMA_ZONE_CMA], true);
-		ucma_stat("purged_pages", &purged1);
+			purged += ucma_zone_purge(&a->zones[UCMA_ZONE_CMA], true);
 		/* The MAP events of frames the purge gave back, before this
 		 * returns (a top-level call: the callbacks may allocate). */
 		ucma_mem_event_deliver();
 	}
-	return released || purged1 > purged0;
+	return released || purged;
 }
 
 int ucma_malloc_info(struct ucma_malloc_info *info)

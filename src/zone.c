@@ -1644,23 +1644,30 @@ bad:
 static _Atomic uint64_t next_purge_ns[UCMA_ZONE_NR];
 
 /*
- * ucma_zone_purge() - return dirty free blocks to the kernel.  With @all,
- * every dirty block of any order (malloc_trim); otherwise blocks of at
- * least UCMA_PURGE_MIN_ORDER (whole pageblocks on transparent huge pages)
- * freed before the current epoch.  The zone lock is held across madvise:
- * the blocks must stay free meanwhile.  With
- * @all the per-CPU lists are drained first, so their pages merge and go
- * too; the periodic purge leaves them, as pages about to be used again.
+ * ucma_zone_purge() - return dirty free blocks to the kernel; the number
+ * of pages given back.  With @all, every dirty block of any order
+ * (malloc_trim), except in the CMA zone on transparent huge pages: whole
+ * pageblocks there too, since the areas' huge pages are runs of
+ * physically contiguous frames that device buffers want, and a smaller
+ * piece given back would split its huge page under a live buffer beside
+ * it.  Without @all, blocks of at least UCMA_PURGE_MIN_ORDER (whole
+ * pageblocks on transparent huge pages) freed before the current epoch.
+ * The zone lock is held across madvise: the blocks must stay free
+ * meanwhile.  With @all the per-CPU lists are drained first, so their
+ * pages merge and go too; the periodic purge leaves them, as pages about
+ * to be used again.
  */
-void ucma_zone_purge(struct ucma_zone *z, bool all)
+uint64_t ucma_zone_purge(struct ucma_zone *z, bool all)
 {
 	struct ucma_arena *a = z->arena;
 	uint64_t purged = 0;
 	uint32_t epoch;
 	unsigned min_order;
 
+	bool thp = z->backing == UCMA_BACKING_THP && !z->thp_deferred;
+
 	if (zone_keeps_memory(z))
-		return;
+		return 0;
 	if (all && z->pcp)
 		ucma_pcp_drain_zone(z);
 	ucma_mutex_lock(&z->lock);
@@ -1673,9 +1680,8 @@ void ucma_zone_purge(struct ucma_zone *z, bool all)
 	 * does around a single used page, taking the memory back anyway.
 	 * malloc_trim() gives back everything.
 	 */
-	min_order = all ? 0 :
-		    z->backing == UCMA_BACKING_THP && !z->thp_deferred ? UCMA_PAGEBLOCK_ORDER :
-									   UCMA_PURGE_MIN_ORDER;
+	min_order = all ? (thp && z->id == UCMA_ZONE_CMA ? UCMA_PAGEBLOCK_ORDER : 0) :
+		    thp ? UCMA_PAGEBLOCK_ORDER : UCMA_PURGE_MIN_ORDER;
 	for (unsigned o = min_order; o < UCMA_NR_ORDERS; o++) {
 		for (int mt = 0; mt < UCMA_MT_NR; mt++) {
 			for (uint32_t pfn = z->free_area[o].head[mt]; pfn != UCMA_PFN_NONE;
@@ -1709,6 +1715,7 @@ void ucma_zone_purge(struct ucma_zone *z, bool all)
 	 * call that purged (ucma_trim()), or else by the next ucma_alloc():
 	 * not here, where free() may be in the middle of its own work and a
 	 * callback's malloc() would run inside it. */
+	return purged;
 }
 
 static void maybe_purge(struct ucma_zone *z)

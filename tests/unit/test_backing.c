@@ -311,7 +311,7 @@ static void test_trim_without_malloc(void)
 	int r;
 
 	if (!thp_ok) {
-		skip(2, "THP is \"never\": the CMA areas are on a file, whose memory is kept");
+		skip(4, "THP is \"never\": the CMA areas are on a file, whose memory is kept");
 		return;
 	}
 	if (!start(&(struct ucma_config){ .arena_size = 64 * MiB, .cma_size = 32 * MiB,
@@ -330,6 +330,51 @@ static void test_trim_without_malloc(void)
 	ok(r == 1 && after == 0,
 	   "ucma_trim() without the malloc family gives its pages back: returned %d, %ld "
 	   "pages resident", r, after);
+
+	/* A freed movable object's pages wait for readers: trim lets them
+	 * go too. */
+	{
+		ucma_handle_t h = ucma_halloc(2 * MiB, 0);
+		char *q = h ? ucma_pin(h, 0) : NULL;
+
+		if (!q)
+			bail_out("ucma_halloc: %s", strerror(errno));
+		memset(q, 0x3c, 2 * MiB);
+		ucma_unpin(h);
+		ucma_hfree(h);
+		r = ucma_trim();
+		after = resident_pages(q, 2 * MiB);
+		ok(r == 1 && after == 0,
+		   "ucma_trim() after ucma_hfree() gives the object's pages back: returned %d, "
+		   "%ld pages resident", r, after);
+	}
+
+	/* On transparent huge pages the CMA areas give back whole pageblocks
+	 * only: the free half of one whose other half holds a buffer stays,
+	 * and so does its huge page (a physically contiguous 2 MiB). */
+	{
+		char *x = ucma_alloc(MiB, 2 * MiB, 0), *y = ucma_alloc(MiB, 0, 0);
+
+		if (!x || !y)
+			bail_out("ucma_alloc: %s", strerror(errno));
+		memset(x, 1, MiB);
+		memset(y, 2, MiB);
+		if (y != x + MiB) {
+			skip(1, "the second buffer is not beside the first (%p, %p)", (void *)x,
+			     (void *)y);
+		} else {
+			ucma_release(y);
+			ucma_trim();
+			after = resident_pages(y, MiB);
+			ok(after == (long)(MiB >> UCMA_PAGE_SHIFT),
+			   "trim keeps the free half of a pageblock whose other half is a "
+			   "buffer: %ld of %ld pages resident", after, (long)(MiB >> UCMA_PAGE_SHIFT));
+			y = NULL;
+		}
+		ucma_release(x);
+		if (y)
+			ucma_release(y);
+	}
 }
 
 /*
