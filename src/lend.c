@@ -620,8 +620,14 @@ bool ucma_lend_reserve_locked(struct ucma_arena *a, uint32_t pb)
 	uint32_t cma_pfn;
 	bool dirty;
 
+	/* Not for an allocation inside a memory-event callback: its UNMAP
+	 * would be delivered only after the callback returned, when the
+	 * heap had written the frame already (ucma_lend_commit() would
+	 * refuse it then).  And each reservation posts an UNMAP and, refused,
+	 * a MAP to the delivery under way: a callback that allocated kept
+	 * that delivery going for ever. */
 	if (!atomic_load_explicit(&lend.on, memory_order_relaxed) || pb >= lend.nr_pb ||
-	    of_get(pb) != LEND_NONE)
+	    of_get(pb) != LEND_NONE || ucma_mem_event_in_callback())
 		return false;
 	cma_pfn = ucma_zone_take_free_pageblock(&a->zones[UCMA_ZONE_CMA], frame_usable,
 						UCMA_OWN_LENT, pb, frame_continuing(a, pb),
@@ -650,8 +656,10 @@ bool ucma_lend_commit(struct ucma_arena *a, uint32_t pb)
 	/* UNMAP is delivered before the heap's data can reach the frame.  A
 	 * caller that holds a lock of the library (lock.h: a thread being
 	 * created under the compaction lock allocates its thread data) gets
-	 * no delivery, and so no frame: the pageblock keeps its memory. */
-	nested = ucma_locks_held != 0;
+	 * no delivery, and so no frame: the pageblock keeps its memory.  So
+	 * would a memory-event callback, which ucma_lend_reserve_locked()
+	 * turns away first. */
+	nested = ucma_locks_held != 0 || ucma_mem_event_in_callback();
 	ucma_mem_event_deliver();
 	lend_lock(&saved);
 	/*

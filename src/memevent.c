@@ -28,7 +28,7 @@
  * with no other ucma lock held.  A thread inside a callback (`in_callback`)
  * never takes it again: register and unregister fail with EDEADLK there,
  * and deliver returns at once (the outer loop delivers what was posted
- * meanwhile).
+ * meanwhile, up to DELIVER_EXTRA events).
  *
  * Fork (order 58, between the frames at 55 and meta.c at 60): prepare
  * takes `me_lock`; the child releases it and re-initialises `deliver_lock`
@@ -100,6 +100,11 @@ static struct {
 };
 
 static __thread bool in_callback __attribute__((tls_model("initial-exec")));
+
+/* Events a delivery passes on beyond those queued when it began (posted
+ * by the callbacks meanwhile): see ucma_mem_event_deliver(). */
+#define DELIVER_EXTRA 4096
+static atomic_bool endless_reported;
 
 /* Room for one more element; false (and nothing changed) without memory. */
 static bool grow(struct grow_array *g)
@@ -249,6 +254,11 @@ static void count(int ev, uint64_t n)
  * serialises the callbacks.  in_callback is set first, so a signal
  * handler that finds the count at zero there does not deliver.
  */
+bool ucma_mem_event_in_callback(void)
+{
+	return in_callback;
+}
+
 static void callbacks_begin(void)
 {
 	in_callback = true;
@@ -273,6 +283,8 @@ void ucma_mem_event_deliver(void)
 	 * commit that needs its UNMAP delivered first lends nothing then
 	 * (lend.c).
 	 */
+	size_t budget = SIZE_MAX;
+
 	if (in_callback || ucma_locks_held ||
 	    !atomic_load_explicit(&me.pending, memory_order_acquire))
 		return;
@@ -287,6 +299,25 @@ void ucma_mem_event_deliver(void)
 			me.queue_head = me.queue.n = 0;
 			atomic_store_explicit(&me.pending, false, memory_order_relaxed);
 			ucma_mutex_unlock(&me_lock);
+			break;
+		}
+		/*
+		 * What was queued when delivery began, and what the callbacks
+		 * post meanwhile, up to DELIVER_EXTRA events more.  A callback
+		 * that posts an event each time it runs (one that trims, which
+		 * gives a lent frame back, and then allocates, which lends one
+		 * again) would otherwise keep this loop going for ever, inside
+		 * ucma_mem_event_register() or any call that delivers.  The
+		 * rest stays queued for the next call that delivers.
+		 */
+		if (budget == SIZE_MAX)
+			budget = me.queue.n - me.queue_head + DELIVER_EXTRA;
+		if (budget-- == 0) {
+			ucma_mutex_unlock(&me_lock);
+			if (!atomic_exchange(&endless_reported, true))
+				ucma_log("memory events: the callbacks post events as fast as they "
+					 "are delivered (does one trim or allocate?); the rest is "
+					 "delivered by later calls");
 			break;
 		}
 		e = ((struct mem_event *)me.queue.v)[me.queue_head++];

@@ -43,5 +43,9 @@ UCMA_INTERNAL void ucma_mem_event_post_replaced(void *addr, size_t len);
  */
 UCMA_INTERNAL void ucma_mem_event_deliver(void);
 
+/* Is the calling thread inside a callback?  Then nothing it posts is
+ * delivered before the callback returns. */
+UCMA_INTERNAL bool ucma_mem_event_in_callback(void);
+
 
 #endif /* UCMA_MEMEVENT_H */

@@ -43,6 +43,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include "internal.h"
+#include "memevent.h"
 #include "frames.h"
 #include "lend.h"
 #include "lock.h"
@@ -1460,6 +1461,72 @@ static void case_callback_takes_back(void)
 	ucma_free(cb_block);
 }
 
+/*
+ * A callback that trims and allocates a large block.  The allocation
+ * reserved a frame for the heap (posting UNMAP), which the commit then
+ * refused inside a callback (posting MAP): two events for the delivery
+ * under way each time, which therefore never ended, inside
+ * ucma_mem_event_register().  A callback's allocation now lends nothing.
+ * And a delivery ends anyway once it passed on a bound of events beyond
+ * those queued when it began (here a callback that posts one each time
+ * it runs), leaving the rest to later calls.
+ */
+static unsigned long cb_calls;
+static bool cb_lent;
+
+static void trim_and_allocate(enum ucma_mem_event ev, void *addr, size_t len, void *arg)
+{
+	char *p;
+
+	(void)ev;
+	(void)addr;
+	(void)len;
+	(void)arg;
+	cb_calls++;
+	ucma_trim();
+	p = ucma_malloc(3 * MiB);
+	if (p) {
+		memset(p, 1, 4096);
+		cb_lent |= on_frame(p) || on_frame(p + 3 * MiB - 1);
+	}
+	ucma_free(p);
+}
+
+static void post_one_more(enum ucma_mem_event ev, void *addr, size_t len, void *arg)
+{
+	(void)arg;
+	cb_calls++;
+	ucma_mem_event_post(ev, addr, len);
+}
+
+static void case_callback_posts(void)
+{
+	char *b;
+	int rc;
+
+	if (!start()) {
+		ok(0, "ucma_init: %s", strerror(errno));
+		return;
+	}
+	alarm(120);	/* a hang fails the case */
+	rc = ucma_mem_event_register("allocates", trim_and_allocate, NULL);
+	ok(rc == 0 && cb_calls > 0 && cb_calls < 100 && !cb_lent,
+	   "a callback that trims and allocates: registered after %lu calls, its blocks on "
+	   "no frame (%s)", cb_calls, cb_lent ? "one was" : "none was");
+	b = block_new(3 * MiB, 912);
+	ok(b && block_good(b, 3 * MiB, 912), "calls that deliver still work");
+	ucma_free(b);
+	ok(ucma_mem_event_unregister("allocates") == 0, "unregistered");
+
+	cb_calls = 0;
+	rc = ucma_mem_event_register("posts", post_one_more, NULL);
+	ok(rc == 0 && cb_calls > 4096 && cb_calls < 8192,
+	   "a callback that posts an event each time: registration returns after %lu calls",
+	   cb_calls);
+	ok(ucma_mem_event_unregister("posts") == 0, "and it is unregistered");
+	alarm(0);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Injected faults                                                           */
 /* ------------------------------------------------------------------------ */
@@ -2298,6 +2365,7 @@ int main(void)
 	run("program calls", case_program_calls);
 	run("unlend_all while lending", case_unlend_all_race);
 	run("a callback takes back", case_callback_takes_back);
+	run("callbacks that post events", case_callback_posts);
 	run("no userfaultfd", case_no_uffd);
 	run("automatic backing without frames", case_auto_no_frames);
 	run("faults", case_faults);
