@@ -162,6 +162,7 @@
 #include "frames.h"
 #include "fork.h"
 #include "memevent.h"
+#include "rcu.h"
 #include "raw_syscall.h"
 #include "pcp.h"
 
@@ -625,9 +626,12 @@ bool ucma_lend_reserve_locked(struct ucma_arena *a, uint32_t pb)
 	 * heap had written the frame already (ucma_lend_commit() would
 	 * refuse it then).  And each reservation posts an UNMAP and, refused,
 	 * a MAP to the delivery under way: a callback that allocated kept
-	 * that delivery going for ever. */
+	 * that delivery going for ever.  Nor inside a read-side section,
+	 * which may not wait for a delivery (a callback may be waiting for
+	 * the reader): each refusal there posted the same pair, and a
+	 * callback that waits for readers then hardly advanced. */
 	if (!atomic_load_explicit(&lend.on, memory_order_relaxed) || pb >= lend.nr_pb ||
-	    of_get(pb) != LEND_NONE || ucma_mem_event_in_callback())
+	    of_get(pb) != LEND_NONE || ucma_mem_event_in_callback() || ucma_rcu_in_section())
 		return false;
 	cma_pfn = ucma_zone_take_free_pageblock(&a->zones[UCMA_ZONE_CMA], frame_usable,
 						UCMA_OWN_LENT, pb, frame_continuing(a, pb),
@@ -658,9 +662,10 @@ bool ucma_lend_commit(struct ucma_arena *a, uint32_t pb)
 	 * created under the compaction lock allocates its thread data) gets
 	 * no delivery, and so no frame: the pageblock keeps its memory.  So
 	 * would a memory-event callback, which ucma_lend_reserve_locked()
-	 * turns away first. */
+	 * turns away first, and a reader (inside ucma_read_lock()) while
+	 * another thread delivers, which it may not wait for. */
 	nested = ucma_locks_held != 0 || ucma_mem_event_in_callback();
-	ucma_mem_event_deliver();
+	nested |= !ucma_mem_event_deliver();
 	lend_lock(&saved);
 	/*
 	 * Lending may have been turned off since the reservation:

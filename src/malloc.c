@@ -1076,8 +1076,10 @@ int ucma_trim(void)
 	if (a) {
 		/* Freed movable objects wait for readers before their pages
 		 * are free (migrate.c): let them count, where the caller may
-		 * wait for a grace period (not inside ucma_read_lock()). */
-		if (ucma_rcu_can_wait())
+		 * wait for a grace period: not inside ucma_read_lock(), nor
+		 * inside a memory-event callback, which holds the delivery
+		 * while a reader may be waiting to deliver. */
+		if (ucma_rcu_can_wait() && !ucma_mem_event_in_callback())
 			ucma_defer_drain();
 		purged = ucma_zone_purge(&a->zones[UCMA_ZONE_NORMAL], true);
 		/* The CMA zone's free pages too: those of released contiguous

@@ -43,6 +43,7 @@
 #include "lock.h"
 #include "memevent.h"
 #include "fork.h"
+#include "rcu.h"
 
 #include <errno.h>
 #include <string.h>
@@ -271,7 +272,7 @@ static void callbacks_end(void)
 	in_callback = false;
 }
 
-void ucma_mem_event_deliver(void)
+bool ucma_mem_event_deliver(void)
 {
 	/*
 	 * Nothing is delivered while this thread holds another lock of the
@@ -285,10 +286,22 @@ void ucma_mem_event_deliver(void)
 	 */
 	size_t budget = SIZE_MAX;
 
-	if (in_callback || ucma_locks_held ||
-	    !atomic_load_explicit(&me.pending, memory_order_acquire))
-		return;
-	ucma_mutex_lock(&me.deliver_lock);
+	if (!atomic_load_explicit(&me.pending, memory_order_acquire))
+		return true;
+	if (in_callback || ucma_locks_held)
+		return false;
+	/*
+	 * A reader (inside ucma_read_lock()) must not wait for the delivery
+	 * lock: a callback holding it may be waiting for readers (an
+	 * ucma_alloc() there waits for a grace period), and the two waited
+	 * for each other for ever.  It delivers only when nobody else is.
+	 */
+	if (ucma_rcu_in_section()) {
+		if (ucma_mutex_trylock(&me.deliver_lock) != 0)
+			return false;
+	} else {
+		ucma_mutex_lock(&me.deliver_lock);
+	}
 	for (;;) {
 		struct { mem_event_fn fn; void *arg; } calls[UCMA_MEM_EVENT_MAX];
 		struct mem_event e;
@@ -337,6 +350,9 @@ void ucma_mem_event_deliver(void)
 		count(e.ev, n);
 	}
 	ucma_mutex_unlock(&me.deliver_lock);
+	/* Every event queued when it began was delivered: the bound counts
+	 * them all. */
+	return true;
 }
 
 static struct mem_event_cb *find(const char *name)

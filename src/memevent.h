@@ -39,9 +39,12 @@ UCMA_INTERNAL void ucma_mem_event_post_replaced(void *addr, size_t len);
  * Call the callbacks for every queued event, in order, one event at a
  * time.  The caller holds no ucma lock.  Returns at once when nothing is
  * queued, and when called from inside a callback (the outer delivery goes
- * on with what was posted meanwhile).
+ * on with what was posted meanwhile), with a lock of the library held,
+ * or inside a read-side section while another thread delivers.  True
+ * when every event queued at the call was delivered (by it or another
+ * thread): a poster of UNMAP may then change the range.
  */
-UCMA_INTERNAL void ucma_mem_event_deliver(void);
+UCMA_INTERNAL bool ucma_mem_event_deliver(void);
 
 /* Is the calling thread inside a callback?  Then nothing it posts is
  * delivered before the callback returns. */

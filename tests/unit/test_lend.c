@@ -1527,6 +1527,88 @@ static void case_callback_posts(void)
 	alarm(0);
 }
 
+/*
+ * A callback that waits for readers (ucma_alloc() drains the objects
+ * freed lately: a grace period) while a reader, inside ucma_read_lock(),
+ * allocates heap memory whose lending must deliver its UNMAP first: the
+ * reader waited for the delivery lock, the callback for the reader, for
+ * ever (at once, in the first second).  A reader no longer waits for the
+ * delivery lock; its pageblock is then not lent.
+ */
+static atomic_long rd_rounds, rd_callbacks;
+static atomic_bool rd_stop;
+
+static void alloc_in_callback(enum ucma_mem_event ev, void *addr, size_t len, void *arg)
+{
+	void *p;
+
+	(void)ev;
+	(void)addr;
+	(void)len;
+	(void)arg;
+	rd_callbacks++;
+	p = ucma_alloc(64 << 10, 0, 0);
+	if (p)
+		ucma_release(p);
+}
+
+static void *heap_reader(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&rd_stop)) {
+		char *p[4];
+
+		ucma_read_lock();
+		for (int i = 0; i < 4; i++) {
+			p[i] = ucma_malloc(3 * MiB);
+			if (p[i])
+				memset(p[i], 1, 4096);
+		}
+		for (int i = 0; i < 4; i++)
+			ucma_free(p[i]);
+		ucma_trim();
+		ucma_read_unlock();
+		rd_rounds++;
+	}
+	return NULL;
+}
+
+static void case_reader_vs_callback(void)
+{
+	uint64_t end;
+	pthread_t t;
+
+	if (!start()) {
+		ok(0, "ucma_init: %s", strerror(errno));
+		return;
+	}
+	alarm(120);	/* a hang fails the case */
+	if (ucma_mem_event_register("allocates", alloc_in_callback, NULL) != 0 ||
+	    pthread_create(&t, NULL, heap_reader, NULL) != 0) {
+		ok(0, "set-up: %s", strerror(errno));
+		return;
+	}
+	end = tu_now_ns() + 1500 * 1000000ull;
+	while (tu_now_ns() < end || !atomic_load(&rd_rounds) || !atomic_load(&rd_callbacks)) {
+		ucma_handle_t h = ucma_halloc(100000, 0);
+		char *p = ucma_malloc(3 * MiB);
+
+		ucma_hfree(h);
+		if (p)
+			memset(p, 2, 4096);
+		ucma_free(p);
+		ucma_trim();
+	}
+	atomic_store(&rd_stop, true);
+	pthread_join(t, NULL);
+	ok(atomic_load(&rd_rounds) > 0 && atomic_load(&rd_callbacks) > 0,
+	   "a reader allocating while a callback waits for readers: %ld rounds, %ld callbacks",
+	   atomic_load(&rd_rounds), atomic_load(&rd_callbacks));
+	ok(ucma_mem_event_unregister("allocates") == 0, "the callback is unregistered");
+	ok(zones_ok(), "zone invariants hold");
+	alarm(0);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Injected faults                                                           */
 /* ------------------------------------------------------------------------ */
@@ -2366,6 +2448,7 @@ int main(void)
 	run("unlend_all while lending", case_unlend_all_race);
 	run("a callback takes back", case_callback_takes_back);
 	run("callbacks that post events", case_callback_posts);
+	run("a reader and a callback that waits for readers", case_reader_vs_callback);
 	run("no userfaultfd", case_no_uffd);
 	run("automatic backing without frames", case_auto_no_frames);
 	run("faults", case_faults);
