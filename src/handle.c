@@ -644,11 +644,8 @@ static __attribute__((noinline)) void *pin_slow(ucma_handle_t h, unsigned flags)
 	}
 	if (!e)
 		return NULL;
-	if (!flags) {	/* (the handle went live meanwhile: it cannot, but costs nothing) */
-		if (pin_once(e, gen) != 0)
-			return NULL;
-		return __atomic_load_n(&e->addr, __ATOMIC_ACQUIRE);
-	}
+	/* (Without flags, ucma_pin() came here only for a handle that is
+	 * not live, which a generation never becomes again.) */
 	return pin_longterm(e, index, gen);
 }
 

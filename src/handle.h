@@ -27,7 +27,8 @@
  * matches.
  *
  * @state: a pinner adds one with an atomic fetch-add (a lock xadd on
- * x86, which costs half a compare-and-swap there) and looks at the old
+ * x86, about half the cost of a compare-and-swap on the machine of
+ * tests/bench/RESULTS.md, "Handles") and looks at the old
  * value afterwards: when it was MIGRATING, or at UCMA_HS_PIN_MAX, the
  * pinner takes its one back and goes the slow way.  An exclusive holder
  * (a mover, ucma_hfree(), ucma_hrealloc(), ucma_halloc() publishing)

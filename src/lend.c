@@ -657,15 +657,14 @@ bool ucma_lend_commit(struct ucma_arena *a, uint32_t pb)
 
 	if (!(s & LEND_RESERVED))
 		ucma_fatal("internal error: pageblock %u was not reserved for lending", pb);
-	/* UNMAP is delivered before the heap's data can reach the frame.  A
-	 * caller that holds a lock of the library (lock.h: a thread being
-	 * created under the compaction lock allocates its thread data) gets
-	 * no delivery, and so no frame: the pageblock keeps its memory.  So
-	 * would a memory-event callback, which ucma_lend_reserve_locked()
-	 * turns away first, and a reader (inside ucma_read_lock()) while
-	 * another thread delivers, which it may not wait for. */
-	nested = ucma_locks_held != 0 || ucma_mem_event_in_callback();
-	nested |= !ucma_mem_event_deliver();
+	/* UNMAP is delivered before the heap's data can reach the frame:
+	 * where the delivery says it could not deliver everything queued,
+	 * no frame, and the pageblock keeps its memory.  A caller that holds
+	 * a lock of the library (lock.h: a thread being created under the
+	 * compaction lock allocates its thread data) gets no frame either.
+	 * (Callbacks and readers, which may not wait for a delivery, are
+	 * turned away earlier, by ucma_lend_reserve_locked().) */
+	nested = !ucma_mem_event_deliver() || ucma_locks_held != 0;
 	lend_lock(&saved);
 	/*
 	 * Lending may have been turned off since the reservation:

@@ -248,6 +248,11 @@ static void count(int ev, uint64_t n)
 	ucma_count(ev == UCMA_MEM_EVENT_MAP ? UCMA_STAT_MEM_EVENT_MAP : UCMA_STAT_MEM_EVENT_UNMAP, n);
 }
 
+bool ucma_mem_event_in_callback(void)
+{
+	return in_callback;
+}
+
 /*
  * The callbacks are the program's code, which may take memory back
  * (ucma_alloc(), a preloaded mlock()): inside them this thread counts no
@@ -255,11 +260,6 @@ static void count(int ev, uint64_t n)
  * serialises the callbacks.  in_callback is set first, so a signal
  * handler that finds the count at zero there does not deliver.
  */
-bool ucma_mem_event_in_callback(void)
-{
-	return in_callback;
-}
-
 static void callbacks_begin(void)
 {
 	in_callback = true;
@@ -316,12 +316,13 @@ bool ucma_mem_event_deliver(void)
 		}
 		/*
 		 * What was queued when delivery began, and what the callbacks
-		 * post meanwhile, up to DELIVER_EXTRA events more.  A callback
-		 * that posts an event each time it runs (one that trims, which
-		 * gives a lent frame back, and then allocates, which lends one
-		 * again) would otherwise keep this loop going for ever, inside
-		 * ucma_mem_event_register() or any call that delivers.  The
-		 * rest stays queued for the next call that delivers.
+		 * post meanwhile, up to DELIVER_EXTRA events more.  Events
+		 * posted without end (by a callback whose calls make events of
+		 * their own, as an allocating one did when the heap could
+		 * borrow frames inside callbacks) would otherwise keep this
+		 * loop going for ever, inside ucma_mem_event_register() or any
+		 * call that delivers.  The rest stays queued for the next call
+		 * that delivers.
 		 */
 		if (budget == SIZE_MAX)
 			budget = me.queue.n - me.queue_head + DELIVER_EXTRA;
@@ -329,7 +330,7 @@ bool ucma_mem_event_deliver(void)
 			ucma_mutex_unlock(&me_lock);
 			if (!atomic_exchange(&endless_reported, true))
 				ucma_log("memory events: the callbacks post events as fast as they "
-					 "are delivered (does one trim or allocate?); the rest is "
+					 "are delivered (do their own calls post events?); the rest is "
 					 "delivered by later calls");
 			break;
 		}

@@ -238,8 +238,8 @@ struct ucma_tlists {
  * to the zone, which keeps as many sizes at hand as it can.  64 runs and
  * 4 MiB: with 32 and 2 MiB, bench_malloc's `large` (random blocks of 4 to
  * 64 KiB) missed the cache on 12% of its large mallocs and took 1.1x
- * the time (1.24x the instructions), at the same peak RSS (the runs a thread keeps were resident
- * anyway); tests/bench/RESULTS.md.
+ * the time (1.24x the instructions), at the same peak RSS (the runs a
+ * thread keeps were resident anyway); tests/bench/RESULTS.md.
  */
 #define UCMA_TLARGE_SLOTS       64u
 #define UCMA_TLARGE_DEPTH       16u	/* runs of one size */

@@ -1663,7 +1663,6 @@ uint64_t ucma_zone_purge(struct ucma_zone *z, bool all)
 	uint64_t purged = 0;
 	uint32_t epoch;
 	unsigned min_order;
-
 	bool thp = z->backing == UCMA_BACKING_THP && !z->thp_deferred;
 
 	if (zone_keeps_memory(z))
@@ -1678,7 +1677,8 @@ uint64_t ucma_zone_purge(struct ucma_zone *z, bool all)
 	 * every later first touch of it would fault page by page until
 	 * khugepaged rebuilds it, which by default (max_ptes_none 511) it
 	 * does around a single used page, taking the memory back anyway.
-	 * malloc_trim() gives back everything.
+	 * malloc_trim() gives back everything in NORMAL, and whole
+	 * pageblocks in the CMA zone (see above).
 	 */
 	min_order = all ? (thp && z->id == UCMA_ZONE_CMA ? UCMA_PAGEBLOCK_ORDER : 0) :
 		    thp ? UCMA_PAGEBLOCK_ORDER : UCMA_PURGE_MIN_ORDER;
