@@ -481,6 +481,7 @@ static void *alloc_area(struct ucma_arena *a, struct ucma_cma_area *area, size_t
 	int err = ENOMEM;
 	unsigned moved = 0, in_vain = 0;
 	bool saw_busy = false, tried = false, phys_miss = false, other_fail = false;
+	bool purge_waited = false;
 	struct ucma_compact_direct dc;
 	struct phys_search ps = { area, false, 0 };
 	struct ucma_cma_op op;
@@ -644,6 +645,14 @@ retry:
 	/* Compaction cannot change where the kernel put the frames. */
 	if (!(flags & UCMA_ALLOC_NOWAIT) && tried && (err == ENOMEM || err == EBUSY) &&
 	    (other_fail || !phys_miss) && ucma_compact_direct_next(&dc)) {
+		from = 0;
+		saw_busy = other_fail = phys_miss = false;
+		goto retry;
+	}
+	/* A purge may have held the pages for a moment (zone.c). */
+	if (!(flags & UCMA_ALLOC_NOWAIT) && tried && (err == ENOMEM || err == EBUSY) &&
+	    !purge_waited && ucma_zone_purge_wait(&a->zones[UCMA_ZONE_CMA])) {
+		purge_waited = true;
 		from = 0;
 		saw_busy = other_fail = phys_miss = false;
 		goto retry;

@@ -75,6 +75,8 @@ void ucma_zones_fork_prepare(void)
 
 	if (!a)
 		return;
+	/* No purge batch holds pages off the lists in the child (zone.c). */
+	ucma_zone_purge_fork_prepare();
 	for (int i = 0; i < a->nr_areas; i++)
 		ucma_mutex_lock(&a->areas[i].lock);
 	/* Each zone's per-CPU list locks before its lock (pcp.h). */
@@ -96,6 +98,7 @@ void ucma_zones_fork_parent(void)
 	}
 	for (int i = a->nr_areas - 1; i >= 0; i--)
 		ucma_mutex_unlock(&a->areas[i].lock);
+	ucma_zone_purge_fork_parent();
 }
 
 /* The child: what absent threads were doing in the CMA areas is undone

@@ -516,6 +516,13 @@ UCMA_INTERNAL int ucma_zone_check(struct ucma_zone *z, char *why, size_t whylen)
 /* The smallest free block the periodic purge gives back (64 KiB). */
 #define UCMA_PURGE_MIN_ORDER 4
 UCMA_INTERNAL uint64_t ucma_zone_purge(struct ucma_zone *z, bool all);
+/* A full purge of @z holds a batch of its free pages off the lists: wait
+ * until it gives them back, and say so (false at once when none is held).
+ * For an allocation that failed; no zone, per-CPU list or area lock held. */
+UCMA_INTERNAL bool ucma_zone_purge_wait(struct ucma_zone *z);
+/* The purge locks, first of the zone stage of a fork (init.c). */
+UCMA_INTERNAL void ucma_zone_purge_fork_prepare(void);
+UCMA_INTERNAL void ucma_zone_purge_fork_parent(void);
 /* zone.c, AddressSanitizer builds: poison the whole arena (arena.c, once
  * created: every page is free) or unpoison it (before it is unmapped).
  * Nothing elsewhere. */

@@ -724,7 +724,8 @@ done:
 /*
  * A run of @npages from zone @z; when the buddy lists have none, the
  * per-CPU lists are drained into them and the request tried once more
- * (the kernel's drain_all_pages() before an allocation fails).
+ * (the kernel's drain_all_pages() before an allocation fails), and once
+ * more after the batch of a purge that holds pages of the zone.
  */
 static uint32_t alloc_zone(struct ucma_zone *z, uint32_t npages, unsigned gfp, uint32_t *lend_pb,
 			   bool *was_dirty)
@@ -741,6 +742,10 @@ static uint32_t alloc_zone(struct ucma_zone *z, uint32_t npages, unsigned gfp, u
 		ucma_pcp_drain_zone(z);
 		pfn = alloc_zone_once(z, npages, gfp, lend_pb, was_dirty);
 	}
+	/* A purge may hold the pages for a moment (purge_all()). */
+	if (pfn == UCMA_PFN_NONE && !(lend_pb && *lend_pb != UCMA_PFN_NONE) &&
+	    ucma_zone_purge_wait(z))
+		pfn = alloc_zone_once(z, npages, gfp, lend_pb, was_dirty);
 	return pfn;
 }
 
@@ -1644,18 +1649,201 @@ bad:
 static _Atomic uint64_t next_purge_ns[UCMA_ZONE_NR];
 
 /*
+ * A full purge (malloc_trim(), ucma_trim()) of a fragmented zone makes
+ * thousands of madvise calls: 8,192 scattered 40 KiB runs took 28 ms, and
+ * held the zone lock for all of it, so every allocation of the zone waited
+ * as long.  It works as the kernel's free page reporting does instead: a
+ * few dirty free blocks at a time are taken off the free lists under the
+ * lock, given back to the kernel with no lock held, and freed again,
+ * clean.  Taken, they are a run owned by nobody (UCMA_OWN_NONE): every
+ * walk of the page metadata sees pages in use, nothing can allocate them,
+ * and a free beside them cannot merge with them.
+ *
+ * A batch holds at most PURGE_BATCH_BLOCKS blocks and one pageblock's
+ * worth of pages, so an allocation that fails only because the purge
+ * holds what it needed is rare, and short: it waits for the batch
+ * (ucma_zone_purge_wait()) and tries once more.  The zone's purge_lock is
+ * held for a batch, from its taking to its freeing, so that a fork (which
+ * takes it first, ucma_zone_purge_fork_prepare()) never leaves the child
+ * with blocks that nobody will give back, and so that such a waiter has
+ * something to wait on.  Locking order: purge_lock, then the zone lock;
+ * no other lock is taken while it is held.
+ */
+#define PURGE_BATCH_BLOCKS 32u
+#define PURGE_BATCH_PAGES  UCMA_PAGEBLOCK_PAGES
+
+static pthread_mutex_t UCMA_FORK_LOCK purge_lock[UCMA_ZONE_NR] = {
+	PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER
+};
+_Static_assert(UCMA_ZONE_NR == 2, "one purge lock per zone");
+/* Pages a purge batch of the zone holds off the lists (atomic: the
+ * allocators' failure paths read it without a lock). */
+static _Atomic uint32_t purge_held[UCMA_ZONE_NR];
+
+struct purge_batch {
+	uint32_t pfn[PURGE_BATCH_BLOCKS];
+	uint32_t npages[PURGE_BATCH_BLOCKS];
+	unsigned n;
+	uint32_t pages;
+};
+
+/*
+ * Take the dirty free blocks of at least @min_order pages from pfn
+ * *@cursor on into @b, until it is full or the zone ends; *@cursor is
+ * where the next batch goes on.  The walk follows the page metadata (a
+ * free head, a run's head, a run's tail; a page inside a free block is
+ * passed one at a time, which happens only where a block merged across
+ * the cursor since the last batch), and passes over pageblocks without
+ * free pages, deferred ones (clean) and isolated ones whole.  A borrowed
+ * pageblock's pages are a frame's: a wholly free one gives its frame back
+ * instead.  Zone lock held.
+ */
+static void purge_collect(struct ucma_zone *z, uint32_t *cursor, unsigned min_order,
+			  struct purge_batch *b)
+{
+	struct ucma_arena *a = z->arena;
+	uint32_t pfn = *cursor;
+
+	while (pfn < z->end_pfn && b->n < PURGE_BATCH_BLOCKS) {
+		uint32_t pb = pfn >> UCMA_PAGEBLOCK_ORDER;
+		uint32_t pb_end = (pb + 1) << UCMA_PAGEBLOCK_ORDER;
+		struct ucma_page *p;
+
+		/* (An isolated pageblock is being emptied for a contiguous
+		 * buffer: its free pages are about to be used.) */
+		if (a->blocks[pb].deferred || a->blocks[pb].nr_free == 0 ||
+		    a->blocks[pb].mt == UCMA_MT_ISOLATE) {
+			pfn = pb_end;
+			continue;
+		}
+		if (ucma_lend_borrowed(a, pb)) {
+			if (a->blocks[pb].nr_free == UCMA_PAGEBLOCK_PAGES)
+				ucma_lend_return_free_locked(z, pb);
+			pfn = pb_end;
+			continue;
+		}
+		p = &a->pages[pfn];
+		if (p->kind == UCMA_PK_FREE) {
+			uint32_t n = 1u << p->order;
+
+			if (p->order >= min_order && (p->flags & UCMA_PF_DIRTY)) {
+				if (b->pages + n > PURGE_BATCH_PAGES && b->n)
+					break;	/* the next batch's */
+				if (!ucma_buddy_take_range(z, pfn, pfn + n))
+					ucma_fatal("internal error: zone %s: free block %u+%u "
+						   "could not be taken", z->name, pfn, n);
+				set_run(a, pfn, n, false);
+				b->pfn[b->n] = pfn;
+				b->npages[b->n++] = n;
+				b->pages += n;
+			}
+			pfn += n;
+		} else if (p->kind == UCMA_PK_RUN && p->aux > 0) {
+			pfn += p->aux;
+		} else if (p->kind == UCMA_PK_TAIL && p->aux < pfn &&
+			   a->pages[p->aux].kind == UCMA_PK_RUN &&
+			   p->aux + a->pages[p->aux].aux > pfn) {
+			pfn = p->aux + a->pages[p->aux].aux;
+		} else {
+			pfn++;
+		}
+	}
+	*cursor = pfn;
+}
+
+/* Give the blocks of @b back to the kernel, no lock held; ok[i] false for
+ * each that madvise refused (it stays dirty).  Adjacent blocks go in one
+ * call. */
+static void purge_advise(struct ucma_zone *z, const struct purge_batch *b, bool *ok)
+{
+	struct ucma_arena *a = z->arena;
+
+	for (unsigned i = 0; i < b->n;) {
+		unsigned j = i + 1;
+		uint32_t end = b->pfn[i] + b->npages[i];
+		bool done;
+
+		while (j < b->n && b->pfn[j] == end)
+			end += b->npages[j++];
+		done = ucma_os.madvise(ucma_pfn_to_addr(a, b->pfn[i]),
+				       (size_t)(end - b->pfn[i]) << UCMA_PAGE_SHIFT,
+				       MADV_DONTNEED) == 0;
+		while (i < j)
+			ok[i++] = done;
+	}
+}
+
+/* Every dirty free block of @z of at least @min_order pages, batch by
+ * batch (see above); the number of pages given back. */
+static uint64_t purge_all(struct ucma_zone *z, unsigned min_order)
+{
+	uint32_t cursor = z->start_pfn;
+	uint64_t purged = 0;
+
+	while (cursor < z->end_pfn) {
+		struct purge_batch b = { .n = 0 };
+		bool ok[PURGE_BATCH_BLOCKS];
+
+		ucma_mutex_lock(&purge_lock[z->id]);
+		ucma_mutex_lock(&z->lock);
+		purge_collect(z, &cursor, min_order, &b);
+		atomic_store_explicit(&purge_held[z->id], b.pages, memory_order_relaxed);
+		ucma_mutex_unlock(&z->lock);
+		if (b.n == 0) {
+			ucma_mutex_unlock(&purge_lock[z->id]);
+			break;
+		}
+		purge_advise(z, &b, ok);
+		ucma_mutex_lock(&z->lock);
+		for (unsigned i = 0; i < b.n; i++) {
+			run_forget(z->arena, b.pfn[i], b.npages[i]);
+			ucma_buddy_free_clean_range(z, b.pfn[i], b.npages[i], !ok[i]);
+			if (ok[i])
+				purged += b.npages[i];
+		}
+		z->list_gen++;	/* clean now: nofit_known() */
+		atomic_store_explicit(&purge_held[z->id], 0, memory_order_relaxed);
+		ucma_mutex_unlock(&z->lock);
+		ucma_mutex_unlock(&purge_lock[z->id]);
+	}
+	return purged;
+}
+
+bool ucma_zone_purge_wait(struct ucma_zone *z)
+{
+	if (!atomic_load_explicit(&purge_held[z->id], memory_order_relaxed))
+		return false;
+	ucma_mutex_lock(&purge_lock[z->id]);
+	ucma_mutex_unlock(&purge_lock[z->id]);
+	return true;
+}
+
+void ucma_zone_purge_fork_prepare(void)
+{
+	for (int i = 0; i < UCMA_ZONE_NR; i++)
+		ucma_mutex_lock(&purge_lock[i]);
+}
+
+void ucma_zone_purge_fork_parent(void)
+{
+	for (int i = UCMA_ZONE_NR - 1; i >= 0; i--)
+		ucma_mutex_unlock(&purge_lock[i]);
+}
+
+/*
  * ucma_zone_purge() - return dirty free blocks to the kernel; the number
- * of pages given back.  With @all, every dirty block of any order
- * (malloc_trim), except in the CMA zone on transparent huge pages: whole
+ * of pages given back.  With @all (malloc_trim()), every dirty block of
+ * any order, except in the CMA zone on transparent huge pages: whole
  * pageblocks there too, since the areas' huge pages are runs of
  * physically contiguous frames that device buffers want, and a smaller
  * piece given back would split its huge page under a live buffer beside
- * it.  Without @all, blocks of at least UCMA_PURGE_MIN_ORDER (whole
- * pageblocks on transparent huge pages) freed before the current epoch.
- * The zone lock is held across madvise: the blocks must stay free
- * meanwhile.  With @all the per-CPU lists are drained first, so their
- * pages merge and go too; the periodic purge leaves them, as pages about
- * to be used again.
+ * it; the per-CPU lists are drained first, so their pages merge and go
+ * too, and the blocks go in batches, without the zone lock across
+ * madvise (purge_all()).  Without @all (the decay), blocks of at least
+ * UCMA_PURGE_MIN_ORDER (whole pageblocks on transparent huge pages) freed
+ * before the current epoch, with the zone lock held across madvise: they
+ * are few and large; the per-CPU lists keep theirs, as pages about to be
+ * used again.
  */
 uint64_t ucma_zone_purge(struct ucma_zone *z, bool all)
 {
@@ -1667,10 +1855,6 @@ uint64_t ucma_zone_purge(struct ucma_zone *z, bool all)
 
 	if (zone_keeps_memory(z))
 		return 0;
-	if (all && z->pcp)
-		ucma_pcp_drain_zone(z);
-	ucma_mutex_lock(&z->lock);
-	epoch = z->purge_epoch++;
 	/*
 	 * On transparent huge pages, the periodic purge gives back whole
 	 * pageblocks only: a smaller piece would split its huge page, and
@@ -1680,8 +1864,18 @@ uint64_t ucma_zone_purge(struct ucma_zone *z, bool all)
 	 * malloc_trim() gives back everything in NORMAL, and whole
 	 * pageblocks in the CMA zone (see above).
 	 */
-	min_order = all ? (thp && z->id == UCMA_ZONE_CMA ? UCMA_PAGEBLOCK_ORDER : 0) :
-		    thp ? UCMA_PAGEBLOCK_ORDER : UCMA_PURGE_MIN_ORDER;
+	if (all) {
+		if (z->pcp)
+			ucma_pcp_drain_zone(z);
+		ucma_mutex_lock(&z->lock);
+		z->purge_epoch++;
+		ucma_mutex_unlock(&z->lock);
+		purged = purge_all(z, thp && z->id == UCMA_ZONE_CMA ? UCMA_PAGEBLOCK_ORDER : 0);
+		goto out;
+	}
+	ucma_mutex_lock(&z->lock);
+	epoch = z->purge_epoch++;
+	min_order = thp ? UCMA_PAGEBLOCK_ORDER : UCMA_PURGE_MIN_ORDER;
 	for (unsigned o = min_order; o < UCMA_NR_ORDERS; o++) {
 		for (int mt = 0; mt < UCMA_MT_NR; mt++) {
 			for (uint32_t pfn = z->free_area[o].head[mt]; pfn != UCMA_PFN_NONE;
@@ -1696,7 +1890,7 @@ uint64_t ucma_zone_purge(struct ucma_zone *z, bool all)
 							z, pfn >> UCMA_PAGEBLOCK_ORDER);
 					continue;
 				}
-				if (!(p->flags & UCMA_PF_DIRTY) || (!all && p->aux >= epoch))
+				if (!(p->flags & UCMA_PF_DIRTY) || p->aux >= epoch)
 					continue;
 				if (ucma_os.madvise(ucma_pfn_to_addr(a, pfn),
 						    (size_t)1 << (o + UCMA_PAGE_SHIFT),
@@ -1709,6 +1903,7 @@ uint64_t ucma_zone_purge(struct ucma_zone *z, bool all)
 		}
 	}
 	ucma_mutex_unlock(&z->lock);
+out:
 	if (purged)
 		ucma_count(UCMA_STAT_PURGED_PAGES, purged);
 	/* Frames given back above posted MAP events, delivered by the public

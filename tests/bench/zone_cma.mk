@@ -31,3 +31,14 @@ tests_bench_bench_fork_lend_LDADD = $(TEST_LDADD)
 bench: bench-fork-lend
 bench-fork-lend: tests/bench/bench_fork_lend$(EXEEXT)
 	./tests/bench/bench_fork_lend$(EXEEXT)
+
+## malloc_trim() of a fragmented heap, alone and while another thread
+## allocates: ucma against glibc.  `make bench-trim`.
+check_PROGRAMS += tests/bench/bench_trim
+tests_bench_bench_trim_CPPFLAGS = $(TEST_CPPFLAGS)
+tests_bench_bench_trim_LDADD = $(TEST_LDADD)
+
+.PHONY: bench-trim
+bench: bench-trim
+bench-trim: tests/bench/bench_trim$(EXEEXT)
+	./tests/bench/bench_trim$(EXEEXT)

@@ -35,6 +35,7 @@
 
 #include <errno.h>
 #include <numa.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -156,8 +157,12 @@ static int fake_munmap(void *addr, size_t len)
 	return real.munmap(addr, len);
 }
 
+static void purge_hook(void *addr);
+
 static int fake_madvise(void *addr, size_t len, int advice)
 {
+	if (advice == MADV_DONTNEED)
+		purge_hook(addr);
 	for (int i = 0; i < 4 && fault.fail_advice[i]; i++) {
 		if (fault.fail_advice[i] == advice) {
 			seen.advice_failed++;
@@ -856,6 +861,146 @@ static void test_purge_fails(void)
 	ok(zero && zones_ok(), "purged pages read back as zeros");
 }
 
+/*
+ * A full purge gives its blocks back to the kernel in batches, with no
+ * zone lock held: test_purge_batches() looks from inside its madvise
+ * calls (purge_hook(), in the purging thread, a batch held).
+ */
+static struct {
+	struct ucma_zone *z;		/* set: the hook looks */
+	struct ucma_zone *zone;		/* the zone, for the threads it starts */
+	int calls;
+	int lock_busy;			/* calls that found the zone lock taken */
+	int not_held;			/* calls whose pages were not a held run */
+	bool alloc_ok;			/* another run allocated meanwhile */
+	uint32_t first;			/* the first call's pfn */
+	uint64_t free_before;		/* the zone's free pages before the purge */
+	pthread_t waiter, forker;
+	bool waited;			/* ucma_zone_purge_wait() said it waited */
+	bool back_after_wait;		/* and the batch was back when it returned */
+	int child_status;
+} ph;
+
+/* Another thread: an allocation's failure path, while the batch is held. */
+static void *purge_waiter(void *arg)
+{
+	(void)arg;
+	ph.waited = ucma_zone_purge_wait(ph.zone);
+	pthread_mutex_lock(&ph.zone->lock);
+	ph.back_after_wait = a->pages[ph.first].kind != UCMA_PK_RUN;
+	pthread_mutex_unlock(&ph.zone->lock);
+	return NULL;
+}
+
+/* Another thread forks while the batch is held: the child must not
+ * inherit it (the pages would be lost to it). */
+static void *purge_forker(void *arg)
+{
+	pid_t pid;
+
+	(void)arg;
+	pid = fork();
+	if (pid == 0) {
+		bool good = ph.zone->free_pages == ph.free_before && zones_ok();
+
+		_exit(good ? 0 : 1);
+	}
+	ph.child_status = -1;
+	if (pid > 0)
+		waitpid(pid, &ph.child_status, 0);
+	return NULL;
+}
+
+static void purge_hook(void *addr)
+{
+	uint32_t pfn;
+
+	if (!ph.z)
+		return;
+	pfn = ucma_addr_to_pfn(a, addr);
+	if (pthread_mutex_trylock(&ph.z->lock) != 0) {
+		ph.lock_busy++;
+		return;
+	}
+	if (a->pages[pfn].kind != UCMA_PK_RUN || a->pages[pfn].owner_type != UCMA_OWN_NONE)
+		ph.not_held++;
+	pthread_mutex_unlock(&ph.z->lock);
+	if (ph.calls++ == 0) {
+		uint32_t r = ucma_pages_alloc(a, 16, UCMA_GFP_UNMOVABLE);
+		struct timespec ts = { 0, 50 * 1000 * 1000 };
+
+		ph.alloc_ok = r != UCMA_PFN_NONE;
+		if (r != UCMA_PFN_NONE)
+			ucma_pages_free(a, r);
+		ucma_pcp_drain_zone(ph.zone);	/* its pages free on the lists again */
+		ph.first = pfn;
+		if (pthread_create(&ph.waiter, NULL, purge_waiter, NULL) != 0 ||
+		    pthread_create(&ph.forker, NULL, purge_forker, NULL) != 0)
+			bail_out("pthread_create failed");
+		nanosleep(&ts, NULL);	/* both wait for this batch */
+	}
+}
+
+static void test_purge_batches(void)
+{
+	struct ucma_config cfg = cfg_of(32 * MiB, 8 * MiB, UCMA_BACKING_NONE, UCMA_BACKING_NONE);
+	struct ucma_zone *z;
+	uint32_t pfns[256];
+	uint64_t dirty;
+
+	/* Private memory: the heap's pageblocks on lent CMA frames are not
+	 * purged but given back (test_lend.c). */
+	cfg.cma_policy = UCMA_CMA_LEND_HANDLES;
+	setenv("UCMA_DECAY_MS", "0", 1);	/* purged by hand */
+	if (init_captured(&cfg, false) != 0 || !a) {
+		unsetenv("UCMA_DECAY_MS");
+		ok(0, "purge in batches: ucma_init: %s", strerror(errno));
+		skip(5, "no arena");
+		return;
+	}
+	unsetenv("UCMA_DECAY_MS");
+	z = &a->zones[UCMA_ZONE_NORMAL];
+	/* 128 scattered free runs of 4 pages: 128 madvise calls, 4 batches. */
+	for (int i = 0; i < 256; i++) {
+		pfns[i] = ucma_pages_alloc(a, 4, UCMA_GFP_UNMOVABLE);
+		if (pfns[i] == UCMA_PFN_NONE)
+			bail_out("ucma_pages_alloc: %s", strerror(errno));
+		memset(ucma_pfn_to_addr(a, pfns[i]), 0x5a, 4 * UCMA_PAGE_SIZE);
+	}
+	for (int i = 0; i < 256; i += 2)
+		ucma_pages_free(a, pfns[i]);
+	ucma_pcp_drain_zone(z);
+	dirty = dirty_pages(z);
+
+	os_fake();
+	ph.free_before = z->free_pages;
+	ph.zone = z;
+	ph.z = z;
+	ph.child_status = -1;
+	ucma_zone_purge(z, true);
+	ph.z = NULL;
+	os_restore();
+	pthread_join(ph.waiter, NULL);
+	pthread_join(ph.forker, NULL);
+
+	ok(ph.calls >= 128 / 32 && ph.lock_busy == 0 && ph.not_held == 0,
+	   "a full purge calls madvise without the zone lock, on runs it holds (%d calls, "
+	   "%d with the lock taken, %d on pages not held)", ph.calls, ph.lock_busy,
+	   ph.not_held);
+	ok(ph.alloc_ok, "another run is allocated while a batch is given back");
+	ok(ph.waited && ph.back_after_wait,
+	   "ucma_zone_purge_wait() waits until the batch is back on the lists");
+	ok(WIFEXITED(ph.child_status) && WEXITSTATUS(ph.child_status) == 0,
+	   "a fork meanwhile gives the child every free page, none held (status %#x)",
+	   ph.child_status);
+	ok(dirty >= 128 * 4 && dirty_pages(z) == 0 && z->free_pages == ph.free_before &&
+		   zones_ok() && arena_works(),
+	   "all %llu dirty pages are given back, every page is free again, the zones check",
+	   (unsigned long long)dirty);
+	for (int i = 1; i < 256; i += 2)
+		ucma_pages_free(a, pfns[i]);
+}
+
 static void test_init_twice(void)
 {
 	struct ucma_config cfg = cfg_of(16 * MiB, 8 * MiB, UCMA_BACKING_NONE, UCMA_BACKING_NONE);
@@ -923,6 +1068,7 @@ int main(void)
 	test_populate_refused();
 	test_purge_fails();
 	test_purge_thp();
+	test_purge_batches();
 	test_init_twice();
 	ucma_test_reset();
 	return done();
