@@ -265,7 +265,8 @@ struct ucma_zone {
 	uint32_t purge_epoch;		/* decay: epoch of the last purge */
 	bool thp_deferred;		/* THP backing, not yet asked for (zone.c) */
 	bool file_backed;		/* CMA areas on files (frames.c): never purged */
-	bool prefaulted;		/* UCMA_POPULATE: clean pages are mapped until purged */
+	bool prefaulted;		/* UCMA_POPULATE: clean pages are mapped, until the
+					 * first purge clears it (atomic, relaxed) */
 	uint64_t extent_looked;		/* pageblocks a search for room looked at (extent.c) */
 	uint64_t extent_walks;		/* pageblocks walked for their extents (extent.c) */
 	uint64_t extent_stale;		/* extent notes found wrong when read (extent.c) */

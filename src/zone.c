@@ -915,7 +915,8 @@ static uint32_t zone_alloc_in(struct ucma_zone *z, uint32_t npages, unsigned gfp
 	 * Mapping mapped pages again is not free: a page-table walk per page.
 	 * A shmem file's clean pages were never touched: populated too.
 	 */
-	bool populate = (gfp & UCMA_GFP_POPULATE) && !z->prefaulted &&
+	bool populate = (gfp & UCMA_GFP_POPULATE) &&
+			!__atomic_load_n(&z->prefaulted, __ATOMIC_RELAXED) &&
 			z->backing != UCMA_BACKING_HUGETLB_1G && z->backing != UCMA_BACKING_HUGETLB_2M;
 	uint32_t pfn = UCMA_PFN_NONE, extra = 0, fresh = 0;
 	int mt = gfp_mt(z, gfp);
@@ -1904,6 +1905,10 @@ uint64_t ucma_zone_purge(struct ucma_zone *z, bool all)
 	}
 	ucma_mutex_unlock(&z->lock);
 out:
+	/* Clean pages are no longer all mapped: migration copies populate
+	 * their destinations again (zone_alloc_in()). */
+	if (purged && __atomic_load_n(&z->prefaulted, __ATOMIC_RELAXED))
+		__atomic_store_n(&z->prefaulted, false, __ATOMIC_RELAXED);
 	if (purged)
 		ucma_count(UCMA_STAT_PURGED_PAGES, purged);
 	/* Frames given back above posted MAP events, delivered by the public

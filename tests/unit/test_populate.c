@@ -60,6 +60,7 @@ struct result {
 	unsigned written_before, absent_after;	/* ranges not zero / not resident */
 	uint64_t populated, populate_fail;	/* counter deltas */
 	int cma_private;
+	int prefaulted_after_trim;	/* the CMA zone's flag after ucma_trim() */
 };
 
 /* The watched calls: ranges populated, and what the hook does with them. */
@@ -202,7 +203,7 @@ static void *migrate_once(struct result *r)
 	return b;
 }
 
-static void child(struct result *r, int refuse, bool prefault)
+static void child(struct result *r, int refuse, bool prefault, bool purge_first)
 {
 	struct ucma_config cfg = {
 		.arena_size = 64 * MiB,
@@ -221,6 +222,12 @@ static void child(struct result *r, int refuse, bool prefault)
 	r->init_ok = 1;
 	r->cma_private = !ucma_arena_get()->zones[UCMA_ZONE_CMA].file_backed;
 	watch.refuse = refuse;
+	if (purge_first) {
+		/* Pages written, freed and given back: unmapped again. */
+		empty(fill(FILL));
+		ucma_trim();
+		r->prefaulted_after_trim = ucma_arena_get()->zones[UCMA_ZONE_CMA].prefaulted;
+	}
 	b = migrate_once(r);
 	r->calls = watch.calls;
 	r->written_before = watch.written_before;
@@ -240,7 +247,7 @@ static void child(struct result *r, int refuse, bool prefault)
 	_exit(0);
 }
 
-static struct result *run(int refuse, bool prefault)
+static struct result *run(int refuse, bool prefault, bool purge_first)
 {
 	static struct result *shared;
 	pid_t pid;
@@ -251,7 +258,7 @@ static struct result *run(int refuse, bool prefault)
 	memset(shared, 0, sizeof(*shared));
 	pid = tu_fork();
 	if (pid == 0)
-		child(shared, refuse, prefault);
+		child(shared, refuse, prefault, purge_first);
 	st = tu_wait(pid);
 	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || !shared->init_ok)
 		diag("child: status %#x, init %d", st, shared->init_ok);
@@ -260,7 +267,7 @@ static struct result *run(int refuse, bool prefault)
 
 static void test_populated_before_copy(void)
 {
-	struct result *r = run(0, false);
+	struct result *r = run(0, false, false);
 
 	ok(r->alloc_ok && r->moved > 0,
 	   "ucma_alloc(4 MiB) over %u objects migrates (%u moved, errno %d)", r->nobj, r->moved,
@@ -287,7 +294,7 @@ static void test_populate_fails(void)
 	static const int errs[] = { ENOMEM, EFAULT };
 
 	for (size_t k = 0; k < UCMA_ARRAY_SIZE(errs); k++) {
-		struct result *r = run(errs[k], false);
+		struct result *r = run(errs[k], false, false);
 
 		ok(r->alloc_ok && r->moved > 0 && r->intact == r->nobj && r->zones_ok,
 		   "MADV_POPULATE_WRITE fails with %s: ucma_alloc works, %u moved, %u/%u intact",
@@ -300,7 +307,7 @@ static void test_populate_fails(void)
 
 static void test_populate_unknown(void)
 {
-	struct result *r = run(EINVAL, false);
+	struct result *r = run(EINVAL, false, false);
 
 	ok(r->alloc_ok && r->moved > 0 && r->intact == r->nobj && r->zones_ok,
 	   "MADV_POPULATE_WRITE unknown (EINVAL): two ucma_alloc() work, %u/%u intact", r->intact,
@@ -312,12 +319,30 @@ static void test_populate_unknown(void)
 
 static void test_prefaulted(void)
 {
-	struct result *r = run(0, true);
+	struct result *r = run(0, true, false);
 
 	ok(r->alloc_ok && r->moved > 0 && r->intact == r->nobj,
 	   "prefaulted arena: ucma_alloc works (%u moved)", r->moved);
 	ok(r->calls == 0 && r->populated == 0,
 	   "nothing is populated again (%u calls)", r->calls);
+}
+
+/* A trim gives pages of the prefaulted areas back: from then on their
+ * clean pages may be unmapped, and migration populates again. */
+static void test_prefaulted_purged(void)
+{
+	struct result *r = run(0, true, true);
+
+	if (!r->cma_private) {
+		skip(2, "the CMA area is on a file here: its memory is kept, never purged");
+		return;
+	}
+	ok(r->alloc_ok && r->moved > 0 && r->intact == r->nobj && r->zones_ok,
+	   "prefaulted arena after ucma_trim(): ucma_alloc works (%u moved, %u/%u intact)",
+	   r->moved, r->intact, r->nobj);
+	ok(!r->prefaulted_after_trim && r->calls > 0 && r->uncovered == 0,
+	   "the zone is not taken as prefaulted any more: destinations populated again "
+	   "(%u calls, %u objects outside them)", r->calls, r->uncovered);
 }
 
 /*
@@ -509,6 +534,7 @@ int main(void)
 	test_populate_fails();
 	test_populate_unknown();
 	test_prefaulted();
+	test_prefaulted_purged();
 	test_populate_bounded();
 	test_populate_cgroup();
 	return done();
