@@ -33,8 +33,9 @@
  *  6. movable-slab class locks; then the heap-lending lock (lend.c: no
  *     frame is being lent or taken back across the fork; with threads,
  *     every pageblock of the heap on a CMA frame is taken back first,
- *     which waits for nothing held here); 7. CMA area locks, then per
- *     zone its per-CPU page list locks (pcp.c) and its lock: no list is
+ *     which waits for nothing held here); 7. CMA area locks, then the
+ *     zones' purge locks (no purge batch is off the lists, zone.c), then
+ *     per zone its per-CPU page list locks (pcp.c) and its lock: no list is
  *     in the middle of a change, and the child has the parent's pages on
  *     the same lists; an allocation or release in the areas by another
  *     thread, which holds none of these locks throughout, is undone or

@@ -75,10 +75,12 @@ void ucma_zones_fork_prepare(void)
 
 	if (!a)
 		return;
-	/* No purge batch holds pages off the lists in the child (zone.c). */
-	ucma_zone_purge_fork_prepare();
 	for (int i = 0; i < a->nr_areas; i++)
 		ucma_mutex_lock(&a->areas[i].lock);
+	/* No purge batch holds pages off the lists in the child (zone.c);
+	 * after the area locks, which a free of pages (and so the decay's
+	 * purge) may run under. */
+	ucma_zone_purge_fork_prepare();
 	/* Each zone's per-CPU list locks before its lock (pcp.h). */
 	for (int z = 0; z < UCMA_ZONE_NR; z++) {
 		ucma_pcp_lock_all(&a->zones[z]);
@@ -96,9 +98,9 @@ void ucma_zones_fork_parent(void)
 		ucma_mutex_unlock(&a->zones[z].lock);
 		ucma_pcp_unlock_all(&a->zones[z]);
 	}
+	ucma_zone_purge_fork_parent();
 	for (int i = a->nr_areas - 1; i >= 0; i--)
 		ucma_mutex_unlock(&a->areas[i].lock);
-	ucma_zone_purge_fork_parent();
 }
 
 /* The child: what absent threads were doing in the CMA areas is undone

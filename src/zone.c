@@ -1650,10 +1650,11 @@ bad:
 static _Atomic uint64_t next_purge_ns[UCMA_ZONE_NR];
 
 /*
- * A full purge (malloc_trim(), ucma_trim()) of a fragmented zone makes
- * thousands of madvise calls: 8,192 scattered 40 KiB runs took 28 ms, and
- * held the zone lock for all of it, so every allocation of the zone waited
- * as long.  It works as the kernel's free page reporting does instead: a
+ * A purge of a fragmented zone makes thousands of madvise calls: a trim
+ * (malloc_trim(), ucma_trim()) of 8,192 scattered 40 KiB runs took 28 ms,
+ * and held the zone lock for all of it, so every allocation of the zone
+ * waited as long; the decay's purge of 8,192 blocks of 64 KiB, 7 ms.  It
+ * works as the kernel's free page reporting does instead: a
  * few dirty free blocks at a time are taken off the free lists under the
  * lock, given back to the kernel with no lock held, and freed again,
  * clean.  Taken, they are a run owned by nobody (UCMA_OWN_NONE): every
@@ -1665,13 +1666,17 @@ static _Atomic uint64_t next_purge_ns[UCMA_ZONE_NR];
  * holds what it needed is rare, and short: it waits for the batch
  * (ucma_zone_purge_wait()) and tries once more.  The zone's purge_lock is
  * held for a batch, from its taking to its freeing, so that a fork (which
- * takes it first, ucma_zone_purge_fork_prepare()) never leaves the child
+ * takes it, ucma_zone_purge_fork_prepare()) never leaves the child
  * with blocks that nobody will give back, and so that such a waiter has
- * something to wait on.  Locking order: purge_lock, then the zone lock;
- * no other lock is taken while it is held.
+ * something to wait on.  Locking order: the CMA area locks (a free of
+ * pages may purge under one), purge_lock, the per-CPU list locks, the
+ * zone lock; a purge takes only the zone lock while it holds purge_lock
+ * (the per-CPU lists are drained before).
  */
 #define PURGE_BATCH_BLOCKS 32u
 #define PURGE_BATCH_PAGES  UCMA_PAGEBLOCK_PAGES
+/* Pageblocks one look under the lock walks at most, batch or not. */
+#define PURGE_SCAN_PAGEBLOCKS 64u
 
 static pthread_mutex_t UCMA_FORK_LOCK purge_lock[UCMA_ZONE_NR] = {
 	PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER
@@ -1689,9 +1694,10 @@ struct purge_batch {
 };
 
 /*
- * Take the dirty free blocks of at least @min_order pages from pfn
- * *@cursor on into @b, until it is full or the zone ends; *@cursor is
- * where the next batch goes on.  The walk follows the page metadata (a
+ * Take the dirty free blocks of at least @min_order pages, freed in a
+ * purge epoch before @before, from pfn *@cursor on into @b, until it is
+ * full, PURGE_SCAN_PAGEBLOCKS pageblocks were looked at, or the zone
+ * ends; *@cursor is where the next look goes on.  The walk follows the page metadata (a
  * free head, a run's head, a run's tail; a page inside a free block is
  * passed one at a time, which happens only where a block merged across
  * the cursor since the last batch), and passes over pageblocks without
@@ -1700,15 +1706,22 @@ struct purge_batch {
  * instead.  Zone lock held.
  */
 static void purge_collect(struct ucma_zone *z, uint32_t *cursor, unsigned min_order,
-			  struct purge_batch *b)
+			  uint32_t before, struct purge_batch *b)
 {
 	struct ucma_arena *a = z->arena;
-	uint32_t pfn = *cursor;
+	uint32_t pfn = *cursor, last_pb = UINT32_MAX;
+	unsigned looked = 0;
 
 	while (pfn < z->end_pfn && b->n < PURGE_BATCH_BLOCKS) {
 		uint32_t pb = pfn >> UCMA_PAGEBLOCK_ORDER;
 		uint32_t pb_end = (pb + 1) << UCMA_PAGEBLOCK_ORDER;
 		struct ucma_page *p;
+
+		if (pb != last_pb) {
+			if (looked++ == PURGE_SCAN_PAGEBLOCKS)
+				break;
+			last_pb = pb;
+		}
 
 		/* (An isolated pageblock is being emptied for a contiguous
 		 * buffer: its free pages are about to be used.) */
@@ -1727,7 +1740,7 @@ static void purge_collect(struct ucma_zone *z, uint32_t *cursor, unsigned min_or
 		if (p->kind == UCMA_PK_FREE) {
 			uint32_t n = 1u << p->order;
 
-			if (p->order >= min_order && (p->flags & UCMA_PF_DIRTY)) {
+			if (p->order >= min_order && (p->flags & UCMA_PF_DIRTY) && p->aux < before) {
 				if (b->pages + n > PURGE_BATCH_PAGES && b->n)
 					break;	/* the next batch's */
 				if (!ucma_buddy_take_range(z, pfn, pfn + n))
@@ -1774,9 +1787,10 @@ static void purge_advise(struct ucma_zone *z, const struct purge_batch *b, bool 
 	}
 }
 
-/* Every dirty free block of @z of at least @min_order pages, batch by
- * batch (see above); the number of pages given back. */
-static uint64_t purge_all(struct ucma_zone *z, unsigned min_order)
+/* Every dirty free block of @z of at least @min_order pages freed before
+ * epoch @before, batch by batch (see above); the number of pages given
+ * back. */
+static uint64_t purge_all(struct ucma_zone *z, unsigned min_order, uint32_t before)
 {
 	uint32_t cursor = z->start_pfn;
 	uint64_t purged = 0;
@@ -1787,12 +1801,12 @@ static uint64_t purge_all(struct ucma_zone *z, unsigned min_order)
 
 		ucma_mutex_lock(&purge_lock[z->id]);
 		ucma_mutex_lock(&z->lock);
-		purge_collect(z, &cursor, min_order, &b);
+		purge_collect(z, &cursor, min_order, before, &b);
 		atomic_store_explicit(&purge_held[z->id], b.pages, memory_order_relaxed);
 		ucma_mutex_unlock(&z->lock);
 		if (b.n == 0) {
 			ucma_mutex_unlock(&purge_lock[z->id]);
-			break;
+			continue;	/* (another look, or the end) */
 		}
 		purge_advise(z, &b, ok);
 		ucma_mutex_lock(&z->lock);
@@ -1832,30 +1846,32 @@ void ucma_zone_purge_fork_parent(void)
 }
 
 /*
- * ucma_zone_purge() - return dirty free blocks to the kernel; the number
- * of pages given back.  With @all (malloc_trim()), every dirty block of
- * any order, except in the CMA zone on transparent huge pages: whole
- * pageblocks there too, since the areas' huge pages are runs of
- * physically contiguous frames that device buffers want, and a smaller
- * piece given back would split its huge page under a live buffer beside
- * it; the per-CPU lists are drained first, so their pages merge and go
- * too, and the blocks go in batches, without the zone lock across
- * madvise (purge_all()).  Without @all (the decay), blocks of at least
- * UCMA_PURGE_MIN_ORDER (whole pageblocks on transparent huge pages) freed
- * before the current epoch, with the zone lock held across madvise: they
- * are few and large; the per-CPU lists keep theirs, as pages about to be
- * used again.
+ * ucma_zone_purge() - return dirty free blocks to the kernel, in batches
+ * without the zone lock across madvise (purge_all()); the number of pages
+ * given back.  With @all (malloc_trim()), every dirty block of any order,
+ * except in the CMA zone on transparent huge pages: whole pageblocks there
+ * too, since the areas' huge pages are runs of physically contiguous
+ * frames that device buffers want, and a smaller piece given back would
+ * split its huge page under a live buffer beside it; the per-CPU lists
+ * are drained first, so their pages merge and go too.  Without @all (the
+ * decay), blocks of at least UCMA_PURGE_MIN_ORDER (whole pageblocks on
+ * transparent huge pages) freed before the current epoch; the per-CPU
+ * lists keep theirs, as pages about to be used again.
  */
 uint64_t ucma_zone_purge(struct ucma_zone *z, bool all)
 {
-	struct ucma_arena *a = z->arena;
-	uint64_t purged = 0;
+	uint64_t purged;
 	uint32_t epoch;
 	unsigned min_order;
 	bool thp = z->backing == UCMA_BACKING_THP && !z->thp_deferred;
 
 	if (zone_keeps_memory(z))
 		return 0;
+	if (all && z->pcp)
+		ucma_pcp_drain_zone(z);
+	ucma_mutex_lock(&z->lock);
+	epoch = z->purge_epoch++;
+	ucma_mutex_unlock(&z->lock);
 	/*
 	 * On transparent huge pages, the periodic purge gives back whole
 	 * pageblocks only: a smaller piece would split its huge page, and
@@ -1865,46 +1881,11 @@ uint64_t ucma_zone_purge(struct ucma_zone *z, bool all)
 	 * malloc_trim() gives back everything in NORMAL, and whole
 	 * pageblocks in the CMA zone (see above).
 	 */
-	if (all) {
-		if (z->pcp)
-			ucma_pcp_drain_zone(z);
-		ucma_mutex_lock(&z->lock);
-		z->purge_epoch++;
-		ucma_mutex_unlock(&z->lock);
-		purged = purge_all(z, thp && z->id == UCMA_ZONE_CMA ? UCMA_PAGEBLOCK_ORDER : 0);
-		goto out;
-	}
-	ucma_mutex_lock(&z->lock);
-	epoch = z->purge_epoch++;
-	min_order = thp ? UCMA_PAGEBLOCK_ORDER : UCMA_PURGE_MIN_ORDER;
-	for (unsigned o = min_order; o < UCMA_NR_ORDERS; o++) {
-		for (int mt = 0; mt < UCMA_MT_NR; mt++) {
-			for (uint32_t pfn = z->free_area[o].head[mt]; pfn != UCMA_PFN_NONE;
-			     pfn = a->pages[pfn].link.next) {
-				struct ucma_page *p = &a->pages[pfn];
-
-				/* A borrowed pageblock's pages are a frame's:
-				 * a wholly free one gives the frame back. */
-				if (ucma_lend_borrowed(a, pfn >> UCMA_PAGEBLOCK_ORDER)) {
-					if (o == UCMA_MAX_ORDER)
-						ucma_lend_return_free_locked(
-							z, pfn >> UCMA_PAGEBLOCK_ORDER);
-					continue;
-				}
-				if (!(p->flags & UCMA_PF_DIRTY) || p->aux >= epoch)
-					continue;
-				if (ucma_os.madvise(ucma_pfn_to_addr(a, pfn),
-						    (size_t)1 << (o + UCMA_PAGE_SHIFT),
-						    MADV_DONTNEED) == 0) {
-					p->flags &= (uint8_t)~UCMA_PF_DIRTY;
-					purged += 1u << o;
-					z->list_gen++;	/* clean now: nofit_known() */
-				}
-			}
-		}
-	}
-	ucma_mutex_unlock(&z->lock);
-out:
+	if (all)
+		min_order = thp && z->id == UCMA_ZONE_CMA ? UCMA_PAGEBLOCK_ORDER : 0;
+	else
+		min_order = thp ? UCMA_PAGEBLOCK_ORDER : UCMA_PURGE_MIN_ORDER;
+	purged = purge_all(z, min_order, all ? UINT32_MAX : epoch);
 	/* Clean pages are no longer all mapped: migration copies populate
 	 * their destinations again (zone_alloc_in()). */
 	if (purged && __atomic_load_n(&z->prefaulted, __ATOMIC_RELAXED))

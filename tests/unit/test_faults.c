@@ -869,6 +869,7 @@ static void test_purge_fails(void)
 static struct {
 	struct ucma_zone *z;		/* set: the hook looks */
 	struct ucma_zone *zone;		/* the zone, for the threads it starts */
+	bool spawn;			/* the first call starts the threads below */
 	int calls;
 	int lock_busy;			/* calls that found the zone lock taken */
 	int not_held;			/* calls whose pages were not a held run */
@@ -925,7 +926,7 @@ static void purge_hook(void *addr)
 	if (a->pages[pfn].kind != UCMA_PK_RUN || a->pages[pfn].owner_type != UCMA_OWN_NONE)
 		ph.not_held++;
 	pthread_mutex_unlock(&ph.z->lock);
-	if (ph.calls++ == 0) {
+	if (ph.calls++ == 0 && ph.spawn) {
 		uint32_t r = ucma_pages_alloc(a, 16, UCMA_GFP_UNMOVABLE);
 		struct timespec ts = { 0, 50 * 1000 * 1000 };
 
@@ -975,6 +976,7 @@ static void test_purge_batches(void)
 	os_fake();
 	ph.free_before = z->free_pages;
 	ph.zone = z;
+	ph.spawn = true;
 	ph.z = z;
 	ph.child_status = -1;
 	ucma_zone_purge(z, true);
@@ -997,6 +999,21 @@ static void test_purge_batches(void)
 		   zones_ok() && arena_works(),
 	   "all %llu dirty pages are given back, every page is free again, the zones check",
 	   (unsigned long long)dirty);
+
+	/* The decay's purge goes the same way. */
+	dirty_runs(z, 32);
+	ucma_zone_purge(z, false);	/* the blocks' epoch passes */
+	dirty = dirty_in_orders(z, UCMA_PURGE_MIN_ORDER, UCMA_NR_ORDERS);
+	memset(&ph, 0, sizeof(ph));
+	os_fake();
+	ph.z = z;
+	ucma_zone_purge(z, false);
+	ph.z = NULL;
+	os_restore();
+	ok(dirty >= 32 * 16 && ph.calls > 0 && ph.lock_busy == 0 && ph.not_held == 0 &&
+		   dirty_in_orders(z, UCMA_PURGE_MIN_ORDER, UCMA_NR_ORDERS) == 0 && zones_ok(),
+	   "so does the decay's: %llu dirty pages in %d calls, %d with the lock taken, %d on "
+	   "pages not held", (unsigned long long)dirty, ph.calls, ph.lock_busy, ph.not_held);
 	for (int i = 1; i < 256; i += 2)
 		ucma_pages_free(a, pfns[i]);
 }
