@@ -259,6 +259,7 @@ static void init_zone(struct ucma_arena *a, int id, uint32_t start, uint32_t end
 		a->blocks[b].zone = (uint8_t)id;
 	}
 	ucma_buddy_init_zone(z);
+	ucma_zone_decay_init(z);
 	/* Without its per-CPU lists a zone works, on its lock alone. */
 	if (ucma_pcp_init(z) != 0 && ucma_opt.verbose)
 		ucma_log("zone %s: no per-CPU page lists: %s", z->name, strerror(errno));

@@ -294,6 +294,7 @@ bool ucma_page_is_free_head(const struct ucma_arena *a, uint32_t pfn)
 /* The free block holding @pfn, or UCMA_PFN_NONE if the page is not free. */
 static uint32_t find_free_head(const struct ucma_zone *z, uint32_t pfn)
 {
+	/* (Also ucma_buddy_free_head(), for zone.c's purge.) */
 	for (unsigned o = 0; o < UCMA_NR_ORDERS; o++) {
 		uint32_t h = pfn & ~((1u << o) - 1);
 		const struct ucma_page *p = pg(z, h);
@@ -304,6 +305,11 @@ static uint32_t find_free_head(const struct ucma_zone *z, uint32_t pfn)
 			return h;
 	}
 	return UCMA_PFN_NONE;
+}
+
+uint32_t ucma_buddy_free_head(const struct ucma_zone *z, uint32_t pfn)
+{
+	return find_free_head(z, pfn);
 }
 
 /*

@@ -481,7 +481,8 @@ static void *alloc_area(struct ucma_arena *a, struct ucma_cma_area *area, size_t
 	int err = ENOMEM;
 	unsigned moved = 0, in_vain = 0;
 	bool saw_busy = false, tried = false, phys_miss = false, other_fail = false;
-	bool purge_waited = false;
+	bool purge_paused = false;
+	uint32_t purge_seq;
 	struct ucma_compact_direct dc;
 	struct phys_search ps = { area, false, 0 };
 	struct ucma_cma_op op;
@@ -504,6 +505,7 @@ static void *alloc_area(struct ucma_arena *a, struct ucma_cma_area *area, size_t
 	if (ucma_rcu_can_wait())
 		ucma_defer_drain();
 	align_pages = align > UCMA_PAGE_SIZE ? (uint32_t)(align >> UCMA_PAGE_SHIFT) : 1;
+	purge_seq = ucma_zone_purge_seq(&a->zones[UCMA_ZONE_CMA]);
 	/* Direct compaction (compact.c), should every candidate fail. */
 	ucma_compact_direct_init(&dc, ucma_compact_contig_order(npages, align_pages),
 				 1u << UCMA_ZONE_CMA);
@@ -620,6 +622,8 @@ retry:
 			ucma_stats_alloc_latency(ucma_os_now_ns() - t0, moved > 0);
 			if (in_vain)
 				ucma_count(UCMA_STAT_CMA_MIGRATED_IN_VAIN, in_vain);
+			if (purge_paused)
+				ucma_zone_purge_resume(&a->zones[UCMA_ZONE_CMA]);
 			return p;
 		}
 		err = errno;
@@ -649,10 +653,11 @@ retry:
 		saw_busy = other_fail = phys_miss = false;
 		goto retry;
 	}
-	/* A purge may have held the pages for a moment (zone.c). */
-	if (!(flags & UCMA_ALLOC_NOWAIT) && tried && (err == ENOMEM || err == EBUSY) &&
-	    !purge_waited && ucma_zone_purge_wait(&a->zones[UCMA_ZONE_CMA])) {
-		purge_waited = true;
+	/* A purge may have held the pages for a moment (zone.c): once more
+	 * with the purges paused (not a migration: with UCMA_ALLOC_NOWAIT too). */
+	if (tried && (err == ENOMEM || err == EBUSY) && !purge_paused &&
+	    ucma_zone_purge_hold_off(&a->zones[UCMA_ZONE_CMA], purge_seq)) {
+		purge_paused = true;
 		from = 0;
 		saw_busy = other_fail = phys_miss = false;
 		goto retry;
@@ -663,6 +668,8 @@ retry:
 	/* Every candidate failed: say why in the most useful terms. */
 	errno = err == EDEADLK || err == ENOTSUP ? err : saw_busy ? EBUSY : err;
 fail:
+	if (purge_paused)
+		ucma_zone_purge_resume(&a->zones[UCMA_ZONE_CMA]);
 	ucma_mutex_lock(&area->lock);
 	area->alloc_fail++;
 	ucma_mutex_unlock(&area->lock);

@@ -111,6 +111,7 @@ void ucma_zones_fork_child(void)
 
 	if (a)
 		ucma_cma_fork_child_locked(a, fork_tid);
+	ucma_zone_purge_fork_child();
 	ucma_zones_fork_parent();
 }
 

@@ -437,6 +437,9 @@ UCMA_INTERNAL uint32_t ucma_buddy_free_before(const struct ucma_zone *z, uint32_
 /* The end of the free pages that start at @pfn, inside its pageblock
  * (linked); @pfn when that page is not free. */
 UCMA_INTERNAL uint32_t ucma_buddy_free_from(const struct ucma_zone *z, uint32_t pfn);
+/* The head of the free block that holds page @pfn (linked), or
+ * UCMA_PFN_NONE when the page is not free. */
+UCMA_INTERNAL uint32_t ucma_buddy_free_head(const struct ucma_zone *z, uint32_t pfn);
 /* Is every page of [start, end) free?  Links nothing. */
 UCMA_INTERNAL bool ucma_buddy_range_free(const struct ucma_zone *z, uint32_t start, uint32_t end);
 /* Is every page of [start, end) free in a block that may hold data
@@ -517,13 +520,25 @@ UCMA_INTERNAL int ucma_zone_check(struct ucma_zone *z, char *why, size_t whylen)
 /* The smallest free block the periodic purge gives back (64 KiB). */
 #define UCMA_PURGE_MIN_ORDER 4
 UCMA_INTERNAL uint64_t ucma_zone_purge(struct ucma_zone *z, bool all);
-/* A full purge of @z holds a batch of its free pages off the lists: wait
- * until it gives them back, and say so (false at once when none is held).
- * For an allocation that failed; no zone, per-CPU list or area lock held. */
-UCMA_INTERNAL bool ucma_zone_purge_wait(struct ucma_zone *z);
+/* A purge of @z takes batches of its free pages off the lists for a
+ * moment (zone.c): an allocation notes ucma_zone_purge_seq() before it
+ * tries.  After a failure, ucma_zone_purge_hold_off() tells whether a
+ * batch was taken or given back since; if so, it has paused the zone's
+ * purges and waited for the batch held, if any, and the caller tries
+ * once more, then calls ucma_zone_purge_resume().  No zone, per-CPU list
+ * or area lock held. */
+UCMA_INTERNAL uint32_t ucma_zone_purge_seq(const struct ucma_zone *z);
+UCMA_INTERNAL bool ucma_zone_purge_hold_off(struct ucma_zone *z, uint32_t since);
+UCMA_INTERNAL void ucma_zone_purge_resume(struct ucma_zone *z);
 /* The purge locks, first of the zone stage of a fork (init.c). */
 UCMA_INTERNAL void ucma_zone_purge_fork_prepare(void);
 UCMA_INTERNAL void ucma_zone_purge_fork_parent(void);
+/* A new zone's decay: no tick yet, no pass under way (a test's arena made
+ * anew must not go on with the last one's). */
+UCMA_INTERNAL void ucma_zone_decay_init(struct ucma_zone *z);
+/* The child: no thread is in a decay pass (zone.c); the locks are released
+ * as in the parent. */
+UCMA_INTERNAL void ucma_zone_purge_fork_child(void);
 /* zone.c, AddressSanitizer builds: poison the whole arena (arena.c, once
  * created: every page is free) or unpoison it (before it is unmapped).
  * Nothing elsewhere. */

@@ -42,7 +42,9 @@
  * epoch advances and dirty free blocks of an older epoch are returned to the
  * kernel with MADV_DONTNEED (order >= UCMA_PURGE_MIN_ORDER, so the cost of
  * the system call is amortised; whole pageblocks only where the zone is on
- * transparent huge pages, which a smaller purge would split).  Zones on
+ * transparent huge pages, which a smaller purge would split), a batch at a
+ * time with no lock held across the calls, about a millisecond's worth per
+ * free of pages (ucma_zone_purge(), maybe_purge()).  Zones on
  * hugetlb pages are not purged: hugetlb memory is reserved and cannot be
  * given back in pieces.  Nor are
  * CMA areas on files (frames.c): their frames are the reservation, and
@@ -405,11 +407,21 @@ static void maybe_purge(struct ucma_zone *z);
  * costs one comparison and the thread is woken once per descent.  Called
  * with the zone lock held.
  */
+/* Pages a purge batch of the zone holds off the lists (zone lock; atomic
+ * for the statistics): free, as far as the zone's state goes (here and
+ * below). */
+static _Atomic uint32_t purge_held[UCMA_ZONE_NR];
+
+static uint64_t zone_free_pages(const struct ucma_zone *z)
+{
+	return z->free_pages + atomic_load_explicit(&purge_held[z->id], memory_order_relaxed);
+}
+
 static bool crossed_low_wmark(const struct ucma_zone *z, uint32_t npages)
 {
-	uint64_t wmark = UCMA_COMPACTD_WMARK(z);
+	uint64_t wmark = UCMA_COMPACTD_WMARK(z), free = zone_free_pages(z);
 
-	return z->free_pages < wmark && z->free_pages + npages >= wmark;
+	return free < wmark && free + npages >= wmark;
 }
 
 /* The zone's use just grew: is it time to ask for huge pages (once: the
@@ -418,7 +430,7 @@ static bool crossed_low_wmark(const struct ucma_zone *z, uint32_t npages)
 static bool thp_due(struct ucma_zone *z)
 {
 	if (UCMA_LIKELY(!z->thp_deferred) ||
-	    z->managed_pages - z->free_pages < UCMA_THP_GROW_PAGES)
+	    z->managed_pages - zone_free_pages(z) < UCMA_THP_GROW_PAGES)
 		return false;
 	z->thp_deferred = false;
 	return true;
@@ -730,22 +742,25 @@ done:
 static uint32_t alloc_zone(struct ucma_zone *z, uint32_t npages, unsigned gfp, uint32_t *lend_pb,
 			   bool *was_dirty)
 {
-	uint32_t pfn;
+	uint32_t pfn, seq;
 
 	if (npages == 0 || npages > z->managed_pages)
 		return UCMA_PFN_NONE;
 	if (z->id == UCMA_ZONE_CMA && !(gfp & UCMA_GFP_MOVABLE))
 		return UCMA_PFN_NONE;	/* lesson 1: never unmovable in CMA */
+	seq = ucma_zone_purge_seq(z);
 	pfn = alloc_zone_once(z, npages, gfp, lend_pb, was_dirty);
 	if (pfn == UCMA_PFN_NONE && !(lend_pb && *lend_pb != UCMA_PFN_NONE) && z->pcp &&
 	    ucma_pcp_pages(z)) {
 		ucma_pcp_drain_zone(z);
 		pfn = alloc_zone_once(z, npages, gfp, lend_pb, was_dirty);
 	}
-	/* A purge may hold the pages for a moment (purge_all()). */
+	/* A purge may have held the pages for a moment (purge_step()). */
 	if (pfn == UCMA_PFN_NONE && !(lend_pb && *lend_pb != UCMA_PFN_NONE) &&
-	    ucma_zone_purge_wait(z))
+	    ucma_zone_purge_hold_off(z, seq)) {
 		pfn = alloc_zone_once(z, npages, gfp, lend_pb, was_dirty);
+		ucma_zone_purge_resume(z);
+	}
 	return pfn;
 }
 
@@ -1662,16 +1677,19 @@ static _Atomic uint64_t next_purge_ns[UCMA_ZONE_NR];
  * and a free beside them cannot merge with them.
  *
  * A batch holds at most PURGE_BATCH_BLOCKS blocks and one pageblock's
- * worth of pages, so an allocation that fails only because the purge
- * holds what it needed is rare, and short: it waits for the batch
- * (ucma_zone_purge_wait()) and tries once more.  The zone's purge_lock is
- * held for a batch, from its taking to its freeing, so that a fork (which
- * takes it, ucma_zone_purge_fork_prepare()) never leaves the child
- * with blocks that nobody will give back, and so that such a waiter has
- * something to wait on.  Locking order: the CMA area locks (a free of
- * pages may purge under one), purge_lock, the per-CPU list locks, the
- * zone lock; a purge takes only the zone lock while it holds purge_lock
- * (the per-CPU lists are drained before).
+ * worth of pages, so an allocation that fails only because a purge held
+ * what it needed is rare.  Such an allocation (alloc_zone(), the CMA
+ * areas' ucma_alloc()) sees that batches came and went while it tried
+ * (purge_seq), pauses the zone's purges, waits for the batch held, and
+ * tries once more, with nothing held then: a trim looping in another
+ * thread made a whole-area ucma_alloc() fail with EBUSY otherwise.  The
+ * zone's purge_lock is held for a batch, from its taking to its freeing,
+ * so that a fork (which takes it, ucma_zone_purge_fork_prepare()) never
+ * leaves the child with blocks that nobody will give back, and so that
+ * such an allocation has something to wait on.  Locking order: the CMA
+ * area locks (a free of pages may purge under one), purge_lock, the
+ * per-CPU list locks, the zone lock; a purge takes only the zone lock
+ * while it holds purge_lock (the per-CPU lists are drained before).
  */
 #define PURGE_BATCH_BLOCKS 32u
 #define PURGE_BATCH_PAGES  UCMA_PAGEBLOCK_PAGES
@@ -1682,9 +1700,13 @@ static pthread_mutex_t UCMA_FORK_LOCK purge_lock[UCMA_ZONE_NR] = {
 	PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER
 };
 _Static_assert(UCMA_ZONE_NR == 2, "one purge lock per zone");
-/* Pages a purge batch of the zone holds off the lists (atomic: the
- * allocators' failure paths read it without a lock). */
-static _Atomic uint32_t purge_held[UCMA_ZONE_NR];
+/* The batches' sequence: odd while one is held, advanced under the zone
+ * lock as a batch is taken and as it is given back (read without it by
+ * allocations, ucma_zone_purge_seq()). */
+static _Atomic uint32_t purge_seq[UCMA_ZONE_NR];
+/* Allocations that try again with the zone's purges paused (taken no new
+ * batch while it is not 0; read under the zone lock, ucma_zone_purge_hold_off()). */
+static _Atomic unsigned purge_pause[UCMA_ZONE_NR];
 
 struct purge_batch {
 	uint32_t pfn[PURGE_BATCH_BLOCKS];
@@ -1697,13 +1719,13 @@ struct purge_batch {
  * Take the dirty free blocks of at least @min_order pages, freed in a
  * purge epoch before @before, from pfn *@cursor on into @b, until it is
  * full, PURGE_SCAN_PAGEBLOCKS pageblocks were looked at, or the zone
- * ends; *@cursor is where the next look goes on.  The walk follows the page metadata (a
- * free head, a run's head, a run's tail; a page inside a free block is
- * passed one at a time, which happens only where a block merged across
- * the cursor since the last batch), and passes over pageblocks without
- * free pages, deferred ones (clean) and isolated ones whole.  A borrowed
- * pageblock's pages are a frame's: a wholly free one gives its frame back
- * instead.  Zone lock held.
+ * ends; *@cursor is where the next look goes on.  The walk follows the
+ * page metadata (a free head, a run's head, a run's tail; a page inside a
+ * free block, which happens only where a block merged across the cursor
+ * since the last look, sends it back to that block's head), and passes
+ * over pageblocks without free pages, deferred ones (clean) and isolated
+ * ones whole.  A borrowed pageblock's pages are a frame's: a wholly free
+ * one gives its frame back instead.  Zone lock held.
  */
 static void purge_collect(struct ucma_zone *z, uint32_t *cursor, unsigned min_order,
 			  uint32_t before, struct purge_batch *b)
@@ -1759,7 +1781,14 @@ static void purge_collect(struct ucma_zone *z, uint32_t *cursor, unsigned min_or
 			   p->aux + a->pages[p->aux].aux > pfn) {
 			pfn = p->aux + a->pages[p->aux].aux;
 		} else {
-			pfn++;
+			/* Inside a free block: one that merged across the
+			 * cursor since the last look (a batch given back, a
+			 * free beside it).  From its head, so that its part
+			 * on this side, dirty before the purge began, goes
+			 * too (the part already given back, again). */
+			uint32_t h = ucma_buddy_free_head(z, pfn);
+
+			pfn = h != UCMA_PFN_NONE && h < pfn ? h : pfn + 1;
 		}
 	}
 	*cursor = pfn;
@@ -1787,50 +1816,103 @@ static void purge_advise(struct ucma_zone *z, const struct purge_batch *b, bool 
 	}
 }
 
+/* One look from *@cursor on (purge_collect()) and its batch given back,
+ * the pages given back added to *@purged; false, doing nothing, while an
+ * allocation has the purges paused. */
+static bool purge_step(struct ucma_zone *z, uint32_t *cursor, unsigned min_order,
+		       uint32_t before, uint64_t *purged)
+{
+	struct purge_batch b = { .n = 0 };
+	bool ok[PURGE_BATCH_BLOCKS];
+
+	ucma_mutex_lock(&purge_lock[z->id]);
+	ucma_mutex_lock(&z->lock);
+	/* (Looked at under the zone lock: see ucma_zone_purge_hold_off().) */
+	if (atomic_load_explicit(&purge_pause[z->id], memory_order_seq_cst)) {
+		ucma_mutex_unlock(&z->lock);
+		ucma_mutex_unlock(&purge_lock[z->id]);
+		return false;
+	}
+	purge_collect(z, cursor, min_order, before, &b);
+	if (b.n == 0) {
+		ucma_mutex_unlock(&z->lock);
+		ucma_mutex_unlock(&purge_lock[z->id]);
+		return true;
+	}
+	atomic_store_explicit(&purge_held[z->id], b.pages, memory_order_relaxed);
+	atomic_fetch_add_explicit(&purge_seq[z->id], 1, memory_order_release);
+	ucma_mutex_unlock(&z->lock);
+	purge_advise(z, &b, ok);
+	ucma_mutex_lock(&z->lock);
+	for (unsigned i = 0; i < b.n; i++) {
+		run_forget(z->arena, b.pfn[i], b.npages[i]);
+		ucma_buddy_free_clean_range(z, b.pfn[i], b.npages[i], !ok[i]);
+		if (ok[i])
+			*purged += b.npages[i];
+	}
+	z->list_gen++;	/* clean now: nofit_known() */
+	atomic_store_explicit(&purge_held[z->id], 0, memory_order_relaxed);
+	atomic_fetch_add_explicit(&purge_seq[z->id], 1, memory_order_release);
+	ucma_mutex_unlock(&z->lock);
+	ucma_mutex_unlock(&purge_lock[z->id]);
+	return true;
+}
+
+/* After pages were given back: counted, and clean pages are no longer all
+ * mapped, so migration copies populate their destinations again
+ * (zone_alloc_in()). */
+static void purge_note(struct ucma_zone *z, uint64_t purged)
+{
+	if (!purged)
+		return;
+	if (__atomic_load_n(&z->prefaulted, __ATOMIC_RELAXED))
+		__atomic_store_n(&z->prefaulted, false, __ATOMIC_RELAXED);
+	ucma_count(UCMA_STAT_PURGED_PAGES, purged);
+}
+
 /* Every dirty free block of @z of at least @min_order pages freed before
- * epoch @before, batch by batch (see above); the number of pages given
- * back. */
+ * epoch @before, batch by batch; the number of pages given back. */
 static uint64_t purge_all(struct ucma_zone *z, unsigned min_order, uint32_t before)
 {
 	uint32_t cursor = z->start_pfn;
 	uint64_t purged = 0;
 
 	while (cursor < z->end_pfn) {
-		struct purge_batch b = { .n = 0 };
-		bool ok[PURGE_BATCH_BLOCKS];
+		if (!purge_step(z, &cursor, min_order, before, &purged)) {
+			struct timespec ts = { 0, 100 * 1000 };	/* an allocation first */
 
-		ucma_mutex_lock(&purge_lock[z->id]);
-		ucma_mutex_lock(&z->lock);
-		purge_collect(z, &cursor, min_order, before, &b);
-		atomic_store_explicit(&purge_held[z->id], b.pages, memory_order_relaxed);
-		ucma_mutex_unlock(&z->lock);
-		if (b.n == 0) {
-			ucma_mutex_unlock(&purge_lock[z->id]);
-			continue;	/* (another look, or the end) */
+			nanosleep(&ts, NULL);
 		}
-		purge_advise(z, &b, ok);
-		ucma_mutex_lock(&z->lock);
-		for (unsigned i = 0; i < b.n; i++) {
-			run_forget(z->arena, b.pfn[i], b.npages[i]);
-			ucma_buddy_free_clean_range(z, b.pfn[i], b.npages[i], !ok[i]);
-			if (ok[i])
-				purged += b.npages[i];
-		}
-		z->list_gen++;	/* clean now: nofit_known() */
-		atomic_store_explicit(&purge_held[z->id], 0, memory_order_relaxed);
-		ucma_mutex_unlock(&z->lock);
-		ucma_mutex_unlock(&purge_lock[z->id]);
 	}
 	return purged;
 }
 
-bool ucma_zone_purge_wait(struct ucma_zone *z)
+uint32_t ucma_zone_purge_seq(const struct ucma_zone *z)
 {
-	if (!atomic_load_explicit(&purge_held[z->id], memory_order_relaxed))
-		return false;
-	ucma_mutex_lock(&purge_lock[z->id]);
-	ucma_mutex_unlock(&purge_lock[z->id]);
+	return atomic_load_explicit(&purge_seq[z->id], memory_order_acquire);
+}
+
+bool ucma_zone_purge_hold_off(struct ucma_zone *z, uint32_t since)
+{
+	uint32_t now = atomic_load_explicit(&purge_seq[z->id], memory_order_acquire);
+
+	if (now == since && !(now & 1))
+		return false;	/* no batch since, none now */
+	atomic_fetch_add_explicit(&purge_pause[z->id], 1, memory_order_seq_cst);
+	/* A step that looked before the pause took its batch in the same
+	 * critical section: held by now, if not given back. */
+	ucma_mutex_lock(&z->lock);
+	ucma_mutex_unlock(&z->lock);
+	if (atomic_load_explicit(&purge_seq[z->id], memory_order_acquire) & 1) {
+		ucma_mutex_lock(&purge_lock[z->id]);
+		ucma_mutex_unlock(&purge_lock[z->id]);
+	}
 	return true;
+}
+
+void ucma_zone_purge_resume(struct ucma_zone *z)
+{
+	atomic_fetch_sub_explicit(&purge_pause[z->id], 1, memory_order_release);
 }
 
 void ucma_zone_purge_fork_prepare(void)
@@ -1886,17 +1968,87 @@ uint64_t ucma_zone_purge(struct ucma_zone *z, bool all)
 	else
 		min_order = thp ? UCMA_PAGEBLOCK_ORDER : UCMA_PURGE_MIN_ORDER;
 	purged = purge_all(z, min_order, all ? UINT32_MAX : epoch);
-	/* Clean pages are no longer all mapped: migration copies populate
-	 * their destinations again (zone_alloc_in()). */
-	if (purged && __atomic_load_n(&z->prefaulted, __ATOMIC_RELAXED))
-		__atomic_store_n(&z->prefaulted, false, __ATOMIC_RELAXED);
-	if (purged)
-		ucma_count(UCMA_STAT_PURGED_PAGES, purged);
+	purge_note(z, purged);
 	/* Frames given back above posted MAP events, delivered by the public
 	 * call that purged (ucma_trim()), or else by the next ucma_alloc():
 	 * not here, where free() may be in the middle of its own work and a
 	 * callback's malloc() would run inside it. */
 	return purged;
+}
+
+/*
+ * The decay's pass over a zone goes a little at a time: each free of pages
+ * gives back what DECAY_STEP_NS allows (whole batches), and the next frees
+ * go on where it stopped.  A pass in one go made the free() that ran it
+ * wait for all of it: 9-10 ms for 8,192 scattered 64 KiB blocks while
+ * another thread ran.  Its fields belong to the thread that set @busy
+ * (an atomic exchange); a tick finds a pass unfinished and starts it
+ * again from the zone's start, with the new epoch.  The fork child
+ * clears @busy (ucma_zone_purge_fork_child()): its holder is not there.
+ */
+#define DECAY_STEP_NS 1000000ull
+
+static struct {
+	_Atomic int busy;
+	_Atomic bool active;		/* a pass is under way */
+	uint32_t cursor;		/* where it goes on */
+	uint32_t before;		/* blocks freed before this epoch */
+	unsigned min_order;
+} decay[UCMA_ZONE_NR];
+
+/* A tick: a new pass over @z from its start, if no other thread is in
+ * one. */
+static void decay_start(struct ucma_zone *z)
+{
+	bool thp = z->backing == UCMA_BACKING_THP && !z->thp_deferred;
+
+	if (atomic_exchange_explicit(&decay[z->id].busy, 1, memory_order_acquire))
+		return;
+	ucma_mutex_lock(&z->lock);
+	decay[z->id].before = z->purge_epoch++;
+	ucma_mutex_unlock(&z->lock);
+	decay[z->id].cursor = z->start_pfn;
+	/* Whole pageblocks only on transparent huge pages (ucma_zone_purge()). */
+	decay[z->id].min_order = thp ? UCMA_PAGEBLOCK_ORDER : UCMA_PURGE_MIN_ORDER;
+	atomic_store_explicit(&decay[z->id].active, true, memory_order_relaxed);
+	atomic_store_explicit(&decay[z->id].busy, 0, memory_order_release);
+}
+
+/* Some more of @z's pass, if one is under way and no other thread is in
+ * it. */
+static void decay_step(struct ucma_zone *z)
+{
+	uint64_t t0, purged = 0;
+
+	if (!atomic_load_explicit(&decay[z->id].active, memory_order_relaxed) ||
+	    atomic_exchange_explicit(&decay[z->id].busy, 1, memory_order_acquire))
+		return;
+	t0 = ucma_os_now_ns();
+	while (decay[z->id].cursor < z->end_pfn) {
+		if (!purge_step(z, &decay[z->id].cursor, decay[z->id].min_order,
+				decay[z->id].before, &purged) ||
+		    ucma_os_now_ns() - t0 >= DECAY_STEP_NS)
+			break;	/* paused by an allocation, or enough for this free */
+	}
+	if (decay[z->id].cursor >= z->end_pfn)
+		atomic_store_explicit(&decay[z->id].active, false, memory_order_relaxed);
+	atomic_store_explicit(&decay[z->id].busy, 0, memory_order_release);
+	purge_note(z, purged);
+}
+
+void ucma_zone_decay_init(struct ucma_zone *z)
+{
+	atomic_store_explicit(&next_purge_ns[z->id], 0, memory_order_relaxed);
+	atomic_store_explicit(&decay[z->id].active, false, memory_order_relaxed);
+	atomic_store_explicit(&decay[z->id].busy, 0, memory_order_relaxed);
+	atomic_store_explicit(&purge_held[z->id], 0, memory_order_relaxed);
+	atomic_store_explicit(&purge_pause[z->id], 0, memory_order_relaxed);
+}
+
+void ucma_zone_purge_fork_child(void)
+{
+	for (int i = 0; i < UCMA_ZONE_NR; i++)
+		atomic_store_explicit(&decay[i].busy, 0, memory_order_relaxed);
 }
 
 static void maybe_purge(struct ucma_zone *z)
@@ -1909,13 +2061,18 @@ static void maybe_purge(struct ucma_zone *z)
 		return;
 	now = ucma_os_now_ns();
 	next = atomic_load_explicit(&next_purge_ns[z->id], memory_order_relaxed);
-	if (now < next)
+	if (now < next ||
+	    !atomic_compare_exchange_strong(&next_purge_ns[z->id], &next,
+					    now + (uint64_t)ucma_opt.decay_ms * 500000ull)) {
+		/* Not a tick, or another thread's: the pass goes on. */
+		if (!zone_keeps_memory(z))
+			decay_step(z);
 		return;
-	if (!atomic_compare_exchange_strong(&next_purge_ns[z->id], &next,
-					    now + (uint64_t)ucma_opt.decay_ms * 500000ull))
-		return;	/* another thread purges */
-	if (next != 0 && !zone_keeps_memory(z))
-		ucma_zone_purge(z, false);
+	}
+	if (next != 0 && !zone_keeps_memory(z)) {
+		decay_start(z);
+		decay_step(z);
+	}
 	/* The malloc family's blocks kept outside the arena decay too,
 	 * when a program frees no more of them, and the wholly free slabs
 	 * the central bins keep (before the zone's next purge, which takes

@@ -36,12 +36,14 @@
 #include <errno.h>
 #include <numa.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "frames.h"
@@ -73,6 +75,7 @@ static struct {
 	long fake_hugetlb_free;		/* >= 0: hugetlb_free_pages() claims this */
 	int fail_advice[4];		/* madvise with these advices fails; 0 ends */
 	int advice_errno;		/* with this errno (0: EINVAL) */
+	long slow_dontneed_ns;		/* MADV_DONTNEED sleeps this long first */
 	bool fail_mbind;
 	bool fail_munlock;		/* munlock fails with ENOMEM */
 	bool fail_memfd;		/* memfd_create fails with EMFILE */
@@ -158,11 +161,24 @@ static int fake_munmap(void *addr, size_t len)
 }
 
 static void purge_hook(void *addr);
+/* Called at the first MADV_DONTNEED, then cleared. */
+static void (*on_first_dontneed)(void);
 
 static int fake_madvise(void *addr, size_t len, int advice)
 {
-	if (advice == MADV_DONTNEED)
+	if (advice == MADV_DONTNEED) {
+		void (*fn)(void) = on_first_dontneed;
+
+		on_first_dontneed = NULL;
+		if (fn)
+			fn();
 		purge_hook(addr);
+		if (fault.slow_dontneed_ns) {
+			struct timespec ts = { 0, fault.slow_dontneed_ns };
+
+			nanosleep(&ts, NULL);
+		}
+	}
 	for (int i = 0; i < 4 && fault.fail_advice[i]; i++) {
 		if (fault.fail_advice[i] == advice) {
 			seen.advice_failed++;
@@ -877,7 +893,8 @@ static struct {
 	uint32_t first;			/* the first call's pfn */
 	uint64_t free_before;		/* the zone's free pages before the purge */
 	pthread_t waiter, forker;
-	bool waited;			/* ucma_zone_purge_wait() said it waited */
+	uint32_t seq;			/* the purges' sequence before the purge */
+	bool waited;			/* ucma_zone_purge_hold_off() said it held off */
 	bool back_after_wait;		/* and the batch was back when it returned */
 	int child_status;
 } ph;
@@ -886,10 +903,12 @@ static struct {
 static void *purge_waiter(void *arg)
 {
 	(void)arg;
-	ph.waited = ucma_zone_purge_wait(ph.zone);
+	ph.waited = ucma_zone_purge_hold_off(ph.zone, ph.seq);
 	pthread_mutex_lock(&ph.zone->lock);
 	ph.back_after_wait = a->pages[ph.first].kind != UCMA_PK_RUN;
 	pthread_mutex_unlock(&ph.zone->lock);
+	if (ph.waited)
+		ucma_zone_purge_resume(ph.zone);
 	return NULL;
 }
 
@@ -975,6 +994,7 @@ static void test_purge_batches(void)
 
 	os_fake();
 	ph.free_before = z->free_pages;
+	ph.seq = ucma_zone_purge_seq(z);
 	ph.zone = z;
 	ph.spawn = true;
 	ph.z = z;
@@ -991,7 +1011,7 @@ static void test_purge_batches(void)
 	   ph.not_held);
 	ok(ph.alloc_ok, "another run is allocated while a batch is given back");
 	ok(ph.waited && ph.back_after_wait,
-	   "ucma_zone_purge_wait() waits until the batch is back on the lists");
+	   "ucma_zone_purge_hold_off() waits until the batch is back on the lists");
 	ok(WIFEXITED(ph.child_status) && WEXITSTATUS(ph.child_status) == 0,
 	   "a fork meanwhile gives the child every free page, none held (status %#x)",
 	   ph.child_status);
@@ -1016,6 +1036,280 @@ static void test_purge_batches(void)
 	   "pages not held", (unsigned long long)dirty, ph.calls, ph.lock_busy, ph.not_held);
 	for (int i = 1; i < 256; i += 2)
 		ucma_pages_free(a, pfns[i]);
+}
+
+/* Free a run of 600 pages (past the per-CPU lists): a free of pages,
+ * which looks at the decay. */
+static void free_something(void)
+{
+	uint32_t r = ucma_pages_alloc(a, 600, UCMA_GFP_UNMOVABLE);
+
+	if (r == UCMA_PFN_NONE)
+		bail_out("ucma_pages_alloc: %s", strerror(errno));
+	ucma_pages_free(a, r);
+}
+
+static unsigned dirty_of(const uint32_t *pfns, int n)
+{
+	unsigned d = 0;
+
+	pthread_mutex_lock(&a->zones[UCMA_ZONE_NORMAL].lock);
+	for (int i = 0; i < n; i += 2)
+		d += a->pages[pfns[i]].kind == UCMA_PK_FREE &&
+		     (a->pages[pfns[i]].flags & UCMA_PF_DIRTY);
+	pthread_mutex_unlock(&a->zones[UCMA_ZONE_NORMAL].lock);
+	return d;
+}
+
+/*
+ * The decay's pass goes a little at a time: a free of pages gives back
+ * about a millisecond's worth, whole batches, and the frees after it go
+ * on.  With each madvise slowed to 200 us, a batch of 32 takes more than
+ * the millisecond: one batch per free.
+ */
+static void test_decay_steps(void)
+{
+	struct ucma_config cfg = cfg_of(32 * MiB, 8 * MiB, UCMA_BACKING_NONE, UCMA_BACKING_NONE);
+	struct timespec tick = { 0, 60 * 1000 * 1000 };	/* past half of 50 ms */
+	uint32_t pfns[256];
+	unsigned first, after_one, frees = 0;
+
+	cfg.cma_policy = UCMA_CMA_LEND_HANDLES;	/* private memory (test_purge_batches()) */
+	setenv("UCMA_DECAY_MS", "50", 1);
+	if (init_captured(&cfg, false) != 0 || !a) {
+		unsetenv("UCMA_DECAY_MS");
+		ok(0, "decay steps: ucma_init: %s", strerror(errno));
+		skip(1, "no arena");
+		return;
+	}
+	unsetenv("UCMA_DECAY_MS");
+	/* 128 scattered dirty free blocks of 16 pages: 4 batches. */
+	for (int i = 0; i < 256; i++) {
+		pfns[i] = ucma_pages_alloc(a, 16, UCMA_GFP_UNMOVABLE);
+		if (pfns[i] == UCMA_PFN_NONE)
+			bail_out("ucma_pages_alloc: %s", strerror(errno));
+		memset(ucma_pfn_to_addr(a, pfns[i]), 0x5a, 16 * UCMA_PAGE_SIZE);
+	}
+	for (int i = 0; i < 256; i += 2)
+		ucma_pages_free(a, pfns[i]);
+	ucma_pcp_drain_zone(&a->zones[UCMA_ZONE_NORMAL]);
+	first = dirty_of(pfns, 256);
+
+	os_fake();
+	fault.slow_dontneed_ns = 200 * 1000;
+	/* The first look sets the clock, the first tick starts the epoch the
+	 * blocks are older than, the second purges them. */
+	for (int t = 0; t < 3; t++) {
+		nanosleep(&tick, NULL);
+		free_something();
+	}
+	after_one = dirty_of(pfns, 256);
+	while (dirty_of(pfns, 256) && frees < 40) {
+		free_something();
+		frees++;
+	}
+	os_restore();
+	ok(first == 128 && after_one > 0 && after_one < first && dirty_of(pfns, 256) == 0 &&
+		   zones_ok(),
+	   "the decay gives back %u blocks over several frees: %u left after the first, none "
+	   "after %u more", first, after_one, frees);
+	for (int i = 1; i < 256; i += 2)
+		ucma_pages_free(a, pfns[i]);
+}
+
+/*
+ * A free by another thread while a batch is held merges the batch's last
+ * block, when it comes back, with a dirty block the cursor has not
+ * reached: the purge goes back to that block's head and gives it back.
+ * Pageblocks Q and P = Q + 512: Q[0,256) in use, Q[256,512) free and
+ * dirty, X = P[0,128) free and dirty, W = P[128,256) in use, Y =
+ * P[256,512) free and dirty.  The first batch is Q[256,512) and X; Y
+ * would make it more than 512 pages, so the cursor stops at Y; W is freed
+ * during the batch.
+ */
+static uint32_t merged_w;
+
+static void *free_w(void *arg)
+{
+	(void)arg;
+	ucma_pages_free(a, merged_w);	/* 128 pages: straight to the buddy lists */
+	return NULL;
+}
+
+static void free_w_meanwhile(void)
+{
+	pthread_t t;
+
+	if (pthread_create(&t, NULL, free_w, NULL) != 0)
+		bail_out("pthread_create failed");
+	pthread_join(t, NULL);
+}
+
+static void test_purge_merged(void)
+{
+	struct ucma_config cfg = cfg_of(40 * MiB, 8 * MiB, UCMA_BACKING_NONE, UCMA_BACKING_NONE);
+	struct ucma_zone *z;
+	unsigned char v[256];
+	uint32_t q, p, resident = 0;
+
+	cfg.cma_policy = UCMA_CMA_LEND_HANDLES;
+	setenv("UCMA_DECAY_MS", "0", 1);
+	if (init_captured(&cfg, false) != 0 || !a) {
+		unsetenv("UCMA_DECAY_MS");
+		ok(0, "merged across the cursor: ucma_init: %s", strerror(errno));
+		return;
+	}
+	unsetenv("UCMA_DECAY_MS");
+	z = &a->zones[UCMA_ZONE_NORMAL];
+	q = ucma_pages_alloc(a, 2 * UCMA_PAGEBLOCK_PAGES, UCMA_GFP_UNMOVABLE);
+	if (q == UCMA_PFN_NONE || (q & (UCMA_PAGEBLOCK_PAGES - 1)))
+		bail_out("no two aligned pageblocks");
+	memset(ucma_pfn_to_addr(a, q), 0x5a, 2 * UCMA_PAGEBLOCK_SIZE);
+	ucma_pages_free(a, q);
+	p = q + UCMA_PAGEBLOCK_PAGES;
+	merged_w = p + 128;
+	if (ucma_claim_free_range_noted(a, q, q + 256, UCMA_OWN_NONE, 0, NULL) != 0 ||
+	    ucma_claim_free_range_noted(a, merged_w, merged_w + 128, UCMA_OWN_NONE, 0, NULL) != 0)
+		bail_out("claim: %s", strerror(errno));
+	ucma_pcp_drain_zone(z);
+
+	os_fake();
+	on_first_dontneed = free_w_meanwhile;
+	ucma_zone_purge(z, true);
+	os_restore();
+	mincore(ucma_pfn_to_addr(a, p + 256), 256 * UCMA_PAGE_SIZE, v);
+	for (int i = 0; i < 256; i++)
+		resident += v[i] & 1;
+	ok(resident == 0 && dirty_pages(z) == 0 && zones_ok(),
+	   "a block merged across the purge's cursor goes too: %u of its 256 pages left "
+	   "resident, %llu dirty free pages", resident, (unsigned long long)dirty_pages(z));
+	ucma_pages_free(a, q);
+}
+
+/*
+ * The pages a batch holds are free as far as the zone's state goes: an
+ * allocation during a batch does not take the NORMAL zone past the use
+ * at which it asks for huge pages (16 MiB) with 14 MiB in use.
+ */
+static uint32_t held_alloc = UCMA_PFN_NONE;
+
+static void alloc_meanwhile(void)
+{
+	held_alloc = ucma_pages_alloc(a, 1, UCMA_GFP_UNMOVABLE);
+}
+
+static void test_purge_held_free(void)
+{
+	struct ucma_config cfg = cfg_of(72 * MiB, 8 * MiB, UCMA_BACKING_NONE, UCMA_BACKING_THP);
+	struct ucma_zone *z;
+	uint32_t spare, used;
+
+	if (!thp_ok) {
+		skip(1, "no transparent huge pages here");
+		return;
+	}
+	cfg.cma_policy = UCMA_CMA_LEND_HANDLES;
+	setenv("UCMA_DECAY_MS", "0", 1);
+	setenv("UCMA_COMPACT", "0", 1);
+	if (init_captured(&cfg, false) != 0 || !a) {
+		unsetenv("UCMA_DECAY_MS");
+		unsetenv("UCMA_COMPACT");
+		ok(0, "held pages: ucma_init: %s", strerror(errno));
+		return;
+	}
+	unsetenv("UCMA_DECAY_MS");
+	unsetenv("UCMA_COMPACT");
+	z = &a->zones[UCMA_ZONE_NORMAL];
+	if (z->backing != UCMA_BACKING_THP || !z->thp_deferred) {
+		skip(1, "the NORMAL zone is not on deferred THP (%d, %d)", z->backing,
+		     z->thp_deferred);
+		return;
+	}
+	/* A pageblock written and freed (the batch), then 14 MiB in use
+	 * beside it, claimed: no allocation looks at the threshold. */
+	spare = ucma_pages_alloc(a, UCMA_PAGEBLOCK_PAGES, UCMA_GFP_UNMOVABLE);
+	if (spare == UCMA_PFN_NONE)
+		bail_out("ucma_pages_alloc: %s", strerror(errno));
+	memset(ucma_pfn_to_addr(a, spare), 1, UCMA_PAGEBLOCK_SIZE);
+	ucma_pages_free(a, spare);
+	ucma_pcp_drain_zone(z);
+	used = spare + UCMA_PAGEBLOCK_PAGES;
+	if (ucma_claim_free_range_noted(a, used, used + 7 * UCMA_PAGEBLOCK_PAGES, UCMA_OWN_NONE,
+					0, NULL) != 0)
+		bail_out("claim: %s", strerror(errno));
+	os_fake();
+	on_first_dontneed = alloc_meanwhile;
+	ucma_zone_purge(z, true);
+	os_restore();
+	ok(held_alloc != UCMA_PFN_NONE && z->thp_deferred,
+	   "an allocation during a batch does not count the held pages as used: huge pages "
+	   "still deferred with 14 MiB in use");
+	if (held_alloc != UCMA_PFN_NONE)
+		ucma_pages_free(a, held_alloc);
+	ucma_pages_free(a, used);
+}
+
+/*
+ * A trim looping in another thread does not make ucma_alloc() of a whole
+ * CMA area fail: an allocation that finds a batch came and went pauses
+ * the purges and tries once more.  Two seconds of it, with and without
+ * UCMA_ALLOC_NOWAIT.
+ */
+static atomic_int trim_stop;
+
+static void *trim_loop(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&trim_stop))
+		ucma_trim();
+	return NULL;
+}
+
+static void test_alloc_during_trim(void)
+{
+	struct ucma_config cfg = cfg_of(72 * MiB, 8 * MiB, UCMA_BACKING_THP, UCMA_BACKING_NONE);
+	unsigned cycles = 0, failed = 0, purged_cycles = 0;
+	pthread_t t;
+
+	if (!thp_ok) {
+		skip(1, "no transparent huge pages here: the CMA area is on a file, never purged");
+		return;
+	}
+	cfg.cma_policy = UCMA_CMA_LEND_HANDLES;
+	setenv("UCMA_DECAY_MS", "0", 1);
+	if (init_captured(&cfg, false) != 0 || !a) {
+		unsetenv("UCMA_DECAY_MS");
+		ok(0, "alloc during trim: ucma_init: %s", strerror(errno));
+		return;
+	}
+	unsetenv("UCMA_DECAY_MS");
+	if (a->zones[UCMA_ZONE_CMA].file_backed) {
+		skip(1, "the CMA area is on a file here: never purged");
+		return;
+	}
+	atomic_store(&trim_stop, 0);
+	if (pthread_create(&t, NULL, trim_loop, NULL) != 0)
+		bail_out("pthread_create failed");
+	for (time_t end = time(NULL) + 2; time(NULL) < end; cycles++) {
+		unsigned flags = cycles & 1 ? UCMA_ALLOC_NOWAIT : 0;
+		uint64_t p0 = atomic_load(&ucma_vmstat[UCMA_STAT_PURGED_PAGES]);
+		void *p = ucma_alloc(8 * MiB, 0, flags);
+		struct timespec ts = { 0, (long)(cycles % 400) * 1000 };
+
+		if (!p) {
+			failed++;
+			continue;
+		}
+		memset(p, 1, 8 * MiB);	/* dirty: the next trim has work */
+		ucma_release(p);
+		nanosleep(&ts, NULL);
+		purged_cycles += atomic_load(&ucma_vmstat[UCMA_STAT_PURGED_PAGES]) != p0;
+	}
+	atomic_store(&trim_stop, 1);
+	pthread_join(t, NULL);
+	ok(failed == 0 && purged_cycles > 0,
+	   "ucma_alloc() of the whole 8 MiB area beside a looping trim: %u of %u failed "
+	   "(%u cycles saw pages purged)", failed, cycles, purged_cycles);
 }
 
 static void test_init_twice(void)
@@ -1086,6 +1380,10 @@ int main(void)
 	test_purge_fails();
 	test_purge_thp();
 	test_purge_batches();
+	test_decay_steps();
+	test_purge_merged();
+	test_purge_held_free();
+	test_alloc_during_trim();
 	test_init_twice();
 	ucma_test_reset();
 	return done();
