@@ -17,6 +17,16 @@
  * Environment: UCMA_BENCH_BLOCKS (NBLOCKS, default 16384).  ucma runs with
  * a 2 GiB arena, so that the heap is in its NORMAL zone.
  *
+ * `bench_trim decay` (UCMA_DECAY_MS=200 in the environment): the decay's
+ * pass instead of a trim.  NBLOCKS / 2 blocks of 128 KiB + 1 byte in a
+ * NORMAL zone on plain pages (so that the decay gives back blocks from
+ * 64 KiB up, not only whole pageblocks; each hole holds at least one),
+ * every other one freed; a second thread allocates 300 KiB blocks (and
+ * frees none: it never runs the decay itself); after two decay ticks, the
+ * free() that starts the pass, the frees after it that go on with it
+ * (until 256 in a row give nothing back), and the other thread's worst
+ * malloc.
+ *
  * SPDX-License-Identifier: MIT
  */
 #include <ucma.h>
@@ -160,7 +170,108 @@ static void trim_busy(const struct heap_ops *ops, void **keep, unsigned nblocks,
 	release(ops, keep, nblocks);
 }
 
-int main(void)
+static uint64_t purged_pages(void)
+{
+	uint64_t v = 0;
+
+	ucma_stat("purged_pages", &v);
+	return v;
+}
+
+static atomic_int decay_go, decay_done;
+static double decay_worst;
+static unsigned decay_ops;
+
+static void *decay_other(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&decay_go))
+		;
+	while (!atomic_load(&decay_done) && decay_ops < 3000) {
+		double t0 = now_ms();
+		char *p = ucma_malloc(OTHER);
+		double d = now_ms() - t0;
+
+		if (p)
+			*(volatile char *)p = 1;
+		if (d > decay_worst)
+			decay_worst = d;
+		decay_ops++;
+		usleep(100);
+	}
+	return NULL;
+}
+
+static int decay_case(unsigned nblocks)
+{
+	struct ucma_config cfg = { .arena_size = (size_t)4 << 30,
+				   .hugepages_normal = UCMA_BACKING_NONE };
+	void **b = calloc(nblocks, sizeof(void *));
+	double t0, first, rest = 0, worst_free = 0;
+	uint64_t before, after_first;
+	unsigned frees = 0, idle = 0;
+	size_t size = (128u << 10) + 1;
+	pthread_t th;
+
+	nblocks /= 2;
+	if (!b || ucma_init(&cfg) != 0) {
+		perror("bench_trim: ucma_init");
+		return 1;
+	}
+	for (unsigned i = 0; i < nblocks; i++) {
+		b[i] = ucma_malloc(size);
+		if (!b[i]) {
+			fprintf(stderr, "bench_trim: malloc failed\n");
+			return 1;
+		}
+		memset(b[i], 0x5a, size);
+	}
+	for (unsigned i = 0; i < nblocks; i += 2)
+		ucma_free(b[i]);
+	if (pthread_create(&th, NULL, decay_other, NULL) != 0)
+		return 1;
+	/* The first tick starts the epoch the holes are older than. */
+	usleep(300000);
+	ucma_free(b[1]);
+	usleep(300000);
+	atomic_store(&decay_go, 1);
+	usleep(10000);
+	before = purged_pages();
+	t0 = now_ms();
+	ucma_free(b[3]);
+	first = now_ms() - t0;
+	after_first = purged_pages();
+	/* The frees after it go on with the pass. */
+	for (unsigned i = 5; i < nblocks && idle < 256; i += 2) {
+		uint64_t p0 = purged_pages();
+		double d;
+
+		t0 = now_ms();
+		ucma_free(b[i]);
+		d = now_ms() - t0;
+		if (purged_pages() == p0) {
+			idle++;
+			continue;
+		}
+		idle = 0;
+		rest += d;
+		if (d > worst_free)
+			worst_free = d;
+		frees++;
+	}
+	atomic_store(&decay_done, 1);
+	pthread_join(th, NULL);
+	printf("decay's pass over %u dirty 128 KiB holes (UCMA_DECAY_MS=%s)\n", nblocks / 2,
+	       getenv("UCMA_DECAY_MS") ? getenv("UCMA_DECAY_MS") : "default");
+	printf("  the free() that starts it: %.2f ms, %llu pages given back\n", first,
+	       (unsigned long long)(after_first - before));
+	printf("  %u more frees gave back pages: %.2f ms in all, worst %.2f ms; %llu pages in all\n",
+	       frees, rest, worst_free, (unsigned long long)(purged_pages() - before));
+	printf("  other thread: worst malloc(300 KiB) %.2f ms over %u\n", decay_worst, decay_ops);
+	return 0;
+}
+
+int main(int argc, char **argv)
 {
 	const struct heap_ops *impls[] = { &ucma_ops, &glibc_ops };
 	struct ucma_config cfg = { .arena_size = (size_t)2 << 30 };
@@ -170,10 +281,12 @@ int main(void)
 	unsigned n[2];
 	void **keep;
 
-	if (nblocks < 2 || nblocks > (1u << 20)) {
-		fprintf(stderr, "bench_trim: UCMA_BENCH_BLOCKS must be 2 to 1048576\n");
+	if (nblocks < 8 || nblocks > (1u << 20)) {
+		fprintf(stderr, "bench_trim: UCMA_BENCH_BLOCKS must be 8 to 1048576\n");
 		return 2;
 	}
+	if (argc > 1 && strcmp(argv[1], "decay") == 0)
+		return decay_case(nblocks);
 	if (ucma_init(&cfg) != 0) {
 		perror("bench_trim: ucma_init");
 		return 1;

@@ -33,7 +33,8 @@ bench-fork-lend: tests/bench/bench_fork_lend$(EXEEXT)
 	./tests/bench/bench_fork_lend$(EXEEXT)
 
 ## malloc_trim() of a fragmented heap, alone and while another thread
-## allocates: ucma against glibc.  `make bench-trim`.
+## allocates: ucma against glibc; then the decay's pass over such a heap.
+## `make bench-trim`.
 check_PROGRAMS += tests/bench/bench_trim
 tests_bench_bench_trim_CPPFLAGS = $(TEST_CPPFLAGS)
 tests_bench_bench_trim_LDADD = $(TEST_LDADD)
@@ -42,3 +43,4 @@ tests_bench_bench_trim_LDADD = $(TEST_LDADD)
 bench: bench-trim
 bench-trim: tests/bench/bench_trim$(EXEEXT)
 	./tests/bench/bench_trim$(EXEEXT)
+	UCMA_DECAY_MS=200 ./tests/bench/bench_trim$(EXEEXT) decay
