@@ -481,8 +481,6 @@ static void *alloc_area(struct ucma_arena *a, struct ucma_cma_area *area, size_t
 	int err = ENOMEM;
 	unsigned moved = 0, in_vain = 0;
 	bool saw_busy = false, tried = false, phys_miss = false, other_fail = false;
-	bool purge_paused = false;
-	uint32_t purge_seq;
 	struct ucma_compact_direct dc;
 	struct phys_search ps = { area, false, 0 };
 	struct ucma_cma_op op;
@@ -505,7 +503,6 @@ static void *alloc_area(struct ucma_arena *a, struct ucma_cma_area *area, size_t
 	if (ucma_rcu_can_wait())
 		ucma_defer_drain();
 	align_pages = align > UCMA_PAGE_SIZE ? (uint32_t)(align >> UCMA_PAGE_SHIFT) : 1;
-	purge_seq = ucma_zone_purge_seq(&a->zones[UCMA_ZONE_CMA]);
 	/* Direct compaction (compact.c), should every candidate fail. */
 	ucma_compact_direct_init(&dc, ucma_compact_contig_order(npages, align_pages),
 				 1u << UCMA_ZONE_CMA);
@@ -557,6 +554,10 @@ retry:
 		if (ucma_isolate_range_noted(a, iso_start, iso_end, &op.isolated) != 0)
 			ucma_fatal("internal error: cannot isolate CMA pfns %u-%u", iso_start,
 				   iso_end);
+		/* A purge takes nothing from isolated pageblocks: once the
+		 * batch it may hold is back, every free page of the range is
+		 * on the lists (zone.c). */
+		ucma_zone_purge_settle(&a->zones[UCMA_ZONE_CMA]);
 		if (flags & UCMA_ALLOC_NOWAIT)
 			rc = ucma_range_free(a, start, end) ? 0 : (errno = EBUSY, -1);
 		else if (range_pinned(a, start, end, &busy_end))
@@ -622,8 +623,6 @@ retry:
 			ucma_stats_alloc_latency(ucma_os_now_ns() - t0, moved > 0);
 			if (in_vain)
 				ucma_count(UCMA_STAT_CMA_MIGRATED_IN_VAIN, in_vain);
-			if (purge_paused)
-				ucma_zone_purge_resume(&a->zones[UCMA_ZONE_CMA]);
 			return p;
 		}
 		err = errno;
@@ -653,23 +652,12 @@ retry:
 		saw_busy = other_fail = phys_miss = false;
 		goto retry;
 	}
-	/* A purge may have held the pages for a moment (zone.c): once more
-	 * with the purges paused (not a migration: with UCMA_ALLOC_NOWAIT too). */
-	if (tried && (err == ENOMEM || err == EBUSY) && !purge_paused &&
-	    ucma_zone_purge_hold_off(&a->zones[UCMA_ZONE_CMA], purge_seq)) {
-		purge_paused = true;
-		from = 0;
-		saw_busy = other_fail = phys_miss = false;
-		goto retry;
-	}
 	ucma_compact_direct_done(&dc, false);
 	if (in_vain)
 		ucma_count(UCMA_STAT_CMA_MIGRATED_IN_VAIN, in_vain);
 	/* Every candidate failed: say why in the most useful terms. */
 	errno = err == EDEADLK || err == ENOTSUP ? err : saw_busy ? EBUSY : err;
 fail:
-	if (purge_paused)
-		ucma_zone_purge_resume(&a->zones[UCMA_ZONE_CMA]);
 	ucma_mutex_lock(&area->lock);
 	area->alloc_fail++;
 	ucma_mutex_unlock(&area->lock);

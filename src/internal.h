@@ -530,6 +530,11 @@ UCMA_INTERNAL uint64_t ucma_zone_purge(struct ucma_zone *z, bool all);
 UCMA_INTERNAL uint32_t ucma_zone_purge_seq(const struct ucma_zone *z);
 UCMA_INTERNAL bool ucma_zone_purge_hold_off(struct ucma_zone *z, uint32_t since);
 UCMA_INTERNAL void ucma_zone_purge_resume(struct ucma_zone *z);
+/* Wait until no purge batch of @z is held.  A purge takes nothing from
+ * isolated pageblocks, so after this a range the caller isolated has
+ * every free page on the lists (ucma_alloc(), cma.c).  No zone, per-CPU
+ * list or area lock held. */
+UCMA_INTERNAL void ucma_zone_purge_settle(struct ucma_zone *z);
 /* The purge locks, first of the zone stage of a fork (init.c). */
 UCMA_INTERNAL void ucma_zone_purge_fork_prepare(void);
 UCMA_INTERNAL void ucma_zone_purge_fork_parent(void);

@@ -1678,11 +1678,15 @@ static _Atomic uint64_t next_purge_ns[UCMA_ZONE_NR];
  *
  * A batch holds at most PURGE_BATCH_BLOCKS blocks and one pageblock's
  * worth of pages, so an allocation that fails only because a purge held
- * what it needed is rare.  Such an allocation (alloc_zone(), the CMA
- * areas' ucma_alloc()) sees that batches came and went while it tried
- * (purge_seq), pauses the zone's purges, waits for the batch held, and
- * tries once more, with nothing held then: a trim looping in another
- * thread made a whole-area ucma_alloc() fail with EBUSY otherwise.  The
+ * what it needed is rare.  Such an allocation (alloc_zone()) sees that
+ * batches came and went while it tried (purge_seq), pauses the zone's
+ * purges, waits for the batch held, and tries once more, with nothing
+ * held then; the pause covers that one try, which waits for nothing.  A
+ * contiguous buffer (cma.c) needs no retry: a purge takes nothing from
+ * isolated pageblocks, so once its range is isolated and the batch held
+ * then is back (ucma_zone_purge_settle()), every free page of the range
+ * is on the lists.  Without either, a trim looping in another thread made
+ * a whole-area ucma_alloc() fail with EBUSY.  The
  * zone's purge_lock is held for a batch, from its taking to its freeing,
  * so that a fork (which takes it, ucma_zone_purge_fork_prepare()) never
  * leaves the child with blocks that nobody will give back, and so that
@@ -1915,6 +1919,14 @@ void ucma_zone_purge_resume(struct ucma_zone *z)
 	atomic_fetch_sub_explicit(&purge_pause[z->id], 1, memory_order_release);
 }
 
+void ucma_zone_purge_settle(struct ucma_zone *z)
+{
+	if (atomic_load_explicit(&purge_seq[z->id], memory_order_acquire) & 1) {
+		ucma_mutex_lock(&purge_lock[z->id]);
+		ucma_mutex_unlock(&purge_lock[z->id]);
+	}
+}
+
 void ucma_zone_purge_fork_prepare(void)
 {
 	for (int i = 0; i < UCMA_ZONE_NR; i++)
@@ -2047,8 +2059,12 @@ void ucma_zone_decay_init(struct ucma_zone *z)
 
 void ucma_zone_purge_fork_child(void)
 {
-	for (int i = 0; i < UCMA_ZONE_NR; i++)
+	/* The pauses and the pass were other threads': the forking thread is
+	 * in fork(), not in an allocation or a free of pages. */
+	for (int i = 0; i < UCMA_ZONE_NR; i++) {
 		atomic_store_explicit(&decay[i].busy, 0, memory_order_relaxed);
+		atomic_store_explicit(&purge_pause[i], 0, memory_order_relaxed);
+	}
 }
 
 static void maybe_purge(struct ucma_zone *z)

@@ -40,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -1312,6 +1313,65 @@ static void test_alloc_during_trim(void)
 	   "(%u cycles saw pages purged)", failed, cycles, purged_cycles);
 }
 
+/*
+ * A fork while another thread has the purges paused (an allocation's
+ * retry, alloc_zone()): the child, where that thread is not, must not
+ * keep the pause, or its ucma_trim() would wait for ever.
+ */
+static atomic_int pauser_state;	/* 1: paused, 2: may resume */
+
+static void *pauser(void *arg)
+{
+	struct ucma_zone *z = arg;
+
+	/* (A sequence that is not the zone's: as after batches came and went.) */
+	if (!ucma_zone_purge_hold_off(z, ucma_zone_purge_seq(z) + 2))
+		bail_out("no pause");
+	atomic_store(&pauser_state, 1);
+	while (atomic_load(&pauser_state) != 2)
+		sched_yield();
+	ucma_zone_purge_resume(z);
+	return NULL;
+}
+
+static void test_fork_while_paused(void)
+{
+	struct ucma_config cfg = cfg_of(32 * MiB, 8 * MiB, UCMA_BACKING_NONE, UCMA_BACKING_NONE);
+	struct ucma_zone *z;
+	pthread_t t;
+	pid_t pid;
+	int st = -1;
+
+	cfg.cma_policy = UCMA_CMA_LEND_HANDLES;
+	setenv("UCMA_DECAY_MS", "0", 1);
+	if (init_captured(&cfg, false) != 0 || !a) {
+		unsetenv("UCMA_DECAY_MS");
+		ok(0, "fork while paused: ucma_init: %s", strerror(errno));
+		return;
+	}
+	unsetenv("UCMA_DECAY_MS");
+	z = &a->zones[UCMA_ZONE_NORMAL];
+	atomic_store(&pauser_state, 0);
+	if (pthread_create(&t, NULL, pauser, z) != 0)
+		bail_out("pthread_create failed");
+	while (atomic_load(&pauser_state) != 1)
+		sched_yield();
+	pid = fork();
+	if (pid == 0) {
+		alarm(10);	/* a child that waits for ever is killed */
+		dirty_runs(z, 16);
+		ucma_trim();
+		_exit(dirty_pages(z) == 0 ? 0 : 1);
+	}
+	if (pid > 0)
+		waitpid(pid, &st, 0);
+	atomic_store(&pauser_state, 2);
+	pthread_join(t, NULL);
+	ok(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+	   "a fork while another thread has the purges paused: the child's ucma_trim() "
+	   "returns, every dirty page given back (status %#x)", st);
+}
+
 static void test_init_twice(void)
 {
 	struct ucma_config cfg = cfg_of(16 * MiB, 8 * MiB, UCMA_BACKING_NONE, UCMA_BACKING_NONE);
@@ -1384,6 +1444,7 @@ int main(void)
 	test_purge_merged();
 	test_purge_held_free();
 	test_alloc_during_trim();
+	test_fork_while_paused();
 	test_init_twice();
 	ucma_test_reset();
 	return done();
