@@ -243,6 +243,7 @@ static void init_zone(struct ucma_arena *a, int id, uint32_t start, uint32_t end
 
 	pthread_mutex_init(&z->lock, NULL);
 	pthread_mutex_init(&z->compact_lock, NULL);
+	pthread_mutex_init(&z->purge.lock, NULL);
 	z->arena = a;
 	z->id = id;
 	z->name = id == UCMA_ZONE_CMA ? "cma" : "normal";
@@ -259,7 +260,6 @@ static void init_zone(struct ucma_arena *a, int id, uint32_t start, uint32_t end
 		a->blocks[b].zone = (uint8_t)id;
 	}
 	ucma_buddy_init_zone(z);
-	ucma_zone_decay_init(z);
 	/* Without its per-CPU lists a zone works, on its lock alone. */
 	if (ucma_pcp_init(z) != 0 && ucma_opt.verbose)
 		ucma_log("zone %s: no per-CPU page lists: %s", z->name, strerror(errno));

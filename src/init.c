@@ -80,7 +80,7 @@ void ucma_zones_fork_prepare(void)
 	/* No purge batch holds pages off the lists in the child (zone.c);
 	 * after the area locks, which a free of pages (and so the decay's
 	 * purge) may run under. */
-	ucma_zone_purge_fork_prepare();
+	ucma_zone_purge_fork_prepare(a);
 	/* Each zone's per-CPU list locks before its lock (pcp.h). */
 	for (int z = 0; z < UCMA_ZONE_NR; z++) {
 		ucma_pcp_lock_all(&a->zones[z]);
@@ -98,7 +98,7 @@ void ucma_zones_fork_parent(void)
 		ucma_mutex_unlock(&a->zones[z].lock);
 		ucma_pcp_unlock_all(&a->zones[z]);
 	}
-	ucma_zone_purge_fork_parent();
+	ucma_zone_purge_fork_parent(a);
 	for (int i = a->nr_areas - 1; i >= 0; i--)
 		ucma_mutex_unlock(&a->areas[i].lock);
 }
@@ -109,9 +109,10 @@ void ucma_zones_fork_child(void)
 {
 	struct ucma_arena *a = fork_arena;
 
-	if (a)
+	if (a) {
 		ucma_cma_fork_child_locked(a, fork_tid);
-	ucma_zone_purge_fork_child();
+		ucma_zone_purge_fork_child(a);
+	}
 	ucma_zones_fork_parent();
 }
 

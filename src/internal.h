@@ -240,8 +240,35 @@ struct ucma_free_area {
  * metadata of every free page in the zone, and the migratetype of its
  * pageblocks.  Never take two zone locks at once except in ascending zone
  * id order.  The per-CPU lists (pcp.h) have locks of their own, taken
- * before @lock.
+ * before @lock.  @purge: see struct ucma_zone_purge.
  */
+/*
+ * struct ucma_zone_purge - a zone's purges (zone.c): the batches of dirty
+ * free blocks taken off the lists and given back to the kernel with no
+ * lock held, and the decay's pass, a little per free of pages.  All zeros
+ * when the zone is made, but @lock, which init_zone() initialises.
+ *
+ * Locking: @lock is held for a batch, from its taking to its freeing;
+ * after the CMA area locks, before the per-CPU list locks and the zone
+ * lock.  @held belongs to the zone lock.  @seq is advanced under the zone
+ * lock (odd while a batch is held) and read without it; @pause is changed
+ * without a lock and read under the zone lock before a batch is taken.
+ * @next_tick_ns is advanced by compare-and-swap.  @cursor, @before and
+ * @min_order belong to the thread that set @busy (an atomic exchange).
+ */
+struct ucma_zone_purge {
+	pthread_mutex_t lock;
+	uint32_t held;			/* pages a batch holds off the lists */
+	_Atomic uint32_t seq;		/* batches taken and given back */
+	_Atomic unsigned pause;		/* allocations trying again: no new batch */
+	_Atomic uint64_t next_tick_ns;	/* the decay's next tick; 0: not started */
+	_Atomic int busy;		/* a thread is in the decay's pass */
+	_Atomic bool active;		/* a pass is under way */
+	uint32_t cursor;		/* where the pass goes on */
+	uint32_t before;		/* it takes blocks freed before this epoch */
+	unsigned min_order;		/* and of at least this order */
+};
+
 struct ucma_zone {
 	pthread_mutex_t lock;
 	struct ucma_arena *arena;
@@ -285,6 +312,8 @@ struct ucma_zone {
 	unsigned compact_considered;
 	unsigned compact_defer_shift;
 	int compact_order_failed;
+
+	struct ucma_zone_purge purge;	/* zone.c */
 };
 
 /* ------------------------------------------------------------------------ */
@@ -535,15 +564,12 @@ UCMA_INTERNAL void ucma_zone_purge_resume(struct ucma_zone *z);
  * every free page on the lists (ucma_alloc(), cma.c).  No zone, per-CPU
  * list or area lock held. */
 UCMA_INTERNAL void ucma_zone_purge_settle(struct ucma_zone *z);
-/* The purge locks, first of the zone stage of a fork (init.c). */
-UCMA_INTERNAL void ucma_zone_purge_fork_prepare(void);
-UCMA_INTERNAL void ucma_zone_purge_fork_parent(void);
-/* A new zone's decay: no tick yet, no pass under way (a test's arena made
- * anew must not go on with the last one's). */
-UCMA_INTERNAL void ucma_zone_decay_init(struct ucma_zone *z);
-/* The child: no thread is in a decay pass (zone.c); the locks are released
- * as in the parent. */
-UCMA_INTERNAL void ucma_zone_purge_fork_child(void);
+/* The purge locks of @a's zones, in the zone stage of a fork (init.c). */
+UCMA_INTERNAL void ucma_zone_purge_fork_prepare(struct ucma_arena *a);
+UCMA_INTERNAL void ucma_zone_purge_fork_parent(struct ucma_arena *a);
+/* The child: no thread is in a decay pass or has the purges paused
+ * (zone.c); the locks are released as in the parent. */
+UCMA_INTERNAL void ucma_zone_purge_fork_child(struct ucma_arena *a);
 /* zone.c, AddressSanitizer builds: poison the whole arena (arena.c, once
  * created: every page is free) or unpoison it (before it is unmapped).
  * Nothing elsewhere. */

@@ -401,22 +401,19 @@ static uint32_t alloc_pageblocks(struct ucma_zone *z, uint32_t npages, unsigned 
 
 static void maybe_purge(struct ucma_zone *z);
 
+/* The zone's free pages, those a purge batch holds off the lists among
+ * them (zone lock held; here and below). */
+static uint64_t zone_free_pages(const struct ucma_zone *z)
+{
+	return z->free_pages + z->purge.held;
+}
+
 /*
  * Did taking @npages just take the zone below the low watermark that wakes
  * the compaction thread?  Only the crossing counts, so an allocation
  * costs one comparison and the thread is woken once per descent.  Called
  * with the zone lock held.
  */
-/* Pages a purge batch of the zone holds off the lists (zone lock; atomic
- * for the statistics): free, as far as the zone's state goes (here and
- * below). */
-static _Atomic uint32_t purge_held[UCMA_ZONE_NR];
-
-static uint64_t zone_free_pages(const struct ucma_zone *z)
-{
-	return z->free_pages + atomic_load_explicit(&purge_held[z->id], memory_order_relaxed);
-}
-
 static bool crossed_low_wmark(const struct ucma_zone *z, uint32_t npages)
 {
 	uint64_t wmark = UCMA_COMPACTD_WMARK(z), free = zone_free_pages(z);
@@ -1662,13 +1659,12 @@ bad:
 /* Decay                                                                     */
 /* ------------------------------------------------------------------------ */
 
-static _Atomic uint64_t next_purge_ns[UCMA_ZONE_NR];
-
 /*
- * A purge of a fragmented zone makes thousands of madvise calls: a trim
- * (malloc_trim(), ucma_trim()) of 8,192 scattered 40 KiB runs took 28 ms,
- * and held the zone lock for all of it, so every allocation of the zone
- * waited as long; the decay's purge of 8,192 blocks of 64 KiB, 7 ms.  It
+ * A purge of a fragmented zone makes thousands of madvise calls, and held
+ * the zone lock for all of them, so every allocation of the zone waited as
+ * long: 30-35 ms for a trim (malloc_trim(), ucma_trim()) of 8,192
+ * scattered 40 KiB holes, 22-24 ms for the decay's pass over 4,096 of
+ * 128 KiB (make bench-trim, tests/bench/RESULTS.md).  It
  * works as the kernel's free page reporting does instead: a
  * few dirty free blocks at a time are taken off the free lists under the
  * lock, given back to the kernel with no lock held, and freed again,
@@ -1679,38 +1675,27 @@ static _Atomic uint64_t next_purge_ns[UCMA_ZONE_NR];
  * A batch holds at most PURGE_BATCH_BLOCKS blocks and one pageblock's
  * worth of pages, so an allocation that fails only because a purge held
  * what it needed is rare.  Such an allocation (alloc_zone()) sees that
- * batches came and went while it tried (purge_seq), pauses the zone's
+ * batches came and went while it tried (@purge.seq), pauses the zone's
  * purges, waits for the batch held, and tries once more, with nothing
  * held then; the pause covers that one try, which waits for nothing.  A
  * contiguous buffer (cma.c) needs no retry: a purge takes nothing from
  * isolated pageblocks, so once its range is isolated and the batch held
  * then is back (ucma_zone_purge_settle()), every free page of the range
  * is on the lists.  Without either, a trim looping in another thread made
- * a whole-area ucma_alloc() fail with EBUSY.  The
- * zone's purge_lock is held for a batch, from its taking to its freeing,
- * so that a fork (which takes it, ucma_zone_purge_fork_prepare()) never
- * leaves the child with blocks that nobody will give back, and so that
- * such an allocation has something to wait on.  Locking order: the CMA
- * area locks (a free of pages may purge under one), purge_lock, the
- * per-CPU list locks, the zone lock; a purge takes only the zone lock
- * while it holds purge_lock (the per-CPU lists are drained before).
+ * a whole-area ucma_alloc() fail with EBUSY.  The zone's @purge.lock is
+ * held for a batch, from its taking to its freeing, so that a fork (which
+ * takes it, ucma_zone_purge_fork_prepare()) never leaves the child with
+ * blocks that nobody will give back, and so that such an allocation has
+ * something to wait on.  Its place in the locking order: after the CMA
+ * area locks (a free of pages may purge under one), before the per-CPU
+ * list locks and the zone lock; a purge takes only the zone lock while it
+ * holds it (the per-CPU lists are drained before).  The state is the
+ * zone's (struct ucma_zone_purge), so a zone made anew starts afresh.
  */
 #define PURGE_BATCH_BLOCKS 32u
 #define PURGE_BATCH_PAGES  UCMA_PAGEBLOCK_PAGES
 /* Pageblocks one look under the lock walks at most, batch or not. */
 #define PURGE_SCAN_PAGEBLOCKS 64u
-
-static pthread_mutex_t UCMA_FORK_LOCK purge_lock[UCMA_ZONE_NR] = {
-	PTHREAD_MUTEX_INITIALIZER, PTHREAD_MUTEX_INITIALIZER
-};
-_Static_assert(UCMA_ZONE_NR == 2, "one purge lock per zone");
-/* The batches' sequence: odd while one is held, advanced under the zone
- * lock as a batch is taken and as it is given back (read without it by
- * allocations, ucma_zone_purge_seq()). */
-static _Atomic uint32_t purge_seq[UCMA_ZONE_NR];
-/* Allocations that try again with the zone's purges paused (taken no new
- * batch while it is not 0; read under the zone lock, ucma_zone_purge_hold_off()). */
-static _Atomic unsigned purge_pause[UCMA_ZONE_NR];
 
 struct purge_batch {
 	uint32_t pfn[PURGE_BATCH_BLOCKS];
@@ -1829,22 +1814,22 @@ static bool purge_step(struct ucma_zone *z, uint32_t *cursor, unsigned min_order
 	struct purge_batch b = { .n = 0 };
 	bool ok[PURGE_BATCH_BLOCKS];
 
-	ucma_mutex_lock(&purge_lock[z->id]);
+	ucma_mutex_lock(&z->purge.lock);
 	ucma_mutex_lock(&z->lock);
 	/* (Looked at under the zone lock: see ucma_zone_purge_hold_off().) */
-	if (atomic_load_explicit(&purge_pause[z->id], memory_order_seq_cst)) {
+	if (atomic_load_explicit(&z->purge.pause, memory_order_seq_cst)) {
 		ucma_mutex_unlock(&z->lock);
-		ucma_mutex_unlock(&purge_lock[z->id]);
+		ucma_mutex_unlock(&z->purge.lock);
 		return false;
 	}
 	purge_collect(z, cursor, min_order, before, &b);
 	if (b.n == 0) {
 		ucma_mutex_unlock(&z->lock);
-		ucma_mutex_unlock(&purge_lock[z->id]);
+		ucma_mutex_unlock(&z->purge.lock);
 		return true;
 	}
-	atomic_store_explicit(&purge_held[z->id], b.pages, memory_order_relaxed);
-	atomic_fetch_add_explicit(&purge_seq[z->id], 1, memory_order_release);
+	z->purge.held = b.pages;
+	atomic_fetch_add_explicit(&z->purge.seq, 1, memory_order_release);
 	ucma_mutex_unlock(&z->lock);
 	purge_advise(z, &b, ok);
 	ucma_mutex_lock(&z->lock);
@@ -1855,10 +1840,10 @@ static bool purge_step(struct ucma_zone *z, uint32_t *cursor, unsigned min_order
 			*purged += b.npages[i];
 	}
 	z->list_gen++;	/* clean now: nofit_known() */
-	atomic_store_explicit(&purge_held[z->id], 0, memory_order_relaxed);
-	atomic_fetch_add_explicit(&purge_seq[z->id], 1, memory_order_release);
+	z->purge.held = 0;
+	atomic_fetch_add_explicit(&z->purge.seq, 1, memory_order_release);
 	ucma_mutex_unlock(&z->lock);
-	ucma_mutex_unlock(&purge_lock[z->id]);
+	ucma_mutex_unlock(&z->purge.lock);
 	return true;
 }
 
@@ -1893,50 +1878,77 @@ static uint64_t purge_all(struct ucma_zone *z, unsigned min_order, uint32_t befo
 
 uint32_t ucma_zone_purge_seq(const struct ucma_zone *z)
 {
-	return atomic_load_explicit(&purge_seq[z->id], memory_order_acquire);
+	return atomic_load_explicit(&z->purge.seq, memory_order_acquire);
+}
+
+void ucma_zone_purge_settle(struct ucma_zone *z)
+{
+	if (atomic_load_explicit(&z->purge.seq, memory_order_acquire) & 1) {
+		ucma_mutex_lock(&z->purge.lock);
+		ucma_mutex_unlock(&z->purge.lock);
+	}
 }
 
 bool ucma_zone_purge_hold_off(struct ucma_zone *z, uint32_t since)
 {
-	uint32_t now = atomic_load_explicit(&purge_seq[z->id], memory_order_acquire);
+	uint32_t now = atomic_load_explicit(&z->purge.seq, memory_order_acquire);
 
 	if (now == since && !(now & 1))
 		return false;	/* no batch since, none now */
-	atomic_fetch_add_explicit(&purge_pause[z->id], 1, memory_order_seq_cst);
+	atomic_fetch_add_explicit(&z->purge.pause, 1, memory_order_seq_cst);
 	/* A step that looked before the pause took its batch in the same
 	 * critical section: held by now, if not given back. */
 	ucma_mutex_lock(&z->lock);
 	ucma_mutex_unlock(&z->lock);
-	if (atomic_load_explicit(&purge_seq[z->id], memory_order_acquire) & 1) {
-		ucma_mutex_lock(&purge_lock[z->id]);
-		ucma_mutex_unlock(&purge_lock[z->id]);
-	}
+	ucma_zone_purge_settle(z);
 	return true;
 }
 
 void ucma_zone_purge_resume(struct ucma_zone *z)
 {
-	atomic_fetch_sub_explicit(&purge_pause[z->id], 1, memory_order_release);
+	atomic_fetch_sub_explicit(&z->purge.pause, 1, memory_order_release);
 }
 
-void ucma_zone_purge_settle(struct ucma_zone *z)
-{
-	if (atomic_load_explicit(&purge_seq[z->id], memory_order_acquire) & 1) {
-		ucma_mutex_lock(&purge_lock[z->id]);
-		ucma_mutex_unlock(&purge_lock[z->id]);
-	}
-}
-
-void ucma_zone_purge_fork_prepare(void)
+void ucma_zone_purge_fork_prepare(struct ucma_arena *a)
 {
 	for (int i = 0; i < UCMA_ZONE_NR; i++)
-		ucma_mutex_lock(&purge_lock[i]);
+		ucma_mutex_lock(&a->zones[i].purge.lock);
 }
 
-void ucma_zone_purge_fork_parent(void)
+void ucma_zone_purge_fork_parent(struct ucma_arena *a)
 {
 	for (int i = UCMA_ZONE_NR - 1; i >= 0; i--)
-		ucma_mutex_unlock(&purge_lock[i]);
+		ucma_mutex_unlock(&a->zones[i].purge.lock);
+}
+
+/*
+ * The smallest block a purge of @z gives back.  On transparent huge pages
+ * the periodic purge gives back whole pageblocks only: a smaller piece
+ * would split its huge page, and every later first touch of it would fault
+ * page by page until khugepaged rebuilds it, which by default
+ * (max_ptes_none 511) it does around a single used page, taking the memory
+ * back anyway.  malloc_trim() (@all) gives back everything in NORMAL, and
+ * whole pageblocks in the CMA zone (see ucma_zone_purge()).
+ */
+static unsigned purge_min_order(const struct ucma_zone *z, bool all)
+{
+	bool thp = z->backing == UCMA_BACKING_THP && !z->thp_deferred;
+
+	if (all)
+		return thp && z->id == UCMA_ZONE_CMA ? UCMA_PAGEBLOCK_ORDER : 0;
+	return thp ? UCMA_PAGEBLOCK_ORDER : UCMA_PURGE_MIN_ORDER;
+}
+
+/* A new purge epoch of @z; the one it ends (blocks freed in it or before
+ * are the decay's). */
+static uint32_t purge_epoch_next(struct ucma_zone *z)
+{
+	uint32_t epoch;
+
+	ucma_mutex_lock(&z->lock);
+	epoch = z->purge_epoch++;
+	ucma_mutex_unlock(&z->lock);
+	return epoch;
 }
 
 /*
@@ -1956,30 +1968,13 @@ uint64_t ucma_zone_purge(struct ucma_zone *z, bool all)
 {
 	uint64_t purged;
 	uint32_t epoch;
-	unsigned min_order;
-	bool thp = z->backing == UCMA_BACKING_THP && !z->thp_deferred;
 
 	if (zone_keeps_memory(z))
 		return 0;
 	if (all && z->pcp)
 		ucma_pcp_drain_zone(z);
-	ucma_mutex_lock(&z->lock);
-	epoch = z->purge_epoch++;
-	ucma_mutex_unlock(&z->lock);
-	/*
-	 * On transparent huge pages, the periodic purge gives back whole
-	 * pageblocks only: a smaller piece would split its huge page, and
-	 * every later first touch of it would fault page by page until
-	 * khugepaged rebuilds it, which by default (max_ptes_none 511) it
-	 * does around a single used page, taking the memory back anyway.
-	 * malloc_trim() gives back everything in NORMAL, and whole
-	 * pageblocks in the CMA zone (see above).
-	 */
-	if (all)
-		min_order = thp && z->id == UCMA_ZONE_CMA ? UCMA_PAGEBLOCK_ORDER : 0;
-	else
-		min_order = thp ? UCMA_PAGEBLOCK_ORDER : UCMA_PURGE_MIN_ORDER;
-	purged = purge_all(z, min_order, all ? UINT32_MAX : epoch);
+	epoch = purge_epoch_next(z);
+	purged = purge_all(z, purge_min_order(z, all), all ? UINT32_MAX : epoch);
 	purge_note(z, purged);
 	/* Frames given back above posted MAP events, delivered by the public
 	 * call that purged (ucma_trim()), or else by the next ucma_alloc():
@@ -1992,38 +1987,25 @@ uint64_t ucma_zone_purge(struct ucma_zone *z, bool all)
  * The decay's pass over a zone goes a little at a time: each free of pages
  * gives back what DECAY_STEP_NS allows (whole batches), and the next frees
  * go on where it stopped.  A pass in one go made the free() that ran it
- * wait for all of it: 9-10 ms for 8,192 scattered 64 KiB blocks while
- * another thread ran.  Its fields belong to the thread that set @busy
- * (an atomic exchange); a tick finds a pass unfinished and starts it
- * again from the zone's start, with the new epoch.  The fork child
- * clears @busy (ucma_zone_purge_fork_child()): its holder is not there.
+ * wait for all of it: 22-24 ms for 4,096 dirty 128 KiB holes (bench_trim
+ * decay, tests/bench/RESULTS.md), 1.1-1.2 ms a free now.  Its state is the zone's (struct ucma_zone_purge);
+ * a tick finds a pass unfinished and starts it again from the zone's
+ * start, with the new epoch.  The fork child clears @busy
+ * (ucma_zone_purge_fork_child()): its holder is not there.
  */
 #define DECAY_STEP_NS 1000000ull
-
-static struct {
-	_Atomic int busy;
-	_Atomic bool active;		/* a pass is under way */
-	uint32_t cursor;		/* where it goes on */
-	uint32_t before;		/* blocks freed before this epoch */
-	unsigned min_order;
-} decay[UCMA_ZONE_NR];
 
 /* A tick: a new pass over @z from its start, if no other thread is in
  * one. */
 static void decay_start(struct ucma_zone *z)
 {
-	bool thp = z->backing == UCMA_BACKING_THP && !z->thp_deferred;
-
-	if (atomic_exchange_explicit(&decay[z->id].busy, 1, memory_order_acquire))
+	if (atomic_exchange_explicit(&z->purge.busy, 1, memory_order_acquire))
 		return;
-	ucma_mutex_lock(&z->lock);
-	decay[z->id].before = z->purge_epoch++;
-	ucma_mutex_unlock(&z->lock);
-	decay[z->id].cursor = z->start_pfn;
-	/* Whole pageblocks only on transparent huge pages (ucma_zone_purge()). */
-	decay[z->id].min_order = thp ? UCMA_PAGEBLOCK_ORDER : UCMA_PURGE_MIN_ORDER;
-	atomic_store_explicit(&decay[z->id].active, true, memory_order_relaxed);
-	atomic_store_explicit(&decay[z->id].busy, 0, memory_order_release);
+	z->purge.before = purge_epoch_next(z);
+	z->purge.cursor = z->start_pfn;
+	z->purge.min_order = purge_min_order(z, false);
+	atomic_store_explicit(&z->purge.active, true, memory_order_relaxed);
+	atomic_store_explicit(&z->purge.busy, 0, memory_order_release);
 }
 
 /* Some more of @z's pass, if one is under way and no other thread is in
@@ -2032,38 +2014,29 @@ static void decay_step(struct ucma_zone *z)
 {
 	uint64_t t0, purged = 0;
 
-	if (!atomic_load_explicit(&decay[z->id].active, memory_order_relaxed) ||
-	    atomic_exchange_explicit(&decay[z->id].busy, 1, memory_order_acquire))
+	if (!atomic_load_explicit(&z->purge.active, memory_order_relaxed) ||
+	    atomic_exchange_explicit(&z->purge.busy, 1, memory_order_acquire))
 		return;
 	t0 = ucma_os_now_ns();
-	while (decay[z->id].cursor < z->end_pfn) {
-		if (!purge_step(z, &decay[z->id].cursor, decay[z->id].min_order,
-				decay[z->id].before, &purged) ||
+	while (z->purge.cursor < z->end_pfn) {
+		if (!purge_step(z, &z->purge.cursor, z->purge.min_order,
+				z->purge.before, &purged) ||
 		    ucma_os_now_ns() - t0 >= DECAY_STEP_NS)
 			break;	/* paused by an allocation, or enough for this free */
 	}
-	if (decay[z->id].cursor >= z->end_pfn)
-		atomic_store_explicit(&decay[z->id].active, false, memory_order_relaxed);
-	atomic_store_explicit(&decay[z->id].busy, 0, memory_order_release);
+	if (z->purge.cursor >= z->end_pfn)
+		atomic_store_explicit(&z->purge.active, false, memory_order_relaxed);
+	atomic_store_explicit(&z->purge.busy, 0, memory_order_release);
 	purge_note(z, purged);
 }
 
-void ucma_zone_decay_init(struct ucma_zone *z)
-{
-	atomic_store_explicit(&next_purge_ns[z->id], 0, memory_order_relaxed);
-	atomic_store_explicit(&decay[z->id].active, false, memory_order_relaxed);
-	atomic_store_explicit(&decay[z->id].busy, 0, memory_order_relaxed);
-	atomic_store_explicit(&purge_held[z->id], 0, memory_order_relaxed);
-	atomic_store_explicit(&purge_pause[z->id], 0, memory_order_relaxed);
-}
-
-void ucma_zone_purge_fork_child(void)
+void ucma_zone_purge_fork_child(struct ucma_arena *a)
 {
 	/* The pauses and the pass were other threads': the forking thread is
 	 * in fork(), not in an allocation or a free of pages. */
 	for (int i = 0; i < UCMA_ZONE_NR; i++) {
-		atomic_store_explicit(&decay[i].busy, 0, memory_order_relaxed);
-		atomic_store_explicit(&purge_pause[i], 0, memory_order_relaxed);
+		atomic_store_explicit(&a->zones[i].purge.busy, 0, memory_order_relaxed);
+		atomic_store_explicit(&a->zones[i].purge.pause, 0, memory_order_relaxed);
 	}
 }
 
@@ -2076,9 +2049,9 @@ static void maybe_purge(struct ucma_zone *z)
 	if (ucma_opt.decay_ms == 0 || (zone_keeps_memory(z) && z->id != UCMA_ZONE_NORMAL))
 		return;
 	now = ucma_os_now_ns();
-	next = atomic_load_explicit(&next_purge_ns[z->id], memory_order_relaxed);
+	next = atomic_load_explicit(&z->purge.next_tick_ns, memory_order_relaxed);
 	if (now < next ||
-	    !atomic_compare_exchange_strong(&next_purge_ns[z->id], &next,
+	    !atomic_compare_exchange_strong(&z->purge.next_tick_ns, &next,
 					    now + (uint64_t)ucma_opt.decay_ms * 500000ull)) {
 		/* Not a tick, or another thread's: the pass goes on. */
 		if (!zone_keeps_memory(z))

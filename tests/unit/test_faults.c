@@ -377,6 +377,23 @@ static bool arena_works(void)
 	return zones_ok();
 }
 
+/* ucma_init() of @cfg with UCMA_DECAY_MS=@decay_ms; false, reported as a
+ * failure of @what, when it fails. */
+static bool init_decay(const struct ucma_config *cfg, const char *decay_ms, const char *what)
+{
+	int rc, err;
+
+	setenv("UCMA_DECAY_MS", decay_ms, 1);
+	rc = init_captured(cfg, false);
+	err = errno;
+	unsetenv("UCMA_DECAY_MS");
+	if (rc != 0 || !a) {
+		ok(0, "%s: ucma_init: %s", what, strerror(err));
+		return false;
+	}
+	return true;
+}
+
 static const char *thp_or_none(void)
 {
 	return thp_ok ? "thp" : "none";
@@ -779,14 +796,11 @@ static void test_purge_thp(void)
 		return;
 	}
 	cfg.cma_policy = UCMA_CMA_LEND_HANDLES;
-	setenv("UCMA_DECAY_MS", "0", 1);	/* purged by hand below */
-	if (init_captured(&cfg, false) != 0 || !a) {
-		unsetenv("UCMA_DECAY_MS");
-		ok(0, "purge on THP: ucma_init: %s", strerror(errno));
+	/* No decay: purged by hand below. */
+	if (!init_decay(&cfg, "0", "purge on THP")) {
 		skip(1, "no arena");
 		return;
 	}
-	unsetenv("UCMA_DECAY_MS");
 	z = &a->zones[UCMA_ZONE_NORMAL];
 	if (z->backing != UCMA_BACKING_THP) {
 		skip(2, "the NORMAL zone is not on THP (%d)", z->backing);
@@ -833,14 +847,10 @@ static void test_purge_fails(void)
 	cfg.cma_policy = UCMA_CMA_LEND_HANDLES;
 
 	/* No decay while the test frees: it purges by hand. */
-	setenv("UCMA_DECAY_MS", "0", 1);
-	if (init_captured(&cfg, false) != 0 || !a) {
-		unsetenv("UCMA_DECAY_MS");
-		ok(0, "purge: ucma_init: %s", strerror(errno));
+	if (!init_decay(&cfg, "0", "purge")) {
 		skip(5, "no arena");
 		return;
 	}
-	unsetenv("UCMA_DECAY_MS");
 	z = &a->zones[UCMA_ZONE_NORMAL];
 	dirty_runs(z, 64);
 	dirty = dirty_pages(z);
@@ -972,14 +982,11 @@ static void test_purge_batches(void)
 	/* Private memory: the heap's pageblocks on lent CMA frames are not
 	 * purged but given back (test_lend.c). */
 	cfg.cma_policy = UCMA_CMA_LEND_HANDLES;
-	setenv("UCMA_DECAY_MS", "0", 1);	/* purged by hand */
-	if (init_captured(&cfg, false) != 0 || !a) {
-		unsetenv("UCMA_DECAY_MS");
-		ok(0, "purge in batches: ucma_init: %s", strerror(errno));
+	/* No decay: purged by hand. */
+	if (!init_decay(&cfg, "0", "purge in batches")) {
 		skip(5, "no arena");
 		return;
 	}
-	unsetenv("UCMA_DECAY_MS");
 	z = &a->zones[UCMA_ZONE_NORMAL];
 	/* 128 scattered free runs of 4 pages: 128 madvise calls, 4 batches. */
 	for (int i = 0; i < 256; i++) {
@@ -1002,9 +1009,10 @@ static void test_purge_batches(void)
 	ph.child_status = -1;
 	ucma_zone_purge(z, true);
 	ph.z = NULL;
-	os_restore();
+	/* (Joined first: the fork reads the table os_restore() writes.) */
 	pthread_join(ph.waiter, NULL);
 	pthread_join(ph.forker, NULL);
+	os_restore();
 
 	ok(ph.calls >= 128 / 32 && ph.lock_busy == 0 && ph.not_held == 0,
 	   "a full purge calls madvise without the zone lock, on runs it holds (%d calls, "
@@ -1076,14 +1084,10 @@ static void test_decay_steps(void)
 	unsigned first, after_one, frees = 0;
 
 	cfg.cma_policy = UCMA_CMA_LEND_HANDLES;	/* private memory (test_purge_batches()) */
-	setenv("UCMA_DECAY_MS", "50", 1);
-	if (init_captured(&cfg, false) != 0 || !a) {
-		unsetenv("UCMA_DECAY_MS");
-		ok(0, "decay steps: ucma_init: %s", strerror(errno));
+	if (!init_decay(&cfg, "50", "decay steps")) {
 		skip(1, "no arena");
 		return;
 	}
-	unsetenv("UCMA_DECAY_MS");
 	/* 128 scattered dirty free blocks of 16 pages: 4 batches. */
 	for (int i = 0; i < 256; i++) {
 		pfns[i] = ucma_pages_alloc(a, 16, UCMA_GFP_UNMOVABLE);
@@ -1154,13 +1158,9 @@ static void test_purge_merged(void)
 	uint32_t q, p, resident = 0;
 
 	cfg.cma_policy = UCMA_CMA_LEND_HANDLES;
-	setenv("UCMA_DECAY_MS", "0", 1);
-	if (init_captured(&cfg, false) != 0 || !a) {
-		unsetenv("UCMA_DECAY_MS");
-		ok(0, "merged across the cursor: ucma_init: %s", strerror(errno));
+	if (!init_decay(&cfg, "0", "merged across the cursor")) {
 		return;
 	}
-	unsetenv("UCMA_DECAY_MS");
 	z = &a->zones[UCMA_ZONE_NORMAL];
 	q = ucma_pages_alloc(a, 2 * UCMA_PAGEBLOCK_PAGES, UCMA_GFP_UNMOVABLE);
 	if (q == UCMA_PFN_NONE || (q & (UCMA_PAGEBLOCK_PAGES - 1)))
@@ -1210,15 +1210,11 @@ static void test_purge_held_free(void)
 		return;
 	}
 	cfg.cma_policy = UCMA_CMA_LEND_HANDLES;
-	setenv("UCMA_DECAY_MS", "0", 1);
 	setenv("UCMA_COMPACT", "0", 1);
-	if (init_captured(&cfg, false) != 0 || !a) {
-		unsetenv("UCMA_DECAY_MS");
+	if (!init_decay(&cfg, "0", "held pages")) {
 		unsetenv("UCMA_COMPACT");
-		ok(0, "held pages: ucma_init: %s", strerror(errno));
 		return;
 	}
-	unsetenv("UCMA_DECAY_MS");
 	unsetenv("UCMA_COMPACT");
 	z = &a->zones[UCMA_ZONE_NORMAL];
 	if (z->backing != UCMA_BACKING_THP || !z->thp_deferred) {
@@ -1277,13 +1273,9 @@ static void test_alloc_during_trim(void)
 		return;
 	}
 	cfg.cma_policy = UCMA_CMA_LEND_HANDLES;
-	setenv("UCMA_DECAY_MS", "0", 1);
-	if (init_captured(&cfg, false) != 0 || !a) {
-		unsetenv("UCMA_DECAY_MS");
-		ok(0, "alloc during trim: ucma_init: %s", strerror(errno));
+	if (!init_decay(&cfg, "0", "alloc during trim")) {
 		return;
 	}
-	unsetenv("UCMA_DECAY_MS");
 	if (a->zones[UCMA_ZONE_CMA].file_backed) {
 		skip(1, "the CMA area is on a file here: never purged");
 		return;
@@ -1343,13 +1335,9 @@ static void test_fork_while_paused(void)
 	int st = -1;
 
 	cfg.cma_policy = UCMA_CMA_LEND_HANDLES;
-	setenv("UCMA_DECAY_MS", "0", 1);
-	if (init_captured(&cfg, false) != 0 || !a) {
-		unsetenv("UCMA_DECAY_MS");
-		ok(0, "fork while paused: ucma_init: %s", strerror(errno));
+	if (!init_decay(&cfg, "0", "fork while paused")) {
 		return;
 	}
-	unsetenv("UCMA_DECAY_MS");
 	z = &a->zones[UCMA_ZONE_NORMAL];
 	atomic_store(&pauser_state, 0);
 	if (pthread_create(&t, NULL, pauser, z) != 0)
